@@ -1,0 +1,285 @@
+"""Constraint extraction (thesis 4.3 and 4.6): which part of each array a rank needs.
+
+Inner memlets are propagated through the rank's tile of a map, whose range is written with grid
+coordinate symbols; the outer subsets that result (``x[2*r0:2*r0+2, 0:16]``) are the constraints. For a
+nested SDFG or a library node's pure expansion, every inner map is tiled; all constraints on one array
+must agree up to a renaming of grid dimensions (schedule consistency, def. 4.6.1). Inner maps that the
+schedule leaves out get the grid and renaming that make them consistent with the principal map.
+"""
+import itertools
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import dace
+import sympy
+from dace import dtypes, nodes, subsets
+from dace.frontend.operations import detect_reduction_type
+from dace.sdfg import SDFG, SDFGState
+from dace.sdfg.propagation import propagate_subset
+
+from .errors import ScheduleError, UnsupportedPattern
+from .schedule import Kernel, MapInfo, grid_size, ordered_states
+from .transformations.rank_tiling import tile_range
+
+_OPS = {
+    dtypes.ReductionType.Sum: "sum",
+    dtypes.ReductionType.Product: "prod",
+    dtypes.ReductionType.Min: "min",
+    dtypes.ReductionType.Max: "max",
+}
+
+
+@dataclass
+class Access:
+    """One read or write of a global array by a kernel, as a symbolic subset in grid coordinates."""
+    array: str
+    direction: str  # "in" or "out"
+    subset: subsets.Range
+    op: Optional[str] = None  # write-conflict resolution of a write: sum, prod, min, max
+    accumulates: bool = False  # a write with WCR whose prior value must be kept (counted once)
+
+    def __str__(self):
+        op = f" ({self.op})" if self.op else ""
+        return f"{self.direction} {self.array}[{self.subset}]{op}"
+
+
+@dataclass
+class InnerTiling:
+    """How one inner map of a nested kernel is tiled: its grid and, per dimension, a coordinate symbol."""
+    info: MapInfo
+    grid: Tuple[int, ...]
+    coords: Tuple[Optional[str], ...]
+    derived: bool = False
+
+
+@dataclass
+class KernelPlan:
+    """The analysis of one kernel: its grid, coordinate symbols, accesses and (nested) inner tilings."""
+    kernel: Kernel
+    grid: Tuple[int, ...]
+    coords: Tuple[Optional[str], ...]
+    accesses: List[Access] = field(default_factory=list)
+    inner: List[InnerTiling] = field(default_factory=list)
+    body_constraints: Dict[str, subsets.Range] = field(default_factory=dict)
+    principal: Optional[str] = None
+
+    @property
+    def size(self):
+        return grid_size(self.grid)
+
+
+def coord_symbols(kernel_index: int, grid: Sequence[int]) -> Tuple[Optional[str], ...]:
+    """Fresh grid-coordinate symbols for a kernel; dimensions of size 1 get none (their coordinate is 0)."""
+    return tuple(f"__dp{kernel_index}_r{d}" if g > 1 else None for d, g in enumerate(grid))
+
+
+def wcr_op(memlet, array) -> Optional[str]:
+    if memlet.wcr is None:
+        return None
+    red = detect_reduction_type(memlet.wcr)
+    if red not in _OPS:
+        raise UnsupportedPattern(array, memlet.subset, f"write-conflict resolution {memlet.wcr} is not a sum, "
+                                 "product, min or max, so MPI cannot combine partial results")
+    return _OPS[red]
+
+
+def map_accesses(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, rng: subsets.Range) -> List[Access]:
+    """Outer accesses of a map if it ran over ``rng`` (its tile), without modifying the SDFG."""
+    out: List[Access] = []
+    exit_ = state.exit_node(entry)
+    params = entry.map.params
+    for e in state.in_edges(entry):
+        if e.data.data is None or e.dst_conn is None or not e.dst_conn.startswith("IN_"):
+            continue
+        inner = [ie.data for ie in state.out_edges_by_connector(entry, "OUT_" + e.dst_conn[3:]) if ie.data.data]
+        if not inner:
+            continue
+        arr = e.data.data
+        m = propagate_subset(inner, sdfg.arrays[arr], params, rng)
+        out.append(Access(arr, "in", _range(m.subset, arr)))
+    for e in state.out_edges(exit_):
+        if e.data.data is None or e.src_conn is None or not e.src_conn.startswith("OUT_"):
+            continue
+        inner = [ie.data for ie in state.in_edges_by_connector(exit_, "IN_" + e.src_conn[4:]) if ie.data.data]
+        if not inner:
+            continue
+        arr = e.data.data
+        m = propagate_subset(inner, sdfg.arrays[arr], params, rng)
+        ops = {wcr_op(i, arr) for i in inner}
+        if len(ops) > 1:
+            raise UnsupportedPattern(arr, m.subset, f"written with different conflict resolutions {ops}")
+        op = ops.pop()
+        out.append(Access(arr, "out", _range(m.subset, arr), op, accumulates=op is not None))
+    return out
+
+
+def _range(subset, array) -> subsets.Range:
+    if isinstance(subset, subsets.Indices):
+        subset = subsets.Range.from_indices(subset)
+    if not isinstance(subset, subsets.Range):
+        raise UnsupportedPattern(array, subset, f"subset of type {type(subset).__name__} is not a range")
+    return subset
+
+
+def same_subset(a: subsets.Range, b: subsets.Range) -> bool:
+    if a.dims() != b.dims():
+        return False
+    for (b1, e1, s1), (b2, e2, s2) in zip(a, b):
+        for x, y in ((b1, b2), (e1, e2), (s1, s2)):
+            if sympy.simplify(sympy.sympify(x) - sympy.sympify(y)) != 0:
+                return False
+    return True
+
+
+def plan_map_kernel(sdfg: SDFG, kernel: Kernel, grid: Tuple[int, ...]) -> KernelPlan:
+    coords = coord_symbols(kernel.index, grid)
+    entry = kernel.node
+    rng = tile_range(entry.map.range, grid, coords)
+    plan = KernelPlan(kernel, grid, coords, principal=kernel.maps[0].name)
+    plan.accesses = map_accesses(sdfg, kernel.state, entry, rng)
+    return plan
+
+
+def _find_entry(body: SDFG, m: nodes.Map):
+    for st in ordered_states(body):
+        for n in st.nodes():
+            if isinstance(n, nodes.MapEntry) and n.map is m:
+                return st, n
+    raise KeyError(m.label)
+
+
+def plan_nested_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, ...]]) -> KernelPlan:
+    """Grids for all inner maps of a nested SDFG / library node, checked for consistency (def. 4.6.1)."""
+    infos = kernel.maps
+    scheduled = [m for m in infos if m.name in grids]
+    if not infos:
+        raise ScheduleError(f"'{kernel.label}' has no maps to partition")
+    principal = max(scheduled, key=lambda m: len(m.params))
+    grid = grids[principal.name]
+    coords = coord_symbols(kernel.index, grid)
+    plan = KernelPlan(kernel, grid, coords, principal=principal.name)
+    body = kernel.body
+    canonical: Dict[str, subsets.Range] = {}
+    source: Dict[str, str] = {}
+    writes: Dict[str, set] = {}
+
+    order = [principal] + sorted([m for m in infos if m is not principal], key=lambda m: -len(m.params))
+    for info in order:
+        st, entry = _find_entry(body, info.map)
+        explicit = info.name in grids
+        candidates = list(_candidates(info, grids.get(info.name), grid, coords))
+        chosen = None
+        last_conflict = None
+        for g, cs in candidates:
+            accesses = map_accesses(body, st, entry, tile_range(entry.map.range, g, cs))
+            conflict = None
+            for a in accesses:
+                ref = canonical.get(a.array)
+                if ref is not None and not same_subset(ref, a.subset):
+                    conflict = (a, ref)
+                    break
+            if conflict is None:
+                chosen = (g, cs, accesses)
+                break
+            last_conflict = conflict
+        if chosen is None:
+            if last_conflict is None:
+                raise ScheduleError(f"inconsistent schedule inside '{kernel.label}': grid {grids.get(info.name)} "
+                                    f"of map '{info.name}' cannot be matched to the "
+                                    f"dimensions of grid {grid} of '{principal.name}' (thesis 4.6: one nested "
+                                    "SDFG runs on one process grid)")
+            a, ref = last_conflict
+            what = (f"grid {grids[info.name]} of map '{info.name}'"
+                    if explicit else f"map '{info.name}' (no grid in the schedule, and none derived)")
+            raise ScheduleError(f"inconsistent schedule inside '{kernel.label}': {what} needs {a.array}[{a.subset}], "
+                                f"but '{source[a.array]}' (grid {grid}) uses {a.array}[{ref}]; every map of one "
+                                "nested SDFG must partition each array the same way (thesis 4.6)")
+        g, cs, accesses = chosen
+        plan.inner.append(InnerTiling(info, g, cs, derived=not explicit))
+        for a in accesses:
+            if a.array not in canonical:
+                canonical[a.array] = a.subset
+                source[a.array] = info.name
+            if a.direction == "out":
+                writes.setdefault(a.array, set()).add(a.op)
+
+    _check_outside_maps(kernel, canonical, grid)
+    plan.body_constraints = canonical
+    node = kernel.body_node
+    state = kernel.state
+    for e in state.in_edges(kernel.node):
+        if e.data.data is None or e.dst_conn is None:
+            continue
+        conn = e.dst_conn
+        if conn not in canonical:
+            continue
+        plan.accesses.append(Access(e.data.data, "in", _outer(canonical[conn], e.data, e.data.data, conn)))
+    for e in state.out_edges(kernel.node):
+        if e.data.data is None or e.src_conn is None:
+            continue
+        conn = e.src_conn
+        if conn not in canonical:
+            continue
+        ops = writes.get(conn, {None}) - {None}
+        if len(ops) > 1:
+            raise UnsupportedPattern(e.data.data, canonical[conn], f"written with different conflict resolutions {ops}")
+        op = ops.pop() if ops else None
+        # A nested SDFG that also takes the array as input accumulates onto its prior value.
+        accumulates = op is not None and conn in node.in_connectors
+        plan.accesses.append(Access(e.data.data, "out", _outer(canonical[conn], e.data, e.data.data, conn), op,
+                                    accumulates))
+    return plan
+
+
+def _outer(inner: subsets.Range, memlet, array, conn) -> subsets.Range:
+    """A constraint on a nested connector, in the coordinates of the outer array."""
+    outer = memlet.subset
+    if outer.dims() != inner.dims():
+        raise UnsupportedPattern(array, outer, f"connector '{conn}' views the array with a different number "
+                                 "of dimensions")
+    return subsets.Range([(b + ob, e + ob, s) for (b, e, s), (ob, _, _) in zip(inner, outer)])
+
+
+def _check_outside_maps(kernel: Kernel, canonical, grid):
+    """Partitioned arrays may only be touched inside the tiled maps (or every rank would touch all of it)."""
+    if grid_size(grid) == 1:
+        return
+    for st in ordered_states(kernel.body):
+        scope = st.scope_dict()
+        for n in st.data_nodes():
+            if n.data not in canonical or scope[n] is not None:
+                continue
+            for e in st.in_edges(n) + st.out_edges(n):
+                other = e.src if e.dst is n else e.dst
+                if not isinstance(other, (nodes.MapEntry, nodes.MapExit)):
+                    raise ScheduleError(f"'{kernel.label}' accesses '{n.data}' outside of its maps (state "
+                                        f"'{st.label}'), so it cannot be partitioned")
+
+
+def _candidates(info: MapInfo, explicit, grid, coords):
+    """Possible (grid, coordinate symbols) for an inner map: from the schedule, or derived."""
+    split = [d for d, g in enumerate(grid) if g > 1]
+    if explicit is not None:
+        big = [i for i, g in enumerate(explicit) if g > 1]
+        for targets in itertools.permutations(split, len(big)):
+            if all(explicit[i] == grid[t] for i, t in zip(big, targets)):
+                cs = [None] * len(explicit)
+                for i, t in zip(big, targets):
+                    cs[i] = coords[t]
+                yield tuple(explicit), tuple(cs)
+        return
+    options = []
+    for ext in info.shape:
+        opts = [(1, None)]
+        if isinstance(ext, int):
+            opts += [(grid[d], d) for d in split if ext % grid[d] == 0 and grid[d] <= ext]
+        options.append(opts)
+    combos = []
+    for combo in itertools.product(*options):
+        used = [d for _, d in combo if d is not None]
+        if len(used) != len(set(used)):
+            continue
+        combos.append(combo)
+    combos.sort(key=lambda c: -grid_size([g for g, _ in c]))
+    for combo in combos:
+        yield tuple(g for g, _ in combo), tuple(coords[d] if d is not None else None for _, d in combo)

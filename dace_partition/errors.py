@@ -1,0 +1,16 @@
+"""Errors raised before any rank starts."""
+
+
+class ScheduleError(ValueError):
+    """The schedule does not fit the program (unknown map, wrong grid rank or size, inconsistent grids)."""
+
+
+class UnsupportedPattern(ValueError):
+    """A communication constraint that no available solver can implement.
+
+    The message names the array, the symbolic subset and the reason.
+    """
+
+    def __init__(self, array, subset, reason):
+        self.array, self.subset, self.reason = array, subset, reason
+        super().__init__(f"cannot distribute array '{array}' with subset [{subset}]: {reason}")

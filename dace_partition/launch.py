@@ -1,0 +1,222 @@
+"""Building and running lowered programs: ``compile`` (inside mpiexec) and ``run`` (launches mpiexec).
+
+Only one process ever builds a program (rank 0, or the process that calls ``run``); the ranks then load
+the same shared library. Inputs are given on rank 0 and broadcast as *metadata* only (shapes, dtypes,
+symbol values): the data itself moves through the program's own MPI calls.
+"""
+import glob
+import hashlib
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, Optional
+
+import numpy as np
+
+import dace
+from dace.sdfg import SDFG
+
+from .errors import ScheduleError
+from .lowering import is_lowered, ranks_needed
+
+
+class RunError(RuntimeError):
+    """A distributed run failed on some rank (its message is included) or timed out."""
+
+
+def mpi_environment(env=None) -> Dict[str, str]:
+    """Environment under which CMake finds MPI and mpiexec starts: the Python environment's bin/ on PATH
+    and MPI_HOME pointing at it when it carries the mpich wheel (a system MPI is used otherwise)."""
+    env = dict(os.environ if env is None else env)
+    bindir = os.path.dirname(sys.executable)
+    paths = env.get("PATH", "").split(os.pathsep)
+    if bindir not in paths:
+        env["PATH"] = os.pathsep.join([bindir] + paths)
+    prefix = os.path.dirname(bindir)
+    if "MPI_HOME" not in env and os.path.exists(os.path.join(bindir, "mpicc")):
+        env["MPI_HOME"] = prefix
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def _prepare_build_environment():
+    os.environ.update(mpi_environment())
+
+
+def mpiexec_command(ranks: int):
+    """The launcher: $DACE_PARTITION_LAUNCHER (e.g. ``srun --mpi=pmi2``) or the environment's mpiexec."""
+    launcher = os.environ.get("DACE_PARTITION_LAUNCHER")
+    if launcher:
+        return shlex.split(launcher) + ["-n", str(ranks)]
+    local = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    exe = local if os.path.exists(local) else shutil.which("mpiexec")
+    if exe is None:
+        raise RunError("no mpiexec found: install the 'mpich' extra or put an MPI launcher on PATH")
+    return [exe, "-n", str(ranks)]
+
+
+def build(sdfg: SDFG) -> str:
+    """Builds the lowered program once (rebuilt only when the SDFG changes) and returns its build folder."""
+    if not is_lowered(sdfg):
+        raise ScheduleError(f"SDFG '{sdfg.name}' has not been lowered: call dace_partition.lower first")
+    digest = hashlib.sha1(str(sdfg.to_json()).encode()).hexdigest()
+    cached = getattr(sdfg, "_dp_build", None)
+    if cached and cached[0] == digest and glob.glob(os.path.join(cached[1], "build", "lib*")):
+        return cached[1]
+    _prepare_build_environment()
+    sdfg.compile(return_program_handle=False)
+    sdfg._dp_build = (digest, sdfg.build_folder)
+    return sdfg.build_folder
+
+
+def _wait(comm, poll=0.02):
+    """A barrier that sleeps instead of spinning (MPICH busy-polls while rank 0 compiles)."""
+    req = comm.Ibarrier()
+    while not req.Test():
+        time.sleep(poll)
+
+
+class Program:
+    """A lowered program loaded on every rank of an MPI job. Call it on every rank; pass inputs on rank 0."""
+
+    def __init__(self, compiled, comm):
+        self.compiled = compiled
+        self.sdfg = compiled.sdfg
+        self.comm = comm
+
+    def __call__(self, **kwargs):
+        comm = self.comm
+        meta = None
+        if comm.rank == 0:
+            try:
+                meta = ("ok", describe_inputs(self.sdfg, kwargs))
+            except Exception as e:  # reported on every rank, so no rank waits forever
+                meta = ("error", f"{type(e).__name__}: {e}")
+        _wait(comm)
+        meta = comm.bcast(meta, root=0)
+        if meta[0] == "error":
+            raise ValueError(f"rank 0 rejected the inputs: {meta[1]}")
+        if comm.rank != 0:
+            kwargs = {}
+            for name, (kind, value) in meta[1].items():
+                kwargs[name] = np.empty(value[0], dtype=value[1]) if kind == "array" else value
+        result = self.compiled(**kwargs)
+        return result if comm.rank == 0 else None
+
+
+def describe_inputs(sdfg: SDFG, kwargs) -> Dict[str, tuple]:
+    """Checks the arguments given on rank 0 and returns what the other ranks need to call the program."""
+    args = sdfg.arglist()
+    symbols = {k: v for k, v in kwargs.items() if k in sdfg.free_symbols}
+    unknown = [k for k in kwargs if k not in args and k not in sdfg.free_symbols]
+    if unknown:
+        raise ValueError(f"unknown argument(s) {unknown}; the program takes {sorted(args)}")
+    out = {}
+    for name, desc in args.items():
+        if name.startswith("__return"):
+            continue
+        if name not in kwargs:
+            raise ValueError(f"missing argument '{name}'")
+        val = kwargs[name]
+        if isinstance(desc, dace.data.Array):
+            arr = np.asarray(val)
+            shape = tuple(int(dace.symbolic.evaluate(s, {**symbols, **_syms(kwargs)})) for s in desc.shape)
+            if arr.shape != shape:
+                raise ValueError(f"argument '{name}' has shape {arr.shape}, expected {shape}")
+            if arr.dtype != desc.dtype.as_numpy_dtype():
+                raise ValueError(f"argument '{name}' has dtype {arr.dtype}, expected {desc.dtype.as_numpy_dtype()}")
+            out[name] = ("array", (arr.shape, arr.dtype.str))
+        else:
+            out[name] = ("value", val.item() if hasattr(val, "item") else val)
+    for name, val in symbols.items():
+        out[name] = ("value", int(val))
+    return out
+
+
+def _syms(kwargs):
+    return {k: v for k, v in kwargs.items() if isinstance(v, (int, np.integer))}
+
+
+def compile(sdfg: SDFG, comm=None) -> Program:
+    """For a script started with ``mpiexec -n N python -m mpi4py script.py``: rank 0 builds the lowered
+    program, the other ranks wait without spinning and then load the same library. A build error on
+    rank 0 is raised on every rank."""
+    from mpi4py import MPI
+    comm = comm or MPI.COMM_WORLD
+    need = ranks_needed(sdfg)
+    if comm.size < need:
+        raise ScheduleError(f"'{sdfg.name}' needs {need} MPI ranks, but this job has {comm.size}")
+    status = None
+    folder = None
+    if comm.rank == 0:
+        try:
+            folder = build(sdfg)
+        except Exception as e:
+            status = f"{type(e).__name__}: {e}"
+    _wait(comm)
+    status, folder = comm.bcast((status, folder), root=0)
+    if status is not None:
+        raise RuntimeError(f"building '{sdfg.name}' failed on rank 0: {status}")
+    return load(folder, comm)
+
+
+def load(build_folder: str, comm=None) -> Program:
+    from mpi4py import MPI
+    from dace.sdfg.utils import load_precompiled_sdfg
+    comm = comm or MPI.COMM_WORLD
+    return Program(load_precompiled_sdfg(build_folder), comm)
+
+
+def written_arguments(sdfg: SDFG):
+    """Non-transient arrays the program writes (its results when it returns nothing)."""
+    from .schedule import ordered_states
+    names = []
+    for st in ordered_states(sdfg):
+        for n in st.data_nodes():
+            desc = sdfg.arrays[n.data]
+            if not desc.transient and st.in_degree(n) > 0 and not n.data.startswith("__return") and n.data not in names:
+                names.append(n.data)
+    return names
+
+
+def run(sdfg: SDFG, ranks: int, timeout: float = 300, **inputs):
+    """Runs a lowered SDFG under ``mpiexec -n ranks`` and returns rank 0's outputs.
+
+    Returns what calling the SDFG returns; for a program without a return value, a dict of the new
+    values of the arguments it writes. A failure on any rank raises :class:`RunError` with its message.
+    """
+    if not isinstance(ranks, int) or ranks < 1:
+        raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
+    need = ranks_needed(sdfg)
+    if ranks < need:
+        raise ScheduleError(f"'{sdfg.name}' needs {need} MPI ranks (its largest process grid), but run() was "
+                            f"asked for {ranks}")
+    describe_inputs(sdfg, inputs)
+    folder = build(sdfg)
+    with tempfile.TemporaryDirectory(prefix="dace_partition_") as tmp:
+        np.savez(os.path.join(tmp, "inputs.npz"), **{k: np.asarray(v) for k, v in inputs.items()})
+        cmd = mpiexec_command(ranks) + [sys.executable, "-m", "mpi4py", "-m", "dace_partition._worker", folder, tmp]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=mpi_environment(),
+                                start_new_session=True, text=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            raise RunError(f"'{sdfg.name}' on {ranks} ranks did not finish within {timeout} s\n{err[-3000:]}")
+        if proc.returncode != 0:
+            msgs = [l for l in err.splitlines() if "dace_partition" in l or "Error" in l]
+            raise RunError(f"'{sdfg.name}' on {ranks} ranks failed (exit {proc.returncode}):\n" +
+                           "\n".join(msgs[-20:] or err.splitlines()[-30:]))
+        res = np.load(os.path.join(tmp, "outputs.npz"), allow_pickle=False)
+        kind = str(res["__kind"])
+        if kind == "none":
+            return {k: res[k] for k in res.files if k != "__kind"}
+        if kind == "single":
+            return res["__r0"]
+        return tuple(res[f"__r{i}"] for i in range(int(res["__n"])))

@@ -1,0 +1,365 @@
+"""``lower(sdfg, schedule)``: turn a single-process SDFG into an SPMD program (thesis Listing 1).
+
+Data flows one way: schedule -> kernels and tiles -> constraints -> solver -> MPI. The program that results
+keeps every global array on rank 0 (inputs are given there, outputs appear there). Each scheduled kernel
+runs on its own process grid (the first ``prod(grid)`` ranks), in a state of its own:
+
+    scatter state (DistributedMemlets, every rank)
+    -> kernel state on rank-local arrays (only the grid's ranks)
+    -> gather state (DistributedMemlets, every rank)
+
+Everything not scheduled (and every kernel on a grid of one rank) runs on rank 0 on the global arrays.
+"""
+import copy
+import re
+import weakref
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+import dace
+from dace import nodes
+from dace.memlet import Memlet
+from dace.properties import CodeBlock
+from dace.sdfg import SDFG, SDFGState
+from dace.sdfg.graph import SubgraphView
+from dace.transformation.helpers import state_fission
+
+from .constraints import Access, KernelPlan, plan_map_kernel, plan_nested_kernel, same_subset
+from .distributed_memlet import DistributedMemlet
+from .environment import ENVIRONMENT
+from .errors import ScheduleError, UnsupportedPattern
+from .schedule import Kernel, discover, grid_size, ordered_states, resolve
+from .solvers import grid_mapped
+from .transformations.rank_tiling import RankTileMap
+
+RANK = "__dp_rank"
+_MARK = "// dace_partition: ranks_needed={}\n"
+_MARK_RE = re.compile(r"// dace_partition: ranks_needed=(\d+)")
+_REPORTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+@dataclass
+class CommEntry:
+    array: str
+    direction: str
+    subset: str
+    mapping: str
+    calls: List[str]
+    op: Optional[str] = None
+
+    def __str__(self):
+        op = f", {self.op}" if self.op else ""
+        return f"    {self.direction:7s} {self.array}[{self.subset}]  {self.mapping}{op}: {' + '.join(self.calls)}"
+
+
+@dataclass
+class KernelReport:
+    name: str
+    kind: str
+    grid: Optional[Tuple[int, ...]]
+    notes: List[str] = field(default_factory=list)
+    comm: List[CommEntry] = field(default_factory=list)
+
+    def __str__(self):
+        where = f"grid {self.grid}" if self.grid else "rank 0 (not partitioned)"
+        lines = [f"  {self.kind} '{self.name}' on {where}"]
+        lines += [f"    note: {n}" for n in self.notes]
+        lines += [str(c) for c in self.comm]
+        return "\n".join(lines)
+
+
+@dataclass
+class LoweringReport:
+    """What ``lower`` did: per kernel its grid, derived inner grids, and the MPI calls of each memlet."""
+    program: str
+    ranks_needed: int
+    kernels: List[KernelReport] = field(default_factory=list)
+
+    def __str__(self):
+        head = f"dace-partition lowering of '{self.program}' (needs {self.ranks_needed} MPI rank(s))"
+        return "\n".join([head] + [str(k) for k in self.kernels])
+
+    def calls(self, array: str) -> List[str]:
+        return [c for k in self.kernels for e in k.comm if e.array == array for c in e.calls]
+
+
+def report(sdfg: SDFG) -> LoweringReport:
+    """The report of the last ``lower`` call on this SDFG."""
+    try:
+        return _REPORTS[sdfg]
+    except KeyError:
+        raise ValueError(f"SDFG '{sdfg.name}' has not been lowered in this process") from None
+
+
+def ranks_needed(sdfg: SDFG) -> int:
+    """MPI ranks a lowered program needs (its largest grid); recorded in the program's exit code."""
+    m = _MARK_RE.search(_exit_code(sdfg))
+    if m is None:
+        raise ValueError(f"SDFG '{sdfg.name}' is not a lowered dace-partition program")
+    return int(m.group(1))
+
+
+def is_lowered(sdfg: SDFG) -> bool:
+    return _MARK_RE.search(_exit_code(sdfg)) is not None
+
+
+def _exit_code(sdfg: SDFG) -> str:
+    block = sdfg.exit_code.get("frame")
+    return block.as_string if block is not None else ""
+
+
+def lower(sdfg: SDFG, schedule, *, verbose: bool = False) -> SDFG:
+    """Transforms ``sdfg`` in place into an SPMD program and returns it.
+
+    ``schedule`` maps maps (names from :func:`maps`, ``MapInfo``, ``Map`` or ``MapEntry`` objects) to
+    process-grid shapes, one integer per map parameter. Every error is raised before the SDFG changes.
+    """
+    if is_lowered(sdfg):
+        raise ScheduleError(f"SDFG '{sdfg.name}' has already been lowered")
+    grids = resolve(discover(sdfg), schedule)
+    _lower(copy.deepcopy(sdfg), grids)  # dry run: every error surfaces before the real SDFG changes
+    rep = _lower(sdfg, grids)
+    _REPORTS[sdfg] = rep
+    if verbose:
+        print(rep)
+    return sdfg
+
+
+def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]]) -> LoweringReport:
+    _split_states(sdfg)
+    kernels = discover(sdfg)
+    plans: List[KernelPlan] = []
+    rep = LoweringReport(sdfg.name, 1)
+    for k in kernels:
+        scheduled = [m for m in k.maps if m.name in grids]
+        if not scheduled:
+            rep.kernels.append(KernelReport(k.label, k.kind, None))
+            continue
+        if k.kind == "map":
+            plan = plan_map_kernel(sdfg, k, grids[k.maps[0].name])
+        else:
+            plan = plan_nested_kernel(sdfg, k, grids)
+        kr = KernelReport(plan.principal if k.kind != "map" else k.label, k.kind, plan.grid)
+        for t in plan.inner:
+            if t.derived:
+                kr.notes.append(f"derived grid {t.grid} for '{t.info.name}' from '{plan.principal}'")
+        rep.kernels.append(kr)
+        rep.ranks_needed = max(rep.ranks_needed, plan.size)
+        if plan.size == 1:
+            kr.notes.append("grid of one rank: runs on rank 0 on the global arrays, no communication")
+            kr.grid = None
+            continue
+        plans.append((plan, kr))
+
+    for plan, kr in plans:
+        for a in plan.accesses:
+            mapping = grid_mapped.match(a.array, a.subset, plan.grid, plan.coords)
+            if a.direction == "out" and a.accumulates and mapping.replicas() > 1 and any(
+                    b.array == a.array and b.direction == "in" for b in plan.accesses):
+                raise UnsupportedPattern(a.array, a.subset, "the array is read and accumulated (write-conflict "
+                                         "resolution) by the same kernel on a grid that replicates it")
+            if a.direction == "in" or a.accumulates:
+                kr.comm.append(CommEntry(a.array, "scatter", str(a.subset), str(mapping),
+                                         grid_mapped.mpi_calls(mapping, "scatter", a.op if a.accumulates else None),
+                                         a.op if a.accumulates else None))
+            if a.direction == "out":
+                kr.comm.append(CommEntry(a.array, "gather", str(a.subset), str(mapping),
+                                         grid_mapped.mpi_calls(mapping, "gather", a.op), a.op))
+
+    init_state = _add_runtime_state(sdfg, [p for p, _ in plans])
+    comm_states = {init_state}
+    guarded = set()
+    for plan, _ in plans:
+        pre, post = _apply_plan(sdfg, plan)
+        comm_states |= {pre, post}
+        guarded.add(plan.kernel.state)
+        comm_states |= set(_guard(sdfg, plan.kernel.state, f"__dp{plan.kernel.index}_m == 1"))
+    for st in ordered_states(sdfg):
+        if st in comm_states or st in guarded or st.number_of_nodes() == 0:
+            continue
+        comm_states |= set(_guard(sdfg, st, f"{RANK} == 0"))
+    for plan, _ in plans:
+        dims = ", ".join(str(g) for g in plan.grid)
+        sdfg.append_init_code(f'dace_partition::init_grid({plan.kernel.index}, "{plan.principal}", {{{dims}}});\n')
+    sdfg.append_exit_code("dace_partition::free_grids();\n")
+    sdfg.append_exit_code(_MARK.format(rep.ranks_needed))
+    return rep
+
+
+def _work_nodes(state: SDFGState):
+    scope = state.scope_dict()
+    return [
+        n for n in dace.sdfg.utils.dfs_topological_sort(state)
+        if scope[n] is None and isinstance(n, (nodes.MapEntry, nodes.NestedSDFG, nodes.LibraryNode, nodes.Tasklet))
+    ]
+
+
+def _split_states(sdfg: SDFG):
+    """One work node (kernel or tasklet) per state, so each state can run on its own set of ranks."""
+    for state in ordered_states(sdfg):
+        while True:
+            work = _work_nodes(state)
+            if len(work) <= 1:
+                break
+            first = work[0]
+            if isinstance(first, nodes.MapEntry):
+                body = set(state.scope_subgraph(first, include_entry=True, include_exit=True).nodes())
+                ends = (first, state.exit_node(first))
+            else:
+                body = {first}
+                ends = (first, first)
+            body |= {e.src for e in state.in_edges(ends[0])} | {e.dst for e in state.out_edges(ends[1])}
+            was_start = state.parent_graph.start_block is state
+            new = state_fission(SubgraphView(state, list(body)))
+            if was_start:
+                state.parent_graph.start_block = state.parent_graph.node_id(new)
+
+
+def _add_runtime_state(sdfg: SDFG, plans: List[KernelPlan]) -> SDFGState:
+    """First state: reads this rank's world rank, grid coordinates and grid membership into symbols."""
+    start = sdfg.start_block
+    st = sdfg.add_state("dace_partition_init")
+    sdfg.add_edge(st, start, dace.InterstateEdge())
+    sdfg.start_block = sdfg.node_id(st)
+    outputs = {RANK: "dace_partition::world_rank()"}
+    for p in plans:
+        k = p.kernel.index
+        for d, c in enumerate(p.coords):
+            if c:
+                outputs[c] = f"dace_partition::coord({k}, {d})"
+        outputs[f"__dp{k}_m"] = f"dace_partition::member({k})"
+    code = "\n".join(f"__o{i} = {expr};" for i, expr in enumerate(outputs.values()))
+    t = st.add_tasklet("dace_partition_coords", {}, {f"__o{i}" for i in range(len(outputs))}, code,
+                       language=dace.Language.CPP)
+    t.environments = [ENVIRONMENT]
+    assignments = {}
+    for i, sym in enumerate(outputs):
+        sdfg.add_symbol(sym, dace.int32)
+        sdfg.add_scalar(f"{sym}_v", dace.int32, transient=True)
+        st.add_edge(t, f"__o{i}", st.add_write(f"{sym}_v"), None, Memlet(f"{sym}_v[0]"))
+        assignments[sym] = f"{sym}_v"
+    sdfg.out_edges(st)[0].data.assignments = assignments
+    return st
+
+
+def _guard(sdfg: SDFG, state: SDFGState, condition: str):
+    """Runs ``state`` only where ``condition`` holds: a branch around it on interstate edges.
+
+    (A ConditionalBlock would hide the state from DaCe 1.0.2's library-node expansion, which looks
+    states up among the SDFG's top-level blocks.)
+    """
+    parent = state.parent_graph
+    before = parent.add_state_before(state, f"{state.label}_enter", is_start_block=parent.start_block is state)
+    after = parent.add_state_after(state, f"{state.label}_leave")
+    parent.edges_between(before, state)[0].data.condition = CodeBlock(condition)
+    parent.add_edge(before, after, dace.InterstateEdge(condition=f"not ({condition})"))
+    return before, after
+
+
+def _apply_plan(sdfg: SDFG, plan: KernelPlan):
+    k = plan.kernel
+    state = k.state
+    for c in plan.coords:
+        if c and c not in sdfg.symbols:
+            sdfg.add_symbol(c, dace.int32)
+    if k.kind == "map":
+        RankTileMap.apply_to(sdfg, options={"grid": list(plan.grid), "coords": [c or "" for c in plan.coords]},
+                             map_entry=k.node)
+    elif k.kind == "nested":
+        _tile_body(plan)
+
+    locals_: Dict[Tuple[str, str], str] = {}
+    by_array: Dict[str, List[Access]] = {}
+    for a in plan.accesses:
+        by_array.setdefault(a.array, []).append(a)
+    for array, accs in by_array.items():
+        ins = [a for a in accs if a.direction == "in"]
+        outs = [a for a in accs if a.direction == "out"]
+        shared = ins and outs and same_subset(ins[0].subset, outs[0].subset)
+        for a in accs:
+            suffix = "" if shared or len(accs) == 1 else f"_{a.direction}"
+            name = f"__dp{k.index}_{array}{suffix}"
+            if name not in sdfg.arrays:
+                desc = sdfg.arrays[array]
+                shape = [dace.symbolic.simplify(e - b + 1) for b, e, _ in a.subset]
+                sdfg.add_array(name, shape, desc.dtype, storage=desc.storage, transient=True)
+            locals_[(array, a.direction)] = name
+
+    pre = state.parent_graph.add_state_before(state, f"{state.label}_scatter",
+                                              is_start_block=state.parent_graph.start_block is state)
+    post = state.parent_graph.add_state_after(state, f"{state.label}_gather")
+    for a in plan.accesses:
+        local = locals_[(a.array, a.direction)]
+        common = dict(array=a.array, subset=copy.deepcopy(a.subset), grid=plan.grid, grid_id=k.index,
+                      coords=plan.coords)
+        if a.direction == "in" or a.accumulates:
+            dm = DistributedMemlet(f"scatter_{a.array}", direction="scatter", op=a.op if a.accumulates else None,
+                                   identity_fill=a.accumulates, **common)
+            pre.add_edge(pre.add_read(a.array), None, dm, "_in", Memlet.from_array(a.array, sdfg.arrays[a.array]))
+            pre.add_edge(dm, "_out", pre.add_write(local), None, Memlet.from_array(local, sdfg.arrays[local]))
+        if a.direction == "out":
+            dm = DistributedMemlet(f"gather_{a.array}", direction="gather", op=a.op, **common)
+            post.add_edge(post.add_read(local), None, dm, "_in", Memlet.from_array(local, sdfg.arrays[local]))
+            post.add_edge(dm, "_out", post.add_write(a.array), None, Memlet.from_array(a.array, sdfg.arrays[a.array]))
+    _rewire(sdfg, plan, locals_)
+    return pre, post
+
+
+def _rewire(sdfg: SDFG, plan: KernelPlan, locals_):
+    """Points the kernel at its rank-local arrays (map kernels: memlets offset into the local block)."""
+    k = plan.kernel
+    state = k.state
+    subsets_ = {(a.array, a.direction): a.subset for a in plan.accesses}
+    if k.kind == "map":
+        entry, exit_ = k.node, state.exit_node(k.node)
+        outer = [(e, "in") for e in state.in_edges(entry)] + [(e, "out") for e in state.out_edges(exit_)]
+        inner = state.scope_subgraph(entry, include_entry=True, include_exit=True).edges()
+    else:
+        outer = [(e, "in") for e in state.in_edges(k.node)] + [(e, "out") for e in state.out_edges(k.node)]
+        inner = []
+    for e, direction in outer:
+        arr = e.data.data
+        if (arr, direction) not in locals_:
+            continue
+        local = locals_[(arr, direction)]
+        node = e.src if direction == "in" else e.dst
+        node.data = local
+        wcr = e.data.wcr
+        e.data = Memlet.from_array(local, sdfg.arrays[local])
+        e.data.wcr = wcr
+    for e in inner:
+        arr = e.data.data
+        if arr is None:
+            continue
+        path = state.memlet_path(e)
+        direction = "in" if path[0].dst is k.node else "out"
+        if (arr, direction) not in locals_:
+            continue
+        e.data.data = locals_[(arr, direction)]
+        e.data.subset.offset([b for b, _, _ in subsets_[(arr, direction)]], negative=True)
+
+
+def _tile_body(plan: KernelPlan):
+    """Nested SDFG kernel: tile its maps, shrink its arrays to the rank's block, offset inner memlets."""
+    k = plan.kernel
+    body, node = k.body, k.body_node
+    for c in plan.coords:
+        if c:
+            if c not in body.symbols:
+                body.add_symbol(c, dace.int32)
+            node.symbol_mapping[c] = dace.symbolic.symbol(c, dace.int32)
+    for t in plan.inner:
+        for st in ordered_states(body):
+            for n in st.nodes():
+                if isinstance(n, nodes.MapEntry) and n.map is t.info.map:
+                    RankTileMap.apply_to(body, options={"grid": list(t.grid), "coords": [c or "" for c in t.coords]},
+                                         map_entry=n)
+    for arr, subset in plan.body_constraints.items():
+        desc = body.arrays[arr]
+        shape = [dace.symbolic.simplify(e - b + 1) for b, e, _ in subset]
+        desc.set_shape(shape)
+        begin = [b for b, _, _ in subset]
+        for st in ordered_states(body):
+            for e in st.edges():
+                if e.data.data == arr:
+                    e.data.subset.offset(begin, negative=True)

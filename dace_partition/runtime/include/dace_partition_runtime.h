@@ -1,0 +1,344 @@
+// dace-partition runtime: process grids and grid-mapped scatter/gather over MPI.
+//
+// Included into the generated code of every lowered SDFG. Everything lives in an anonymous namespace so
+// that two lowered programs loaded into one process keep separate grid registries.
+#pragma once
+#include <mpi.h>
+
+#include <complex>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace {
+namespace dace_partition {
+
+// Prints a message naming this rank and ends every rank: a mismatch must never hang the job.
+inline void fail(const char *fmt, ...) {
+    int rank = -1, init = 0;
+    MPI_Initialized(&init);
+    if (init) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    char msg[1024];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, args);
+    va_end(args);
+    fprintf(stderr, "dace_partition: rank %d: %s\n", rank, msg);
+    fflush(stderr);
+    if (init) MPI_Abort(MPI_COMM_WORLD, 3);
+    std::abort();
+}
+
+inline void check(int err, const char *what) {
+    if (err != MPI_SUCCESS) {
+        char s[MPI_MAX_ERROR_STRING];
+        int len = 0;
+        MPI_Error_string(err, s, &len);
+        fail("%s failed: %s", what, s);
+    }
+}
+
+inline int world_rank() {
+    int r;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+}
+
+inline int world_size() {
+    int s;
+    MPI_Comm_size(MPI_COMM_WORLD, &s);
+    return s;
+}
+
+// A Cartesian process grid over the first prod(dims) ranks of MPI_COMM_WORLD (row-major, no reorder,
+// so world rank 0 is grid coordinate (0, ..., 0): the root that holds global arrays).
+struct Grid {
+    std::string name;
+    std::vector<int> dims;
+    std::vector<int> coords;
+    MPI_Comm cart = MPI_COMM_NULL;
+    bool member = false;
+    std::map<unsigned, MPI_Comm> subs;
+
+    // Sub-grid keeping the dimensions whose bit is set in `keep` (MPI_Cart_sub, cached).
+    MPI_Comm sub(unsigned keep) {
+        auto it = subs.find(keep);
+        if (it != subs.end()) return it->second;
+        std::vector<int> remain(dims.size() > 0 ? dims.size() : 1, 0);
+        for (size_t d = 0; d < dims.size(); ++d) remain[d] = (keep >> d) & 1u;
+        MPI_Comm c = MPI_COMM_NULL;
+        if (dims.empty())
+            check(MPI_Comm_dup(cart, &c), "MPI_Comm_dup");
+        else
+            check(MPI_Cart_sub(cart, remain.data(), &c), "MPI_Cart_sub");
+        subs[keep] = c;
+        return c;
+    }
+};
+
+inline std::vector<Grid> &grids() {
+    static std::vector<Grid> g;
+    return g;
+}
+
+inline void init_mpi() {
+    int init = 0;
+    MPI_Initialized(&init);
+    if (!init) MPI_Init(nullptr, nullptr);
+}
+
+inline void init_grid(int id, const char *name, std::vector<int> dims) {
+    init_mpi();
+    if ((int)grids().size() <= id) grids().resize(id + 1);
+    Grid &g = grids()[id];
+    g.name = name;
+    g.dims = dims;
+    long long size = 1;
+    for (int d : dims) size *= d;
+    int wsize = world_size(), wrank = world_rank();
+    if (size > wsize) {
+        std::string shape;
+        for (size_t d = 0; d < dims.size(); ++d) shape += (d ? "," : "") + std::to_string(dims[d]);
+        fail("process grid (%s) of %s needs %lld MPI ranks, but only %d were started", shape.c_str(), name, size,
+             wsize);
+    }
+    g.member = wrank < size;
+    MPI_Comm members = MPI_COMM_NULL;
+    check(MPI_Comm_split(MPI_COMM_WORLD, g.member ? 0 : MPI_UNDEFINED, wrank, &members), "MPI_Comm_split");
+    g.coords.assign(dims.size(), 0);
+    if (!g.member) return;
+    if (dims.empty()) {
+        g.cart = members;
+        return;
+    }
+    std::vector<int> periods(dims.size(), 0);
+    check(MPI_Cart_create(members, (int)dims.size(), g.dims.data(), periods.data(), 0, &g.cart), "MPI_Cart_create");
+    MPI_Comm_free(&members);
+    int crank;
+    MPI_Comm_rank(g.cart, &crank);
+    check(MPI_Cart_coords(g.cart, crank, (int)dims.size(), g.coords.data()), "MPI_Cart_coords");
+}
+
+inline void free_grids() {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (fin) return;
+    for (Grid &g : grids()) {
+        for (auto &kv : g.subs)
+            if (kv.second != MPI_COMM_NULL) MPI_Comm_free(&kv.second);
+        if (g.cart != MPI_COMM_NULL) MPI_Comm_free(&g.cart);
+    }
+    grids().clear();
+}
+
+inline Grid &grid(int id) {
+    if (id < 0 || id >= (int)grids().size()) fail("unknown process grid %d", id);
+    return grids()[id];
+}
+
+// Grid coordinate `d` of this rank (0 where the rank is outside the grid).
+inline int coord(int id, int d) { return grid(id).coords[d]; }
+inline int member(int id) { return grid(id).member ? 1 : 0; }
+
+// MPI datatypes of the element types DaCe uses.
+inline MPI_Datatype mpi_type(const bool *) { return MPI_C_BOOL; }
+inline MPI_Datatype mpi_type(const int8_t *) { return MPI_INT8_T; }
+inline MPI_Datatype mpi_type(const uint8_t *) { return MPI_UINT8_T; }
+inline MPI_Datatype mpi_type(const int16_t *) { return MPI_INT16_T; }
+inline MPI_Datatype mpi_type(const uint16_t *) { return MPI_UINT16_T; }
+inline MPI_Datatype mpi_type(const int32_t *) { return MPI_INT32_T; }
+inline MPI_Datatype mpi_type(const uint32_t *) { return MPI_UINT32_T; }
+inline MPI_Datatype mpi_type(const long *) { return MPI_LONG; }
+inline MPI_Datatype mpi_type(const unsigned long *) { return MPI_UNSIGNED_LONG; }
+inline MPI_Datatype mpi_type(const long long *) { return MPI_LONG_LONG; }
+inline MPI_Datatype mpi_type(const unsigned long long *) { return MPI_UNSIGNED_LONG_LONG; }
+inline MPI_Datatype mpi_type(const float *) { return MPI_FLOAT; }
+inline MPI_Datatype mpi_type(const double *) { return MPI_DOUBLE; }
+inline MPI_Datatype mpi_type(const std::complex<float> *) { return MPI_C_FLOAT_COMPLEX; }
+inline MPI_Datatype mpi_type(const std::complex<double> *) { return MPI_C_DOUBLE_COMPLEX; }
+
+enum Op { OP_NONE = 0, OP_SUM = 1, OP_PROD = 2, OP_MIN = 3, OP_MAX = 4 };
+
+inline MPI_Op mpi_op(int op) {
+    switch (op) {
+        case OP_SUM: return MPI_SUM;
+        case OP_PROD: return MPI_PROD;
+        case OP_MIN: return MPI_MIN;
+        case OP_MAX: return MPI_MAX;
+    }
+    fail("unsupported reduction operator %d", op);
+    return MPI_OP_NULL;
+}
+
+template <typename T>
+T identity(int op) {
+    switch (op) {
+        case OP_PROD: return T(1);
+        case OP_MIN: return std::numeric_limits<T>::max();
+        case OP_MAX: return std::numeric_limits<T>::lowest();
+    }
+    return T(0);
+}
+template <>
+inline std::complex<float> identity<std::complex<float>>(int op) {
+    return std::complex<float>(op == OP_PROD ? 1.0f : 0.0f);
+}
+template <>
+inline std::complex<double> identity<std::complex<double>>(int op) {
+    return std::complex<double>(op == OP_PROD ? 1.0 : 0.0);
+}
+
+// How one array dimension of a constraint maps onto the grid: the rank at grid coordinates c holds
+// indices [offset + coef * c[grid_dim], ... + block) of that dimension (grid_dim < 0: same for all ranks).
+struct DimMap {
+    long long offset;
+    long long coef;
+    int grid_dim;
+    long long block;
+    long long stride;  // of the global array, in elements
+};
+
+// The block of a global array that one rank holds, as a datatype whose extent is one element, so that
+// per-rank displacements can be given in elements.
+inline MPI_Datatype block_type(MPI_Datatype base, const std::vector<DimMap> &dm) {
+    MPI_Aint lb, ext;
+    MPI_Type_get_extent(base, &lb, &ext);
+    MPI_Datatype t = base;
+    bool own = false;
+    for (int j = (int)dm.size() - 1; j >= 0; --j) {
+        MPI_Datatype nt;
+        check(MPI_Type_create_hvector((int)dm[j].block, 1, (MPI_Aint)(dm[j].stride * ext), t, &nt),
+              "MPI_Type_create_hvector");
+        if (own) MPI_Type_free(&t);
+        t = nt;
+        own = true;
+    }
+    MPI_Datatype r;
+    check(MPI_Type_create_resized(t, 0, ext, &r), "MPI_Type_create_resized");
+    check(MPI_Type_commit(&r), "MPI_Type_commit");
+    if (own) MPI_Type_free(&t);
+    return r;
+}
+
+struct Plan {
+    unsigned part_mask = 0, repl_mask = 0;
+    MPI_Comm part = MPI_COMM_NULL, repl = MPI_COMM_NULL;
+    bool repl_root = true;
+    int repl_size = 1;
+    long long count = 1;
+};
+
+inline Plan make_plan(Grid &g, const std::vector<DimMap> &dm) {
+    Plan p;
+    for (const DimMap &d : dm)
+        if (d.grid_dim >= 0) p.part_mask |= 1u << d.grid_dim;
+    unsigned all = (g.dims.size() >= 32) ? ~0u : ((1u << g.dims.size()) - 1u);
+    p.repl_mask = all & ~p.part_mask;
+    p.part = g.sub(p.part_mask);
+    p.repl = g.sub(p.repl_mask);
+    for (size_t d = 0; d < g.dims.size(); ++d)
+        if (((p.repl_mask >> d) & 1u) && g.coords[d] != 0) p.repl_root = false;
+    MPI_Comm_size(p.repl, &p.repl_size);
+    for (const DimMap &d : dm) p.count *= d.block;
+    if (p.count > std::numeric_limits<int>::max()) fail("a rank-local block of %lld elements exceeds the MPI count range", p.count);
+    return p;
+}
+
+// Element displacement of the block held by every rank of the partition sub-grid (called on its root).
+inline void displacements(Grid &g, const Plan &p, const std::vector<DimMap> &dm, std::vector<int> &displs) {
+    int n;
+    MPI_Comm_size(p.part, &n);
+    std::vector<int> kept;
+    for (size_t d = 0; d < g.dims.size(); ++d)
+        if ((p.part_mask >> d) & 1u) kept.push_back((int)d);
+    displs.assign(n, 0);
+    std::vector<int> sc(kept.size() > 0 ? kept.size() : 1, 0), full(g.dims.size() > 0 ? g.dims.size() : 1, 0);
+    for (int q = 0; q < n; ++q) {
+        if (!kept.empty()) check(MPI_Cart_coords(p.part, q, (int)kept.size(), sc.data()), "MPI_Cart_coords");
+        for (size_t i = 0; i < full.size(); ++i) full[i] = 0;
+        for (size_t i = 0; i < kept.size(); ++i) full[kept[i]] = sc[i];
+        long long disp = 0;
+        for (const DimMap &d : dm) {
+            long long start = d.offset + (d.grid_dim >= 0 ? d.coef * full[d.grid_dim] : 0);
+            disp += start * d.stride;
+        }
+        if (disp < 0 || disp > std::numeric_limits<int>::max()) fail("displacement %lld exceeds the MPI int range", disp);
+        displs[q] = (int)disp;
+    }
+}
+
+// Root (world rank 0) -> grid: MPI_Scatterv over the partition sub-grid, then MPI_Bcast over the
+// replication sub-grid. With `identity_fill`, replicas other than the first get the reduction identity
+// instead (an accumulated output: its prior value must be counted once).
+template <typename T>
+void scatter(int gid, const T *global, T *local, std::vector<DimMap> dm, int identity_fill, int op) {
+    Grid &g = grid(gid);
+    if (!g.member) return;
+    Plan p = make_plan(g, dm);
+    MPI_Datatype base = mpi_type(local);
+    if (p.repl_root) {
+        int prank;
+        MPI_Comm_rank(p.part, &prank);
+        std::vector<int> counts, displs;
+        MPI_Datatype st = MPI_DATATYPE_NULL;
+        if (prank == 0) {
+            displacements(g, p, dm, displs);
+            counts.assign(displs.size(), 1);
+            st = block_type(base, dm);
+        }
+        check(MPI_Scatterv(global, counts.data(), displs.data(), prank == 0 ? st : base, local, (int)p.count, base, 0,
+                           p.part),
+              "MPI_Scatterv");
+        if (st != MPI_DATATYPE_NULL) MPI_Type_free(&st);
+    }
+    if (p.repl_size > 1) {
+        if (identity_fill) {
+            if (!p.repl_root) {
+                T v = identity<T>(op);
+                for (long long i = 0; i < p.count; ++i) local[i] = v;
+            }
+        } else {
+            check(MPI_Bcast(local, (int)p.count, base, 0, p.repl), "MPI_Bcast");
+        }
+    }
+}
+
+// Grid -> root: MPI_Reduce over the replication sub-grid (only for a conflicted write; otherwise the
+// first replica's block is the result), then MPI_Gatherv over the partition sub-grid into the global array.
+template <typename T>
+void gather(int gid, const T *local_in, T *global, std::vector<DimMap> dm, int op) {
+    // The local block is dead after this call, so the reduction may overwrite it.
+    T *local = const_cast<T *>(local_in);
+    Grid &g = grid(gid);
+    if (!g.member) return;
+    Plan p = make_plan(g, dm);
+    MPI_Datatype base = mpi_type(local);
+    if (op != OP_NONE && p.repl_size > 1) {
+        if (p.repl_root)
+            check(MPI_Reduce(MPI_IN_PLACE, local, (int)p.count, base, mpi_op(op), 0, p.repl), "MPI_Reduce");
+        else
+            check(MPI_Reduce(local, nullptr, (int)p.count, base, mpi_op(op), 0, p.repl), "MPI_Reduce");
+    }
+    if (!p.repl_root) return;
+    int prank;
+    MPI_Comm_rank(p.part, &prank);
+    std::vector<int> counts, displs;
+    MPI_Datatype rt = MPI_DATATYPE_NULL;
+    if (prank == 0) {
+        displacements(g, p, dm, displs);
+        counts.assign(displs.size(), 1);
+        rt = block_type(base, dm);
+    }
+    check(MPI_Gatherv(local, (int)p.count, base, global, counts.data(), displs.data(), prank == 0 ? rt : base, 0,
+                      p.part),
+          "MPI_Gatherv");
+    if (rt != MPI_DATATYPE_NULL) MPI_Type_free(&rt);
+}
+
+}  // namespace dace_partition
+}  // namespace

@@ -1,0 +1,246 @@
+"""What can be scheduled: the kernels of an SDFG, their maps, and the checks a schedule must pass.
+
+A *kernel* is a node at the top level of one of the SDFG's states that does parallel work: a map, a
+nested SDFG, or a library node. A map of a nested SDFG or of a library node's pure expansion is named
+``<node label>.<map label>``; all names are unique in the program, so they can be schedule keys.
+"""
+import copy
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import dace
+from dace import nodes
+from dace.sdfg import SDFG, SDFGState
+from dace.sdfg.utils import dfs_topological_sort
+
+from .errors import ScheduleError
+
+
+@dataclass
+class MapInfo:
+    """A schedulable map: ``name`` (a schedule key), ``params`` and ``shape`` (extent per parameter)."""
+    name: str
+    params: Tuple[str, ...]
+    shape: Tuple[object, ...]
+    kernel: "Kernel" = field(repr=False, compare=False)
+    map: nodes.Map = field(repr=False, compare=False)
+
+    def __str__(self):
+        dims = ", ".join(f"{p}: {s}" for p, s in zip(self.params, self.shape))
+        return f"{self.name} [{dims}]"
+
+
+@dataclass
+class Kernel:
+    """A unit of work that gets one process grid.
+
+    ``kind`` is "map", "nested" or "library". For nested SDFGs and library nodes, ``body`` is the SDFG
+    whose top-level maps are analysed (for a library node: its pure expansion, built on a scratch copy).
+    """
+    index: int
+    kind: str
+    state: SDFGState
+    node: nodes.Node
+    body: Optional[SDFG] = None
+    body_node: Optional[nodes.NestedSDFG] = None
+    maps: List[MapInfo] = field(default_factory=list)
+
+    @property
+    def label(self):
+        return self.node.map.label if self.kind == "map" else self.node.label
+
+
+def ordered_states(sdfg: SDFG) -> List[SDFGState]:
+    """States of ``sdfg`` itself (not of nested SDFGs) in program order."""
+    out = []
+
+    def walk(region):
+        for block in region.bfs_nodes(region.start_block):
+            if isinstance(block, SDFGState):
+                out.append(block)
+            elif hasattr(block, "branches"):
+                for _, branch in block.branches:
+                    walk(branch)
+            elif hasattr(block, "nodes") and hasattr(block, "start_block"):
+                walk(block)
+
+    walk(sdfg)
+    return out
+
+
+def top_level_kernels(state: SDFGState) -> List[nodes.Node]:
+    scope = state.scope_dict()
+    return [
+        n for n in dfs_topological_sort(state)
+        if scope[n] is None and isinstance(n, (nodes.MapEntry, nodes.NestedSDFG, nodes.LibraryNode))
+    ]
+
+
+def expand_pure(node: nodes.LibraryNode, sdfg: SDFG, state: SDFGState):
+    """Expands a library node on a scratch SDFG to its pure (map-level) implementation.
+
+    The original node is untouched: the expansion is only a proxy for analysis (thesis 4.6.1), since
+    every implementation of a library node computes the same function.
+    """
+    scratch = SDFG(f"{sdfg.name}_expansion_{node.label}".replace(" ", "_"))
+    for sym, typ in sdfg.symbols.items():
+        scratch.add_symbol(sym, typ)
+    st = scratch.add_state("expansion")
+    lib = copy.deepcopy(node)
+    st.add_node(lib)
+    for e in state.in_edges(node) + state.out_edges(node):
+        if e.data.data is None:
+            continue
+        if e.data.data not in scratch.arrays:
+            desc = copy.deepcopy(sdfg.arrays[e.data.data])
+            desc.transient = False
+            scratch.add_datadesc(e.data.data, desc)
+        acc = st.add_access(e.data.data)
+        if e.dst is node:
+            st.add_edge(acc, e.src_conn if isinstance(e.src, nodes.AccessNode) else None, lib, e.dst_conn,
+                        copy.deepcopy(e.data))
+        else:
+            st.add_edge(lib, e.src_conn, acc, None, copy.deepcopy(e.data))
+    while True:
+        libs = [(n, s) for n, s in scratch.all_nodes_recursive() if isinstance(n, nodes.LibraryNode)]
+        if not libs:
+            break
+        n, s = libs[0]
+        impls = n.implementations
+        if "pure" in impls:
+            n.implementation = "pure"
+        elif n.implementation is None and "specialize" in impls:
+            n.implementation = "specialize"
+        n.expand(s.sdfg, s)
+    nested = [n for n in st.nodes() if isinstance(n, nodes.NestedSDFG)]
+    if len(nested) != 1:
+        raise ScheduleError(f"library node '{node.label}' ({type(node).__name__}) has no pure expansion "
+                            "into a nested SDFG that could be analysed")
+    return scratch, st, nested[0]
+
+
+def discover(sdfg: SDFG) -> List[Kernel]:
+    """All kernels of the SDFG in program order, with their schedulable maps and unique names."""
+    kernels: List[Kernel] = []
+    used: Dict[str, int] = {}
+
+    def unique(name):
+        if name not in used:
+            used[name] = 0
+            return name
+        used[name] += 1
+        while f"{name}_{used[name]}" in used:
+            used[name] += 1
+        new = f"{name}_{used[name]}"
+        used[new] = 0
+        return new
+
+    for state in ordered_states(sdfg):
+        for node in top_level_kernels(state):
+            k = Kernel(len(kernels), "", state, node)
+            if isinstance(node, nodes.MapEntry):
+                k.kind = "map"
+                k.maps.append(_info(unique(node.map.label), node.map, k))
+            else:
+                if isinstance(node, nodes.NestedSDFG):
+                    k.kind, k.body, k.body_node = "nested", node.sdfg, node
+                else:
+                    k.kind = "library"
+                    _, _, nested = expand_pure(node, sdfg, state)
+                    k.body, k.body_node = nested.sdfg, nested
+                for st in ordered_states(k.body):
+                    for inner in top_level_kernels(st):
+                        if isinstance(inner, nodes.MapEntry):
+                            k.maps.append(_info(unique(f"{node.label}.{inner.map.label}"), inner.map, k))
+            kernels.append(k)
+    return kernels
+
+
+def _info(name, m: nodes.Map, kernel):
+    shape = []
+    for (b, e, s) in m.range:
+        shape.append(dace.symbolic.simplify((e - b + 1) // s) if s != 1 else dace.symbolic.simplify(e - b + 1))
+    return MapInfo(name, tuple(m.params), tuple(_as_int(x) for x in shape), kernel, m)
+
+
+def _as_int(x):
+    try:
+        return int(x)
+    except TypeError:
+        return x
+
+
+def maps(sdfg: SDFG) -> List[MapInfo]:
+    """The schedulable maps of ``sdfg`` in program order (see the module docstring for their names)."""
+    return [m for k in discover(sdfg) for m in k.maps]
+
+
+def resolve(kernels: List[Kernel], schedule) -> Dict[str, Tuple[int, ...]]:
+    """Checks a user schedule against the program and returns {map name: grid}.
+
+    Keys may be map names, :class:`MapInfo` objects, or the ``Map`` / ``MapEntry`` objects of the SDFG.
+    """
+    infos = [m for k in kernels for m in k.maps]
+    by_name = {m.name: m for m in infos}
+    by_map = {id(m.map): m for m in infos}
+    out: Dict[str, Tuple[int, ...]] = {}
+    for key, grid in dict(schedule or {}).items():
+        if isinstance(key, MapInfo):
+            key = key.name
+        if isinstance(key, nodes.MapEntry):
+            key = key.map
+        if isinstance(key, nodes.Map):
+            info = by_map.get(id(key))
+            if info is None:
+                raise ScheduleError(f"map '{key.label}' in the schedule is not a schedulable map of this SDFG; "
+                                    f"known maps: {sorted(by_name)}")
+        elif isinstance(key, str):
+            info = by_name.get(key)
+            if info is None:
+                raise ScheduleError(f"unknown map '{key}' in the schedule; known maps: {sorted(by_name)}")
+        else:
+            raise ScheduleError(f"schedule key {key!r} is neither a map name nor a map")
+        out[info.name] = check_grid(info, grid)
+    return out
+
+
+def check_grid(info: MapInfo, grid) -> Tuple[int, ...]:
+    if isinstance(grid, int) and not isinstance(grid, bool):
+        grid = (grid, )
+    try:
+        grid = tuple(grid)
+    except TypeError:
+        raise ScheduleError(f"grid for map '{info.name}' must be a tuple of integers, got {grid!r}")
+    if len(grid) != len(info.params):
+        raise ScheduleError(f"grid {grid} for map '{info.name}' has {len(grid)} dimension(s), but the map has "
+                            f"{len(info.params)} parameter(s) {list(info.params)}")
+    for g in grid:
+        if isinstance(g, bool) or not isinstance(g, (int, )) and not (hasattr(g, "__index__")):
+            raise ScheduleError(f"grid {grid} for map '{info.name}' has a non-integer entry {g!r}")
+        if int(g) < 1:
+            raise ScheduleError(f"grid {grid} for map '{info.name}' has a non-positive entry {g}")
+    grid = tuple(int(g) for g in grid)
+    for p, g, ext in zip(info.params, grid, info.shape):
+        if not isinstance(ext, int):
+            if g != 1:
+                raise ScheduleError(f"map '{info.name}' has a symbolic extent {ext} along '{p}'; splitting "
+                                    "symbolic extents is not supported yet")
+            continue
+        if g > ext:
+            raise ScheduleError(f"grid {grid} for map '{info.name}' splits '{p}' into {g} parts, but its extent "
+                                f"is only {ext}")
+        if ext % g != 0:
+            raise ScheduleError(f"grid {grid} for map '{info.name}': extent {ext} of '{p}' is not divisible by {g} "
+                                "(uneven tiles are not supported yet)")
+    for (b, e, s), p, g in zip(info.map.range, info.params, grid):
+        if s != 1 and g != 1:
+            raise ScheduleError(f"map '{info.name}' has step {s} along '{p}'; splitting strided maps is not "
+                                "supported yet")
+    return grid
+
+
+def grid_size(grid: Sequence[int]) -> int:
+    n = 1
+    for g in grid:
+        n *= g
+    return n

@@ -1,0 +1,1 @@
+"""Solvers: implementations of DistributedMemlet nodes (thesis 4.4 and ch. 5)."""

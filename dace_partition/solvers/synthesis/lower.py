@@ -1,0 +1,305 @@
+"""Lowering a weak path to concrete collectives (paper sec. 6.1 and 7.3).
+
+Each weak step fixes only *which primes* move between which dimensions.  The
+lowering picks the concrete factor axes.  When the axes it wants are not the
+minor-most of their dimension it *relabels*: it re-describes the physical
+placement with the axes reordered and a new device map (no data moves; the
+communicator groups just stop being plain sub-meshes).  After the last
+non-gather step the placement is compared with what the target needs before
+its final allgathers; if they differ, a single ``allpermute`` is inserted
+there (cheaper than after the gathers, sec. 7.3).
+
+Axis choices are biased towards the target type so the permutation is
+usually not needed.  A small depth-first search over the best few choices per
+step (bounded by ``budget`` complete lowerings) keeps the first lowering that
+needs no permutation and no relabelling, or else the best one seen.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .factor_mesh import Assignment, FactorMesh, Spec, match
+from .plan import Step
+from .search import WeakOp
+
+COp = tuple  # ("relabel", spec) | ("dynslice", i, axes) | ("allgather", i, axes) | ("alltoall", i, j, axes) | ("allpermute", spec)
+
+
+def _set(spec: Spec, i: int, axes) -> Spec:
+    return spec[:i] + (tuple(axes),) + spec[i + 1:]
+
+
+class Lowering:
+    def __init__(self, fm: FactorMesh, shape: Tuple[int, ...], dst: Spec, per_step: int = 3, budget: int = 64):
+        self.fm, self.shape, self.dst = fm, shape, dst
+        self.per_step, self.budget = per_step, budget
+        self.place: Dict[int, Tuple[int, int]] = {a: (i, p) for i, axes in enumerate(dst) for p, a in enumerate(axes)}
+        self.target = Assignment(fm, shape, dst, np.arange(fm.ndev))
+
+    # --- scoring: lower is better -------------------------------------------------
+    def _where(self, a: int, i: int, pos: int) -> int:
+        pl = self.place.get(a)
+        if pl == (i, pos):
+            return 0
+        if pl is not None and pl[0] == i:
+            return 1
+        if pl is None:
+            return 2
+        return 3
+
+    def _combos(self, pool: Sequence[int], primes: Tuple[int, ...]):
+        sizes = self.fm.sizes
+        want = sorted(primes)
+        seen = set()
+        for combo in itertools.combinations(pool, len(primes)):
+            if sorted(int(sizes[a]) for a in combo) == want and combo not in seen:
+                seen.add(combo)
+                yield combo
+
+    def candidates(self, op: WeakOp, st: Assignment) -> List[Tuple[tuple, List[COp]]]:
+        spec = st.spec
+        out = []
+        if op.op == "dynslice":
+            (i,) = op.dims
+            used = {a for axes in spec for a in axes}
+            free = [a for a in range(len(self.fm.axes)) if a not in used]
+            for combo in self._combos(free, op.primes):
+                order = sorted(combo, key=lambda a: (self.place.get(a, (99, 99))[1] if self.place.get(a, (-1,))[0] == i else 99, a))
+                base = len(spec[i])
+                score = sum(self._where(a, i, base + k) for k, a in enumerate(order))
+                out.append(((score, 0), [("dynslice", i, tuple(order))]))
+        elif op.op == "allgather":
+            (i,) = op.dims
+            for combo in self._combos(spec[i], op.primes):
+                rest = [a for a in spec[i] if a not in combo]
+                relabel = tuple(rest) + combo != spec[i]
+                bad = sum(3 - self._where(a, i, spec[i].index(a)) for a in combo)
+                ops: List[COp] = []
+                if relabel:
+                    ops.append(("relabel", _set(spec, i, tuple(rest) + combo)))
+                ops.append(("allgather", i, combo))
+                out.append(((bad, int(relabel)), ops))
+        elif op.op == "alltoall":
+            i, j = op.dims
+            for combo in self._combos(spec[i], op.primes):
+                rest = tuple(a for a in spec[i] if a not in combo)
+                orders = {combo}
+                orders.add(tuple(sorted(combo, key=lambda a: (self.place[a][1] if self.place.get(a, (-1,))[0] == j else 99, a))))
+                for order in orders:
+                    relabel = rest + order != spec[i]
+                    base = len(spec[j])
+                    score = sum(self._where(a, j, base + k) for k, a in enumerate(order))
+                    score += sum(2 for a in order if self.place.get(a, (-1,))[0] == i)
+                    ops = []
+                    if relabel:
+                        ops.append(("relabel", _set(spec, i, rest + order)))
+                    ops.append(("alltoall", i, j, order))
+                    out.append(((score, int(relabel)), ops))
+        else:
+            raise ValueError(op.op)
+        out.sort(key=lambda t: t[0])
+        return out[: self.per_step]
+
+    # --- applying concrete ops to placements ------------------------------------
+    @staticmethod
+    def apply(st: Assignment, cop: COp) -> Assignment:
+        kind = cop[0]
+        if kind == "relabel":
+            return st.relabel(cop[1])
+        if kind == "allpermute":
+            return Assignment(st.fm, st.shape, cop[1], np.arange(st.fm.ndev))
+        spec = st.spec
+        if kind == "dynslice":
+            _, i, axes = cop
+            return st.with_spec(_set(spec, i, spec[i] + axes))
+        if kind == "allgather":
+            _, i, axes = cop
+            assert spec[i][len(spec[i]) - len(axes):] == axes
+            return st.with_spec(_set(spec, i, spec[i][: len(spec[i]) - len(axes)]))
+        if kind == "alltoall":
+            _, i, j, axes = cop
+            assert spec[i][len(spec[i]) - len(axes):] == axes
+            spec = _set(spec, i, spec[i][: len(spec[i]) - len(axes)])
+            return st.with_spec(_set(spec, j, spec[j] + axes))
+        raise ValueError(kind)
+
+    # --- the tail: permutation (if any) then the final allgathers ---------------
+    def finish(self, st: Assignment, tail: Sequence[WeakOp]) -> Tuple[int, List[COp]]:
+        dst = self.dst
+        if not tail:
+            if st.same_placement(self.target):
+                return 0, []
+            return st.localsize, [("allpermute", dst)]
+        # Axes the final gathers remove must be replicated in dst.  Prefer the
+        # ones the current placement already has at the minor end of that dim.
+        dst_used = {a for axes in dst for a in axes}
+        taken: set = set()
+        chosen: List[Tuple[int, Tuple[int, ...]]] = []
+        for op in tail:
+            (i,) = op.dims
+            cur = [a for a in reversed(st.spec[i]) if a not in dst_used and a not in taken]
+            pool = cur + [a for a in range(len(self.fm.axes)) if a not in dst_used and a not in taken and a not in cur]
+            combo = None
+            need = sorted(op.primes)
+            for c in itertools.combinations(pool, len(need)):
+                if sorted(int(self.fm.sizes[a]) for a in c) == need:
+                    combo = c
+                    break
+            assert combo is not None, "final allgathers need replicated axes of the target"
+            # keep the current relative order where the axes come from st
+            combo = tuple(sorted(combo, key=lambda a: (st.spec[i].index(a) if a in st.spec[i] else 99, a)))
+            taken.update(combo)
+            chosen.append((i, combo))
+        pre = list(dst)
+        for i, combo in reversed(chosen):
+            pre[i] = pre[i] + combo
+        pre_spec: Spec = tuple(pre)
+        ops: List[COp] = []
+        cost = 0
+        pre_asg = Assignment(self.fm, self.shape, pre_spec, np.arange(self.fm.ndev))
+        if not st.same_placement(pre_asg):
+            ops.append(("allpermute", pre_spec))
+            cost = st.localsize
+        for i, combo in chosen:
+            ops.append(("allgather", i, combo))
+        return cost, ops
+
+    def lower(self, start: Assignment, path: Sequence[WeakOp]) -> List[COp]:
+        path = merge_weak_dynslices(path)
+        t = len(path)
+        while t > 0 and path[t - 1].op == "allgather":
+            t -= 1
+        prefix, tail = list(path[:t]), list(path[t:])
+        best: List = [None]
+        budget = [self.budget]
+
+        def rec(k: int, st: Assignment, ops: List[COp], relabels: int) -> bool:
+            if k == len(prefix):
+                budget[0] -= 1
+                pcost, tops = self.finish(st, tail)
+                score = (pcost, relabels)
+                if best[0] is None or score < best[0][0]:
+                    best[0] = (score, ops + tops)
+                return score == (0, 0)
+            for _, cops in self.candidates(prefix[k], st):
+                s = st
+                for c in cops:
+                    s = self.apply(s, c)
+                r = relabels + sum(1 for c in cops if c[0] == "relabel")
+                if best[0] is not None and (0, r) >= best[0][0]:
+                    continue
+                if rec(k + 1, s, ops + cops, r) or budget[0] <= 0:
+                    return True
+            return False
+
+        rec(0, start, [], 0)
+        return best[0][1]
+
+
+def merge_weak_dynslices(path: Sequence[WeakOp]) -> List[WeakOp]:
+    """Fuse each run of consecutive weak dynslices into one per dimension.
+
+    Dynslices are free and commute, so choosing their axes jointly lets the
+    lowering order them as the target does instead of in search order.
+    """
+    out: List[WeakOp] = []
+    run: Dict[int, List[int]] = {}
+
+    def flush():
+        for i, primes in run.items():
+            out.append(WeakOp("dynslice", (i,), tuple(sorted(primes))))
+        run.clear()
+
+    for op in path:
+        if op.op == "dynslice":
+            run.setdefault(op.dims[0], []).extend(op.primes)
+        else:
+            flush()
+            out.append(op)
+    flush()
+    return out
+
+
+def merge_dynslices(ops: List[COp]) -> List[COp]:
+    out: List[COp] = []
+    for c in ops:
+        if c[0] == "dynslice" and out and out[-1][0] == "dynslice" and out[-1][1] == c[1]:
+            out[-1] = ("dynslice", c[1], out[-1][2] + c[2])
+        else:
+            out.append(c)
+    return out
+
+
+def fuse_alltoalls(ops: List[COp]) -> List[COp]:
+    """Fuse back-to-back alltoalls that touch disjoint dimensions into one collective.
+
+    Moving axes ``A1`` from dim ``i1`` to ``j1`` and ``A2`` from ``i2`` to ``j2``
+    is one alltoall over the group ``A1 + A2`` (each device cuts its tile into
+    ``n1 * n2`` chunks), costing one local tile instead of two -- the kind of
+    multi-dimensional alltoall XLA also emits.  Runs separated by a relabel are
+    not fused, since their groups live on different device maps.
+    """
+    out: List[COp] = []
+    for c in ops:
+        if c[0] == "alltoall":
+            c = ("alltoall", ((c[1], c[2], c[3]),))
+            if out and out[-1][0] == "alltoall":
+                used = {d for i, j, _ in out[-1][1] for d in (i, j)}
+                if not used & {c[1][0][0], c[1][0][1]}:
+                    out[-1] = ("alltoall", out[-1][1] + c[1])
+                    continue
+        out.append(c)
+    return out
+
+
+def build_steps(start: Assignment, ops: Sequence[COp], itemsize: int) -> List[Step]:
+    """Turn concrete ops into executable steps, computing groups against the live placement."""
+    steps: List[Step] = []
+    st = start
+    fm = start.fm
+    for cop in fuse_alltoalls(merge_dynslices(list(ops))):
+        kind = cop[0]
+        if kind == "relabel":
+            st = Lowering.apply(st, cop)
+            continue
+        if kind == "alltoall":
+            new = st
+            for i, j, axes in cop[1]:
+                new = Lowering.apply(new, ("alltoall", i, j, axes))
+            axes = tuple(a for _, _, ax in cop[1] for a in ax)
+            g, m = st.groups(axes)
+            dims = tuple(d for i, j, _ in cop[1] for d in (i, j))
+            moves = tuple((i, j, fm.prod(ax)) for i, j, ax in cop[1])
+            steps.append(Step("alltoall", dims, fm.names(axes), st.tile, new.tile, st.localsize, itemsize, new, axes,
+                              group_of=g, member_of=m, moves=moves, cartesian=st.is_identity()))
+            st = new
+            continue
+        new = Lowering.apply(st, cop)
+        if kind == "dynslice":
+            _, i, axes = cop
+            steps.append(Step("dynslice", (i,), fm.names(axes), st.tile, new.tile, 0, itemsize, new, axes,
+                              chunk_of=fm.radix(axes)[st.loc], cartesian=st.is_identity()))
+        elif kind == "allgather":
+            axes = cop[-1]
+            g, m = st.groups(axes)
+            steps.append(Step(kind, (cop[1],), fm.names(axes), st.tile, new.tile, new.localsize, itemsize, new, axes,
+                              group_of=g, member_of=m, cartesian=st.is_identity()))
+        elif kind == "allpermute":
+            # src_of[r]: a rank currently holding the block r must hold afterwards
+            src_of = match(new.phys_blocks(), st.phys_blocks(), st.nblocks, np.arange(fm.ndev))
+            dst_of = np.empty_like(src_of)
+            dst_of[src_of] = np.arange(fm.ndev)
+            steps.append(Step("allpermute", (), (), st.tile, new.tile, st.localsize, itemsize, new,
+                              src_of=src_of, dst_of=dst_of, cartesian=True))
+        st = new
+    return steps
+
+
+def naive_ops(src: Spec, dst: Spec) -> List[COp]:
+    """Allgather every partitioned dimension, then dynslice into the target (eq. 2 of the paper)."""
+    ops: List[COp] = [("allgather", i, axes) for i, axes in enumerate(src) if axes]
+    ops += [("dynslice", i, axes) for i, axes in enumerate(dst) if axes]
+    return ops

@@ -1,0 +1,25 @@
+from setuptools import find_namespace_packages, setup
+
+setup(
+    name="dace-partition",
+    version="0.1.0",
+    description="Partition single-process DaCe array programs into SPMD MPI programs from a schedule",
+    long_description=open("README.md").read() if __import__("os").path.exists("README.md") else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_namespace_packages(include=["dace_partition", "dace_partition.*", "daceml", "daceml.*"]),
+    package_data={"dace_partition": ["runtime/include/*.h"]},
+    include_package_data=True,
+    install_requires=[
+        "dace==1.0.2",
+        "networkx<3.6",  # networkx 3.6 breaks dace 1.0.2 code generation (KeyError in cfg.block_parent_tree)
+        "sympy",
+        "numpy<2",
+        "mpi4py>=3.1",
+    ],
+    extras_require={
+        "mpich": ["mpich"],
+        "test": ["pytest", "pytest-timeout", "hypothesis"],
+        "bench": ["jax[cpu]"],
+    },
+)

@@ -1,0 +1,42 @@
+import functools
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import dace_partition as dp  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@functools.lru_cache(maxsize=None)
+def lowered(program, schedule_items, tag=""):
+    """Lowers (and builds once) ``program`` with a schedule given as a tuple of (map index or name, grid).
+
+    Builds are shared by every test that asks for the same program and schedule.
+    """
+    sdfg = program.to_sdfg()
+    infos = dp.maps(sdfg)
+    schedule = {}
+    for key, grid in schedule_items:
+        schedule[infos[key].name if isinstance(key, int) else key] = grid
+    grids = "_".join("x".join(map(str, g)) for _, g in schedule_items) or "none"
+    sdfg.name = f"t_{program.name}_{grids}{tag}"
+    dp.lower(sdfg, schedule)
+    return sdfg
+
+
+def mpi_script(script, ranks, *args, timeout=240, env=None):
+    """Runs a script under a real mpiexec (python -m mpi4py, so an exception ends every rank)."""
+    cmd = dp.launch.mpiexec_command(ranks) + [sys.executable, "-m", "mpi4py", script, *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env=dp.launch.mpi_environment(env), cwd=ROOT)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)

@@ -1,0 +1,105 @@
+"""Bad input gets a clear error before any rank starts; a failure at run time ends every rank."""
+import os
+import time
+
+import dace
+import numpy as np
+import pytest
+
+import dace_partition as dp
+import programs as P
+from conftest import lowered, mpi_script
+
+
+def test_unknown_map():
+    with pytest.raises(dp.ScheduleError, match="unknown map 'nope'.*known maps"):
+        dp.lower(P.add5.to_sdfg(), {"nope": (2, )})
+
+
+def test_grid_length_mismatch():
+    with pytest.raises(dp.ScheduleError, match=r"has 2 dimension\(s\), but the map has 1"):
+        dp.lower(P.add5.to_sdfg(), {"_Add__map": (2, 2)})
+
+
+def test_grid_larger_than_extent():
+    with pytest.raises(dp.ScheduleError, match="into 128 parts, but its extent is only 64"):
+        dp.lower(P.add5.to_sdfg(), {"_Add__map": (128, )})
+
+
+@pytest.mark.parametrize("grid,msg", [((2.5, ), "non-integer"), ((0, ), "non-positive"), ((-2, ), "non-positive"),
+                                      (("2", ), "non-integer")])
+def test_bad_grid_entries(grid, msg):
+    with pytest.raises(dp.ScheduleError, match=msg):
+        dp.lower(P.add5.to_sdfg(), {"_Add__map": grid})
+
+
+def test_uneven_split_is_refused():
+    with pytest.raises(dp.ScheduleError, match="not divisible"):
+        dp.lower(P.add5.to_sdfg(), {"_Add__map": (3, )})
+
+
+def test_run_with_too_few_ranks():
+    sdfg = lowered(P.bcast_add, ((0, (2, 2, 2)), ))
+    t = time.time()
+    with pytest.raises(dp.ScheduleError, match="needs 8 MPI ranks"):
+        dp.run(sdfg, 4, x=np.zeros((4, 8, 16), np.int64), y=np.zeros((8, 16), np.int64))
+    assert time.time() - t < 5
+
+
+@pytest.mark.parametrize("reduce_grid,init_grid,msg", [((2, 2), (4, ), "cannot be matched"),
+                                                       ((1, 2), (2, ), "needs _out")])
+def test_inconsistent_nested_grids(reduce_grid, init_grid, msg):
+    with pytest.raises(dp.ScheduleError, match=f"inconsistent schedule inside 'Reduce'.*{msg}"):
+        dp.lower(P.sum_rows.to_sdfg(), {"Reduce.reduce_output": reduce_grid, "Reduce.reduce_init_map": init_grid})
+
+
+def test_lower_twice():
+    sdfg = P.add5.to_sdfg()
+    dp.lower(sdfg, {"_Add__map": (2, )})
+    with pytest.raises(dp.ScheduleError, match="already been lowered"):
+        dp.lower(sdfg, {"_Add__map": (2, )})
+
+
+@dace.program
+def halo(x: dace.int64[65], out: dace.int64[64]):
+    for i in dace.map[0:64]:
+        out[i] = x[i] + x[i + 1]
+
+
+def test_unsupported_pattern_names_array_subset_reason():
+    sdfg = halo.to_sdfg()
+    before = sdfg.to_json()
+    with pytest.raises(dp.UnsupportedPattern) as info:
+        dp.lower(sdfg, {dp.maps(sdfg)[0].name: (4, )})
+    err = info.value
+    assert err.array == "x" and "overlapping" in err.reason and "__dp0_r0" in str(err.subset)
+    assert sdfg.to_json() == before, "a failed lowering must leave the SDFG untouched"
+
+
+def test_bad_input_shape_on_rank0_ends_all_ranks():
+    """A wrong shape given on rank 0 inside an mpiexec-launched script: every rank ends, with the message."""
+    sdfg = lowered(P.add5, ((0, (4, )), ))
+    folder = dp.launch.build(sdfg)
+    t = time.time()
+    res = mpi_script(os.path.join(os.path.dirname(__file__), "mpi_scripts", "bad_shape.py"), 4, folder, timeout=120)
+    assert res.returncode != 0
+    assert "has shape (63,), expected (64,)" in res.stderr
+    assert time.time() - t < 60
+
+
+def test_run_rejects_bad_shape_before_launch():
+    sdfg = lowered(P.add5, ((0, (4, )), ))
+    with pytest.raises(ValueError, match=r"shape \(3,\), expected \(64,\)"):
+        dp.run(sdfg, 4, x=np.zeros(3, np.int64))
+
+
+def test_runtime_grid_check_aborts_every_rank():
+    """The compiled program itself refuses a job smaller than its grid (e.g. srun -n 2 for a 4-rank grid)."""
+    sdfg = lowered(P.add5, ((0, (4, )), ))
+    folder = dp.launch.build(sdfg)
+    t = time.time()
+    res = mpi_script(os.path.join(os.path.dirname(__file__), "mpi_scripts", "load_and_call.py"), 2, folder,
+                     timeout=120)
+    assert res.returncode != 0
+    assert "needs 4 MPI ranks, but only 2 were started" in res.stderr
+    assert time.time() - t < 60
