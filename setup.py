@@ -16,6 +16,7 @@ setup(
         "sympy",
         "numpy<2",
         "mpi4py>=3.1",
+        "cmake>=3.17,<4",  # DaCe builds programs with CMake; a fresh machine may not have one
     ],
     extras_require={
         "mpich": ["mpich"],

@@ -205,29 +205,27 @@ def plan_nested_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, .
 
     _check_outside_maps(kernel, canonical, grid)
     plan.body_constraints = canonical
-    node = kernel.body_node
     state = kernel.state
-    for e in state.in_edges(kernel.node):
-        if e.data.data is None or e.dst_conn is None:
-            continue
-        conn = e.dst_conn
-        if conn not in canonical:
-            continue
-        plan.accesses.append(Access(e.data.data, "in", _outer(canonical[conn], e.data, e.data.data, conn)))
-    for e in state.out_edges(kernel.node):
-        if e.data.data is None or e.src_conn is None:
-            continue
-        conn = e.src_conn
-        if conn not in canonical:
-            continue
-        ops = writes.get(conn, {None}) - {None}
-        if len(ops) > 1:
-            raise UnsupportedPattern(e.data.data, canonical[conn], f"written with different conflict resolutions {ops}")
-        op = ops.pop() if ops else None
-        # A nested SDFG that also takes the array as input accumulates onto its prior value.
-        accumulates = op is not None and conn in node.in_connectors
-        plan.accesses.append(Access(e.data.data, "out", _outer(canonical[conn], e.data, e.data.data, conn), op,
-                                    accumulates))
+    for direction, edges in (("in", state.in_edges(kernel.node)), ("out", state.out_edges(kernel.node))):
+        for e in edges:
+            arr = e.data.data
+            if arr is None:
+                continue
+            conn = kernel.connectors.get((direction, arr))
+            if conn not in canonical:
+                raise UnsupportedPattern(arr, e.data.subset, f"'{kernel.label}' uses it (connector {conn}), but "
+                                         "none of its maps accesses it, so no per-rank constraint exists")
+            subset = _outer(canonical[conn], e.data, arr, conn)
+            if direction == "in":
+                plan.accesses.append(Access(arr, "in", subset))
+                continue
+            ops = writes.get(conn, {None}) - {None}
+            if len(ops) > 1:
+                raise UnsupportedPattern(arr, canonical[conn], f"written with different conflict resolutions {ops}")
+            op = ops.pop() if ops else None
+            # A kernel that also takes the array as input accumulates onto its prior value.
+            accumulates = op is not None and ("in", arr) in kernel.connectors
+            plan.accesses.append(Access(arr, "out", subset, op, accumulates))
     return plan
 
 

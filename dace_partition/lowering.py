@@ -108,24 +108,27 @@ def _exit_code(sdfg: SDFG) -> str:
     return block.as_string if block is not None else ""
 
 
-def lower(sdfg: SDFG, schedule, *, verbose: bool = False) -> SDFG:
+def lower(sdfg: SDFG, schedule, *, device: str = "cpu", verbose: bool = False) -> SDFG:
     """Transforms ``sdfg`` in place into an SPMD program and returns it.
 
     ``schedule`` maps maps (names from :func:`maps`, ``MapInfo``, ``Map`` or ``MapEntry`` objects) to
-    process-grid shapes, one integer per map parameter. Every error is raised before the SDFG changes.
+    process-grid shapes, one integer per map parameter. ``device="gpu"`` runs the rank-local kernels on
+    CUDA GPUs. Every error is raised before the SDFG changes.
     """
     if is_lowered(sdfg):
         raise ScheduleError(f"SDFG '{sdfg.name}' has already been lowered")
+    if device not in ("cpu", "gpu"):
+        raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
     grids = resolve(discover(sdfg), schedule)
-    _lower(copy.deepcopy(sdfg), grids)  # dry run: every error surfaces before the real SDFG changes
-    rep = _lower(sdfg, grids)
+    _lower(copy.deepcopy(sdfg), grids, device)  # dry run: every error surfaces before the real SDFG changes
+    rep = _lower(sdfg, grids, device)
     _REPORTS[sdfg] = rep
     if verbose:
         print(rep)
     return sdfg
 
 
-def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]]) -> LoweringReport:
+def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], device: str = "cpu") -> LoweringReport:
     _split_states(sdfg)
     kernels = discover(sdfg)
     plans: List[KernelPlan] = []
@@ -174,10 +177,15 @@ def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]]) -> LoweringReport:
         comm_states |= {pre, post}
         guarded.add(plan.kernel.state)
         comm_states |= set(_guard(sdfg, plan.kernel.state, f"__dp{plan.kernel.index}_m == 1"))
+    root_states = []
     for st in ordered_states(sdfg):
         if st in comm_states or st in guarded or st.number_of_nodes() == 0:
             continue
+        root_states.append(st)
         comm_states |= set(_guard(sdfg, st, f"{RANK} == 0"))
+    if device == "gpu":
+        from .gpu import offload
+        offload(sdfg, [p.kernel.state for p, _ in plans], root_states, rep)
     for plan, _ in plans:
         dims = ", ".join(str(g) for g in plan.grid)
         sdfg.append_init_code(f'dace_partition::init_grid({plan.kernel.index}, "{plan.principal}", {{{dims}}});\n')
@@ -302,6 +310,11 @@ def _apply_plan(sdfg: SDFG, plan: KernelPlan):
             post.add_edge(post.add_read(local), None, dm, "_in", Memlet.from_array(local, sdfg.arrays[local]))
             post.add_edge(dm, "_out", post.add_write(a.array), None, Memlet.from_array(a.array, sdfg.arrays[a.array]))
     _rewire(sdfg, plan, locals_)
+    local_names = set(locals_.values())
+    for n in state.data_nodes():
+        if state.entry_node(n) is None and n.data not in local_names and state.degree(n) > 0:
+            raise UnsupportedPattern(n.data, "", f"kernel '{k.label}' would run on every rank of grid {plan.grid} "
+                                     "but still touches this global array (no constraint was derived for it)")
     return pre, post
 
 

@@ -29,6 +29,9 @@ class MapInfo:
         dims = ", ".join(f"{p}: {s}" for p, s in zip(self.params, self.shape))
         return f"{self.name} [{dims}]"
 
+    def __hash__(self):  # usable as a schedule key
+        return hash(self.name)
+
 
 @dataclass
 class Kernel:
@@ -44,6 +47,8 @@ class Kernel:
     body: Optional[SDFG] = None
     body_node: Optional[nodes.NestedSDFG] = None
     maps: List[MapInfo] = field(default_factory=list)
+    # (direction, outer array) -> connector name inside ``body`` (library nodes may have unnamed edges)
+    connectors: Dict[Tuple[str, str], str] = field(default_factory=dict)
 
     @property
     def label(self):
@@ -144,10 +149,17 @@ def discover(sdfg: SDFG) -> List[Kernel]:
             else:
                 if isinstance(node, nodes.NestedSDFG):
                     k.kind, k.body, k.body_node = "nested", node.sdfg, node
+                    owner = state
                 else:
                     k.kind = "library"
-                    _, _, nested = expand_pure(node, sdfg, state)
+                    _, owner, nested = expand_pure(node, sdfg, state)
                     k.body, k.body_node = nested.sdfg, nested
+                for e in owner.in_edges(k.body_node):
+                    if e.data.data is not None:
+                        k.connectors[("in", e.data.data)] = e.dst_conn
+                for e in owner.out_edges(k.body_node):
+                    if e.data.data is not None:
+                        k.connectors[("out", e.data.data)] = e.src_conn
                 for st in ordered_states(k.body):
                     for inner in top_level_kernels(st):
                         if isinstance(inner, nodes.MapEntry):

@@ -128,3 +128,12 @@ def test_alltoalls_on_disjoint_dims_are_fused():
     assert len(fused) == 1 and len(fused[0].dims) == 4 and fused[0].n == 4
     assert fused[0].cost == int(np.prod(plan.initial.tile))
     _check(plan)
+
+
+def test_equal_cost_paths_avoid_the_permutation():
+    # the weak search alone picks dynslice, alltoall, allpermute (2 tiles); another path of the same weak
+    # cost needs no permutation (1 tile, what XLA sends too)
+    plan = synthesize(MESH, src='[8{"c"}16, 8, 88, 8, 32{"a"}64, 32]', dst='[16, 4{"b"}8, 44{"c"}88, 8, 64, 16{"a"}32]')
+    assert "allpermute" not in plan.ops
+    assert plan.cost == int(np.prod(plan.initial.tile)) // 2
+    assert plan.peak_elements <= plan.memory_bound

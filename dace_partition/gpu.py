@@ -1,0 +1,125 @@
+"""``lower(sdfg, schedule, device="gpu")``: the rank-local kernels run on CUDA GPUs.
+
+After the CPU lowering, every *kernel state* holds rank-local host arrays (``__dp{k}_*``) around one
+kernel (a map, a nested SDFG or a library node). :func:`offload` turns each into
+
+    host locals -> [nested SDFG: copy to GPU_Global -> GPU kernel(s) -> copy back] -> host locals
+
+by nesting the kernel into a wrapper SDFG (``dace.transformation.helpers.nest_state_subgraph``) and
+applying DaCe's ``GPUTransformSDFG`` to that wrapper only. Library nodes are first expanded in place to
+their pure implementation, so their maps become GPU kernels too (no cuBLAS/CUB library needed). The
+DistributedMemlets of the scatter/gather states are left alone: their MPI calls work on the host locals,
+i.e. communication is staged through host memory, which works with any MPI (CUDA-aware or not).
+
+Each rank picks its GPU by node-local rank (``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`` ->
+``cudaSetDevice(local_rank % device_count)``) before DaCe creates its CUDA streams; see
+``runtime/include/dace_partition_cuda.h``.
+"""
+import copy
+from typing import List
+
+import dace
+from dace import dtypes, nodes
+from dace.sdfg import SDFG, SDFGState
+from dace.sdfg.graph import SubgraphView
+from dace.transformation.helpers import nest_state_subgraph
+
+from .cuda_build import CUDA_ENVIRONMENT
+from .distributed_memlet import DistributedMemlet
+
+#: Placed in the generated CUDA file before ``__dace_init_cuda``: DaCe's CUDA initialization starts with
+#: ``cudaGetDeviceCount``, so routing that first call through the device selection makes every stream and
+#: allocation DaCe creates afterwards live on this rank's GPU.
+_SELECT_BEFORE_INIT = """
+static inline cudaError_t dace_partition_cuda_device_count(int *count) {
+    dace_partition_cuda::select_device();
+    return cudaGetDeviceCount(count);
+}
+#define cudaGetDeviceCount dace_partition_cuda_device_count
+"""
+
+
+def offload(sdfg: SDFG, kernel_states: List[SDFGState], root_states: List[SDFGState], report=None,
+            root_on_gpu: bool = False) -> SDFG:
+    """Moves the kernels of ``kernel_states`` (and, with ``root_on_gpu``, of ``root_states``) to the GPU."""
+    done = []
+    for state in kernel_states:
+        if state in done:
+            continue
+        done.append(state)
+        _offload_state(sdfg, state)
+    if root_on_gpu:
+        for state in root_states:
+            _offload_state(sdfg, state)
+    if report is not None:
+        for kr in report.kernels:
+            if kr.grid is not None:
+                kr.notes.append("runs on the GPU: local arrays copied host -> GPU_Global -> host around the "
+                                "kernel; MPI on host buffers")
+    _attach_runtime(sdfg)
+    return sdfg
+
+
+def _expand_library_nodes(sdfg: SDFG, state: SDFGState):
+    """Expands every library node of the state (recursively) to its pure implementation."""
+    while True:
+        libs = [(n, s) for n, s in state.all_nodes_recursive()
+                if isinstance(n, nodes.LibraryNode) and not isinstance(n, DistributedMemlet)]
+        if not libs:
+            return
+        n, s = libs[0]
+        impls = n.implementations
+        if "pure" in impls:
+            n.implementation = "pure"
+        elif "specialize" in impls:
+            n.implementation = "specialize"
+        n.expand(s.sdfg, s)
+
+
+def _offload_state(sdfg: SDFG, state: SDFGState):
+    """Nests the state's computation into a wrapper SDFG and applies GPUTransformSDFG to it."""
+    _expand_library_nodes(sdfg, state)
+    scope = state.scope_dict()
+    work = [n for n in state.nodes() if not isinstance(n, nodes.AccessNode)]
+    if not work:
+        return None
+    # The subgraph to nest: everything but the top-level access nodes that the kernel reads or writes
+    # from outside (the host locals); transients used only inside the kernel go in with it.
+    inner = set()
+    for n in state.nodes():
+        if scope[n] is not None or not isinstance(n, nodes.AccessNode):
+            inner.add(n)
+        elif state.in_degree(n) > 0 and state.out_degree(n) > 0 and sdfg.arrays[n.data].transient and \
+                not n.data.startswith("__dp"):
+            inner.add(n)
+    wrapper_node = nest_state_subgraph(sdfg, state, SubgraphView(state, list(inner)), name=f"{state.label}_gpu",
+                                       full_data=True)
+    wrapper = wrapper_node.sdfg
+    wrapper.apply_gpu_transformations(validate=False, simplify=False, sequential_innermaps=True,
+                                      register_transients=True)
+    _sequential_nested_maps(wrapper)
+    return wrapper
+
+
+def _sequential_nested_maps(wrapper: SDFG):
+    """Maps nested inside a GPU kernel (e.g. in a nested SDFG of a pure expansion) run sequentially."""
+    for n, parent in wrapper.all_nodes_recursive():
+        if isinstance(n, nodes.MapEntry) and n.map.schedule == dtypes.ScheduleType.Default:
+            sd = parent.sdfg
+            in_gpu = dace.sdfg.scope.is_devicelevel_gpu(sd, parent, n)
+            if in_gpu:
+                n.map.schedule = dtypes.ScheduleType.Sequential
+
+
+def _attach_runtime(sdfg: SDFG):
+    """Links the CUDA environment (device selection, C++17, MPI include path for nvcc) into the program."""
+    for n, _ in sdfg.all_nodes_recursive():
+        if isinstance(n, nodes.Tasklet) and n.label == "dace_partition_coords":
+            if CUDA_ENVIRONMENT not in n.environments:
+                n.environments = list(n.environments) + [CUDA_ENVIRONMENT]
+            break
+    else:
+        st = sdfg.start_block
+        t = st.add_tasklet("dace_partition_cuda", {}, {}, "", language=dtypes.Language.CPP)
+        t.environments = [CUDA_ENVIRONMENT]
+    sdfg.append_global_code(_SELECT_BEFORE_INIT, "cuda")

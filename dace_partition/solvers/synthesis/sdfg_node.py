@@ -1,0 +1,152 @@
+"""The synthesized redistribution as a DaCe library node (part (b) of the synthesizer).
+
+``Redistribute`` has one input ``_in`` (this rank's tile under the source layout) and one output ``_out``
+(its tile under the target layout).  Its expansion calls :func:`.synthesize` at code-generation time and
+emits a C++ tasklet that executes the plan with MPI over ``MPI_COMM_WORLD`` (device id = world rank):
+allgather/alltoall on ``MPI_Comm_split`` groups with the local transposes, dynslice as a local copy, the
+permutation with ``MPI_Sendrecv``.  The tasklet uses two scratch buffers of the plan's peak tile
+(``Plan.peak_elements``), never more.  Helpers live in ``runtime/include/dace_partition_redistribute.h``.
+
+    node = Redistribute("r", mesh={"a": 2, "b": 2, "c": 2}, shape=(8, 88, 12),
+                        src=[(), ("a", "c"), ()], dst=[("b",), ("c",), ()], dtype=dace.float32)
+    state.add_edge(src_access, None, node, "_in", dace.Memlet("src_tile"))
+    state.add_edge(node, "_out", dst_access, None, dace.Memlet("dst_tile"))
+"""
+from __future__ import annotations
+
+import os
+from typing import List
+
+import dace
+import dace.library
+from dace import nodes
+from dace.properties import ListProperty, TypeClassProperty
+from dace.transformation.transformation import ExpandTransformation
+
+from .api import synthesize
+from .plan import Plan
+
+RUNTIME_INCLUDE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                               "runtime", "include")
+
+
+@dace.library.environment
+class DacePartitionRedistribute:
+    cmake_minimum_version = None
+    cmake_packages = ["MPI"]
+    cmake_variables = {}
+    cmake_includes = [RUNTIME_INCLUDE]
+    cmake_libraries = ["${MPI_CXX_LIBRARIES}"]
+    cmake_compile_flags = ["-I${MPI_CXX_HEADER_DIR}"]
+    cmake_link_flags = ["${MPI_LINKER_FLAGS}"]
+    cmake_files = []
+    headers = ["mpi.h", "dace_partition_redistribute.h"]
+    state_fields = []
+    init_code = "dace_partition_redistribute::ensure_mpi();"
+    finalize_code = ""
+    dependencies = []
+
+
+def _ints(xs) -> str:
+    return "{" + ", ".join(str(int(x)) for x in xs) + "}"
+
+
+def emit(plan: Plan) -> str:
+    """C++ body executing ``plan`` on connectors ``_in`` -> ``_out`` (this rank's tiles)."""
+    ndev = plan.mesh.size
+    e = plan.itemsize
+    peak = plan.peak_elements
+    src_n = plan.initial.localsize
+    dst_n = int(plan.steps[-1].after.localsize) if plan.steps else src_n
+    ns = "dace_partition_redistribute"
+    code: List[str] = [
+        "{",
+        f"    {ns}::ensure_mpi();",
+        "    int __me = 0, __np = 0;",
+        "    MPI_Comm_rank(MPI_COMM_WORLD, &__me);",
+        "    MPI_Comm_size(MPI_COMM_WORLD, &__np);",
+        f"    if (__np != {ndev}) {{",
+        f'        std::fprintf(stderr, "Redistribute: mesh {plan.mesh} needs {ndev} MPI ranks, got %d\\n", __np);',
+        "        MPI_Abort(MPI_COMM_WORLD, 1);",
+        "    }",
+        f"    const size_t __e = {e};",
+        f"    std::vector<char> __a({peak} * __e), __b({peak} * __e);  // scratch: plan peak tile each",
+        "    char *__cur = __a.data(), *__tmp = __b.data();",
+        f"    std::memcpy(__cur, (const char *)_in, {src_n} * __e);",
+    ]
+    for k, s in enumerate(plan.steps):
+        rank = len(s.tile_in)
+        code.append(f"    {{  // step {k}: {s.op} dims {s.dims} axes {s.axes}")
+        code.append(f"        static const long shape[{rank}] = {_ints(s.tile_in)};")
+        if s.op == "dynslice":
+            code.append(f"        static const int chunk[{ndev}] = {_ints(s.chunk_of)};")
+            code.append(f"        {ns}::dynslice(__cur, __tmp, {rank}, shape, {s.dims[0]}, {s.n}, chunk[__me], __e);")
+        elif s.op in ("allgather", "alltoall"):
+            code.append(f"        static const int colour[{ndev}] = {_ints(s.group_of)};")
+            code.append(f"        static const int key[{ndev}] = {_ints(s.member_of)};")
+            if s.op == "allgather":
+                code.append(f"        {ns}::allgather(__cur, __tmp, {rank}, shape, {s.dims[0]}, {s.n}, "
+                            "colour[__me], key[__me], __e);")
+            else:
+                m = len(s.moves)
+                code.append(f"        static const int mi[{m}] = {_ints(i for i, _, _ in s.moves)};")
+                code.append(f"        static const int mj[{m}] = {_ints(j for _, j, _ in s.moves)};")
+                code.append(f"        static const int mn[{m}] = {_ints(n for _, _, n in s.moves)};")
+                code.append(f"        {ns}::alltoall(__cur, __tmp, {rank}, shape, {m}, mi, mj, mn, "
+                            "colour[__me], key[__me], __e);")
+        elif s.op == "allpermute":
+            code.append(f"        static const int dest[{ndev}] = {_ints(s.dst_of)};")
+            code.append(f"        static const int source[{ndev}] = {_ints(s.src_of)};")
+            code.append(f"        {ns}::permute(__cur, __tmp, (long){int(s.after.localsize)} * (long)__e, "
+                        "dest[__me], source[__me], __me);")
+        else:
+            raise ValueError(s.op)
+        code.append("    }")
+    code.append(f"    std::memcpy((char *)_out, __cur, {dst_n} * __e);")
+    code.append("}")
+    return "\n".join(code)
+
+
+def _layout(lay) -> tuple:
+    return tuple(tuple(axes) for axes in lay)
+
+
+@dace.library.expansion
+class ExpandRedistributeMPI(ExpandTransformation):
+    """Synthesize the plan and run it with MPI collectives in one C++ tasklet."""
+    environments = [DacePartitionRedistribute]
+
+    @staticmethod
+    def expansion(node, parent_state, parent_sdfg):
+        plan = node.plan()
+        ptr = dace.pointer(node.dtype)
+        return nodes.Tasklet(node.name, {"_in": ptr}, {"_out": ptr}, emit(plan), language=dace.Language.CPP)
+
+
+@dace.library.node
+class Redistribute(nodes.LibraryNode):
+    """Redistribute a block-distributed array from layout ``src`` to ``dst`` on ``mesh`` (one tile per rank)."""
+    implementations = {"mpi": ExpandRedistributeMPI}
+    default_implementation = "mpi"
+
+    mesh = ListProperty(element_type=list, desc="Mesh as ordered [axis, size] pairs")
+    shape = ListProperty(element_type=int, desc="Global array shape")
+    src = ListProperty(element_type=list, desc="Source layout: per dimension the mesh axes (major-to-minor)")
+    dst = ListProperty(element_type=list, desc="Target layout: per dimension the mesh axes (major-to-minor)")
+    dtype = TypeClassProperty(default=dace.float64, desc="Element type")
+
+    def __init__(self, name, mesh=None, shape=(), src=(), dst=(), dtype=dace.float64, **kwargs):
+        super().__init__(name, inputs={"_in"}, outputs={"_out"}, **kwargs)
+        self.mesh = [[str(k), int(v)] for k, v in dict(mesh or {}).items()]
+        self.shape = [int(s) for s in shape]
+        self.src = [list(a) for a in src]
+        self.dst = [list(a) for a in dst]
+        self.dtype = dtype
+
+    def plan(self) -> Plan:
+        mesh = {str(k): int(v) for k, v in self.mesh}
+        return synthesize(mesh, tuple(self.shape), _layout(self.src), _layout(self.dst),
+                          itemsize=int(self.dtype.bytes))
+
+    def __str__(self):
+        return f"Redistribute {self.src} -> {self.dst} on {self.mesh}"
