@@ -10,9 +10,11 @@ from .errors import ScheduleError, UnsupportedPattern
 from .launch import Program, RunError, compile, load, run
 from .lowering import LoweringReport, lower, ranks_needed, report
 from .schedule import MapInfo, maps
+from .solvers.base import CommSpec, Solver
+from .solvers.registry import register as register_solver
 
 __all__ = [
     "maps", "lower", "compile", "run", "load", "report", "ranks_needed", "MapInfo", "LoweringReport", "Program",
-    "ScheduleError", "UnsupportedPattern", "RunError"
+    "ScheduleError", "UnsupportedPattern", "RunError", "Solver", "CommSpec", "register_solver"
 ]
 __version__ = "0.1.0"

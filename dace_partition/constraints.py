@@ -100,17 +100,43 @@ def map_accesses(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, rng: subse
     for e in state.out_edges(exit_):
         if e.data.data is None or e.src_conn is None or not e.src_conn.startswith("OUT_"):
             continue
-        inner = [ie.data for ie in state.in_edges_by_connector(exit_, "IN_" + e.src_conn[4:]) if ie.data.data]
-        if not inner:
+        inner_edges = [ie for ie in state.in_edges_by_connector(exit_, "IN_" + e.src_conn[4:]) if ie.data.data]
+        if not inner_edges:
             continue
+        inner = [ie.data for ie in inner_edges]
         arr = e.data.data
         m = propagate_subset(inner, sdfg.arrays[arr], params, rng)
-        ops = {wcr_op(i, arr) for i in inner}
+        ops = {wcr_op(i, arr) for i in inner} | {_nested_write_op(state, ie, arr) for ie in inner_edges}
+        ops = ops - {None} or {None}
         if len(ops) > 1:
             raise UnsupportedPattern(arr, m.subset, f"written with different conflict resolutions {ops}")
         op = ops.pop()
-        out.append(Access(arr, "out", _range(m.subset, arr), op, accumulates=op is not None))
+        subset = _range(m.subset, arr)
+        out.append(Access(arr, "out", subset, op, accumulates=op is not None))
+        if op is None and (e.data.dynamic or any(i.dynamic for i in inner)):
+            # A write that may skip elements: they must keep their prior values.
+            if not any(a.array == arr and a.direction == "in" and same_subset(a.subset, subset) for a in out):
+                out.append(Access(arr, "in", subset))
     return out
+
+
+def _nested_write_op(state: SDFGState, edge, array) -> Optional[str]:
+    """Write-conflict resolution applied inside a nested SDFG to one of its outputs (DaCe's frontend keeps
+    ``+=`` inside the nested SDFG and leaves the outer memlet without one)."""
+    src = state.memlet_path(edge)[0]
+    if not isinstance(src.src, nodes.NestedSDFG):
+        return None
+    conn = src.src_conn
+    ops = set()
+    for st in src.src.sdfg.states():
+        for n in st.data_nodes():
+            if n.data == conn:
+                for ie in st.in_edges(n):
+                    ops.add(wcr_op(ie.data, array))
+    ops.discard(None)
+    if len(ops) > 1:
+        raise UnsupportedPattern(array, edge.data.subset, f"written with different conflict resolutions {ops}")
+    return ops.pop() if ops else None
 
 
 def _range(subset, array) -> subsets.Range:
@@ -270,7 +296,7 @@ def _candidates(info: MapInfo, explicit, grid, coords):
     for ext in info.shape:
         opts = [(1, None)]
         if isinstance(ext, int):
-            opts += [(grid[d], d) for d in split if ext % grid[d] == 0 and grid[d] <= ext]
+            opts += [(grid[d], d) for d in split if grid[d] <= ext]
         options.append(opts)
     combos = []
     for combo in itertools.product(*options):

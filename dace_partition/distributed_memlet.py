@@ -5,33 +5,16 @@ global array per rank; the other side is rank 0, which holds the global array. `
 rank 0 -> grid (before a kernel), ``gather`` moves grid -> rank 0 (after it).
 """
 import dace
+import dace.library
 from dace import nodes
 from dace.properties import ListProperty, Property, SubsetProperty, make_properties
-from dace.transformation.transformation import ExpandTransformation
 
-from .environment import DacePartitionMPI
-from .solvers import grid_mapped
-
-
-@dace.library.expansion
-class ExpandGridMapped(ExpandTransformation):
-    """Scatterv/Gatherv with block datatypes on the partition sub-grid + Bcast/Reduce on the replicas."""
-    environments = [DacePartitionMPI]
-
-    @staticmethod
-    def expansion(node, parent_state, parent_sdfg):
-        ein = parent_state.in_edges(node)[0]
-        eout = parent_state.out_edges(node)[0]
-        gdesc = parent_sdfg.arrays[node.array]
-        ldesc = parent_sdfg.arrays[(eout if node.direction == "scatter" else ein).data.data]
-        code = grid_mapped.emit(node, gdesc, ldesc, parent_sdfg)
-        ptr = dace.pointer(gdesc.dtype)
-        return nodes.Tasklet(node.name, {"_in": ptr}, {"_out": ptr}, code, language=dace.Language.CPP)
+from .solvers.base import CommSpec
 
 
 @dace.library.node
 class DistributedMemlet(nodes.LibraryNode):
-    implementations = {"grid_mapped": ExpandGridMapped}
+    implementations = {}  # one per solver: see dace_partition.solvers.registry
     default_implementation = "grid_mapped"
 
     direction = Property(dtype=str, default="scatter", desc="'scatter' (rank 0 -> grid) or 'gather' (grid -> rank 0)")
@@ -42,7 +25,7 @@ class DistributedMemlet(nodes.LibraryNode):
     coords = ListProperty(element_type=str, desc="Grid coordinate symbol per dimension ('' for size-1 dims)")
     op = Property(dtype=str, default=None, allow_none=True, desc="Write-conflict operator (sum/prod/min/max)")
     identity_fill = Property(dtype=bool, default=False,
-                             desc="Replicas other than the first start from the operator's identity")
+                             desc="Accumulated output: its prior value must count once")
 
     def __init__(self, name, direction="scatter", array="", subset=None, grid=(), grid_id=0, coords=(), op=None,
                  identity_fill=False, **kwargs):
@@ -59,8 +42,10 @@ class DistributedMemlet(nodes.LibraryNode):
     def dst_grid(self):
         return tuple(self.grid) if self.direction == "scatter" else None
 
-    def mapping(self):
-        return grid_mapped.match(self.array, self.subset, self.grid, [c or None for c in self.coords])
+    def spec(self, gdesc) -> CommSpec:
+        return CommSpec(self.array, self.direction, self.subset, tuple(self.grid),
+                        tuple(c or None for c in self.coords), tuple(gdesc.shape), gdesc.dtype.bytes, self.op,
+                        self.identity_fill)
 
     def __str__(self):
         if self.direction == "scatter":

@@ -15,7 +15,6 @@ Each rank picks its GPU by node-local rank (``MPI_Comm_split_type(MPI_COMM_TYPE_
 ``cudaSetDevice(local_rank % device_count)``) before DaCe creates its CUDA streams; see
 ``runtime/include/dace_partition_cuda.h``.
 """
-import copy
 from typing import List
 
 import dace
@@ -40,24 +39,40 @@ static inline cudaError_t dace_partition_cuda_device_count(int *count) {
 
 
 def offload(sdfg: SDFG, kernel_states: List[SDFGState], root_states: List[SDFGState], report=None,
-            root_on_gpu: bool = False) -> SDFG:
-    """Moves the kernels of ``kernel_states`` (and, with ``root_on_gpu``, of ``root_states``) to the GPU."""
-    done = []
+            root_on_gpu: bool = True) -> SDFG:
+    """Moves the kernels of ``kernel_states`` to the GPU.
+
+    With ``root_on_gpu`` (the default), the kernels that run on rank 0 on the global arrays (unscheduled
+    maps and library nodes, grids of one rank) also run on rank 0's GPU; states holding only tasklets
+    (scalar code) stay on the host.
+    """
+    moved = 0
+    done = set()
     for state in kernel_states:
-        if state in done:
-            continue
-        done.append(state)
-        _offload_state(sdfg, state)
+        if state not in done:
+            done.add(state)
+            moved += _offload_state(sdfg, state) is not None
     if root_on_gpu:
         for state in root_states:
-            _offload_state(sdfg, state)
+            if state not in done and _has_kernel(state):
+                done.add(state)
+                moved += _offload_state(sdfg, state) is not None
     if report is not None:
         for kr in report.kernels:
             if kr.grid is not None:
                 kr.notes.append("runs on the GPU: local arrays copied host -> GPU_Global -> host around the "
                                 "kernel; MPI on host buffers")
-    _attach_runtime(sdfg)
+            elif root_on_gpu and kr.kind != "tasklet":
+                kr.notes.append("runs on rank 0's GPU: global arrays copied host -> GPU_Global -> host")
+    if moved:
+        _attach_runtime(sdfg)
     return sdfg
+
+
+def _has_kernel(state: SDFGState) -> bool:
+    scope = state.scope_dict()
+    return any(scope[n] is None and isinstance(n, (nodes.MapEntry, nodes.LibraryNode, nodes.NestedSDFG))
+               and not isinstance(n, DistributedMemlet) for n in state.nodes())
 
 
 def _expand_library_nodes(sdfg: SDFG, state: SDFGState):

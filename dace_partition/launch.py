@@ -69,7 +69,12 @@ def build(sdfg: SDFG) -> str:
     if cached and cached[0] == digest and glob.glob(os.path.join(cached[1], "build", "lib*")):
         return cached[1]
     _prepare_build_environment()
-    sdfg.compile(return_program_handle=False)
+    from .cuda_build import cuda_config, uses_gpu
+    if uses_gpu(sdfg):
+        with cuda_config():  # CUDA 13 fixes for DaCe 1.0.2 (arch, C++17, CUB 3); see cuda_build.py
+            sdfg.compile(return_program_handle=False)
+    else:
+        sdfg.compile(return_program_handle=False)
     sdfg._dp_build = (digest, sdfg.build_folder)
     return sdfg.build_folder
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 import dace
+import sympy
 from dace import nodes
 from dace.memlet import Memlet
 from dace.properties import CodeBlock
@@ -29,7 +30,8 @@ from .distributed_memlet import DistributedMemlet
 from .environment import ENVIRONMENT
 from .errors import ScheduleError, UnsupportedPattern
 from .schedule import Kernel, discover, grid_size, ordered_states, resolve
-from .solvers import grid_mapped
+from .solvers.base import CommSpec, block_shape
+from .solvers.registry import choose, resolve_solvers
 from .transformations.rank_tiling import RankTileMap
 
 RANK = "__dp_rank"
@@ -43,13 +45,19 @@ class CommEntry:
     array: str
     direction: str
     subset: str
-    mapping: str
+    solver: str
     calls: List[str]
     op: Optional[str] = None
+    refused: List[Tuple[str, str]] = field(default_factory=list)
+    bytes: Optional[int] = None  # moved to or from ranks other than rank 0, where known before run time
 
     def __str__(self):
-        op = f", {self.op}" if self.op else ""
-        return f"    {self.direction:7s} {self.array}[{self.subset}]  {self.mapping}{op}: {' + '.join(self.calls)}"
+        op = f" ({self.op})" if self.op else ""
+        size = f", {self.bytes} B" if self.bytes is not None else ""
+        line = f"    {self.direction:7s} {self.array}[{self.subset}]{op}: {self.solver}: {' + '.join(self.calls)}{size}"
+        for name, why in self.refused:
+            line += f"\n      ({name} refused: {why})"
+        return line
 
 
 @dataclass
@@ -108,29 +116,34 @@ def _exit_code(sdfg: SDFG) -> str:
     return block.as_string if block is not None else ""
 
 
-def lower(sdfg: SDFG, schedule, *, device: str = "cpu", verbose: bool = False) -> SDFG:
+def lower(sdfg: SDFG, schedule, *, solvers=None, device: str = "cpu", verbose: bool = False) -> SDFG:
     """Transforms ``sdfg`` in place into an SPMD program and returns it.
 
     ``schedule`` maps maps (names from :func:`maps`, ``MapInfo``, ``Map`` or ``MapEntry`` objects) to
     process-grid shapes, one integer per map parameter. ``device="gpu"`` runs the rank-local kernels on
-    CUDA GPUs. Every error is raised before the SDFG changes.
+    CUDA GPUs. ``solvers`` is an ordered list of solver names or objects to try for each memlet
+    (default: grid_mapped, blocks, then registered plug-ins). Every error is raised before the SDFG changes.
     """
     if is_lowered(sdfg):
         raise ScheduleError(f"SDFG '{sdfg.name}' has already been lowered")
     if device not in ("cpu", "gpu"):
         raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
     grids = resolve(discover(sdfg), schedule)
-    _lower(copy.deepcopy(sdfg), grids, device)  # dry run: every error surfaces before the real SDFG changes
-    rep = _lower(sdfg, grids, device)
+    order = resolve_solvers(solvers)
+    _lower(copy.deepcopy(sdfg), grids, order, device)  # dry run: every error surfaces before the SDFG changes
+    rep = _lower(sdfg, grids, order, device)
     _REPORTS[sdfg] = rep
     if verbose:
         print(rep)
     return sdfg
 
 
-def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], device: str = "cpu") -> LoweringReport:
+def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str = "cpu") -> LoweringReport:
     _split_states(sdfg)
     kernels = discover(sdfg)
+    expanded = _expand_uneven_library_nodes(sdfg, kernels, grids)
+    if expanded:
+        kernels = discover(sdfg)
     plans: List[KernelPlan] = []
     rep = LoweringReport(sdfg.name, 1)
     for k in kernels:
@@ -143,6 +156,9 @@ def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], device: str = "cpu") -
         else:
             plan = plan_nested_kernel(sdfg, k, grids)
         kr = KernelReport(plan.principal if k.kind != "map" else k.label, k.kind, plan.grid)
+        if k.kind == "nested" and k.label in expanded:
+            kr.notes.append("uneven tiles: the library node was replaced by its pure expansion, so no rank "
+                            "computes on the padding of its local buffers")
         for t in plan.inner:
             if t.derived:
                 kr.notes.append(f"derived grid {t.grid} for '{t.info.name}' from '{plan.principal}'")
@@ -154,26 +170,33 @@ def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], device: str = "cpu") -
             continue
         plans.append((plan, kr))
 
+    chosen: Dict[Tuple[int, str, str], str] = {}
     for plan, kr in plans:
+        read = {a.array for a in plan.accesses if a.direction == "in"}
         for a in plan.accesses:
-            mapping = grid_mapped.match(a.array, a.subset, plan.grid, plan.coords)
-            if a.direction == "out" and a.accumulates and mapping.replicas() > 1 and any(
-                    b.array == a.array and b.direction == "in" for b in plan.accesses):
-                raise UnsupportedPattern(a.array, a.subset, "the array is read and accumulated (write-conflict "
-                                         "resolution) by the same kernel on a grid that replicates it")
-            if a.direction == "in" or a.accumulates:
-                kr.comm.append(CommEntry(a.array, "scatter", str(a.subset), str(mapping),
-                                         grid_mapped.mpi_calls(mapping, "scatter", a.op if a.accumulates else None),
-                                         a.op if a.accumulates else None))
-            if a.direction == "out":
-                kr.comm.append(CommEntry(a.array, "gather", str(a.subset), str(mapping),
-                                         grid_mapped.mpi_calls(mapping, "gather", a.op), a.op))
+            desc = sdfg.arrays[a.array]
+            moves = (["scatter"] if a.direction == "in" or a.accumulates else []) + \
+                (["gather"] if a.direction == "out" else [])
+            for move in moves:
+                op = a.op if (move == "gather" or a.accumulates) else None
+                spec = CommSpec(a.array, move, a.subset, plan.grid, plan.coords, tuple(desc.shape), desc.dtype.bytes,
+                                op, a.accumulates)
+                if a.accumulates and a.array in read and spec.may_overlap():
+                    raise UnsupportedPattern(a.array, a.subset, "the array is read and accumulated (write-conflict "
+                                             "resolution) by the same kernel, and several ranks hold each element")
+                solver, refused = choose(spec, solvers)
+                if solver is None:
+                    raise UnsupportedPattern(a.array, a.subset, "no solver implements it: " +
+                                             "; ".join(f"{n}: {why}" for n, why in refused))
+                chosen[(plan.kernel.index, a.array, move)] = solver.name
+                kr.comm.append(CommEntry(a.array, move, str(a.subset), solver.name, solver.calls(spec), op, refused,
+                                         spec.bytes_moved()))
 
     init_state = _add_runtime_state(sdfg, [p for p, _ in plans])
     comm_states = {init_state}
     guarded = set()
     for plan, _ in plans:
-        pre, post = _apply_plan(sdfg, plan)
+        pre, post = _apply_plan(sdfg, plan, chosen)
         comm_states |= {pre, post}
         guarded.add(plan.kernel.state)
         comm_states |= set(_guard(sdfg, plan.kernel.state, f"__dp{plan.kernel.index}_m == 1"))
@@ -192,6 +215,52 @@ def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], device: str = "cpu") -
     sdfg.append_exit_code("dace_partition::free_grids();\n")
     sdfg.append_exit_code(_MARK.format(rep.ranks_needed))
     return rep
+
+
+def _uneven(plan: KernelPlan) -> bool:
+    """Whether some rank's block is smaller than the local buffer (uneven or symbolic tiles)."""
+    syms = {dace.symbolic.symbol(c, dace.int32) for c in plan.coords if c}
+    for subset in plan.body_constraints.values():
+        spec = CommSpec("", "scatter", subset, plan.grid, plan.coords, (), 1)
+        blocks = spec.blocks()
+        if blocks is None:
+            if any(sympy.sympify(e - b).free_symbols & syms for b, e, _ in subset):
+                return True
+        elif len({c for _, c in blocks}) > 1:
+            return True
+    return False
+
+
+def _expand_uneven_library_nodes(sdfg: SDFG, kernels: List[Kernel], grids) -> set:
+    """A library node on a padded local buffer would compute over the padding too, so where tiles are
+    uneven the node is replaced by its pure expansion (whose maps are tiled exactly). Its maps keep their
+    names. Returns the labels of the expanded nodes."""
+    changed = set()
+    for k in kernels:
+        if k.kind != "library" or not any(m.name in grids for m in k.maps):
+            continue
+        if not _uneven(plan_nested_kernel(sdfg, k, grids)):
+            continue
+        label, state = k.node.label, k.state
+        before = set(state.nodes())
+        node = k.node
+        node.implementation = "pure" if "pure" in node.implementations else "specialize"
+        node.expand(sdfg, state)
+        while True:
+            new = [n for n in state.nodes() if n not in before]
+            libs = [(n, st) for m in new if isinstance(m, nodes.NestedSDFG)
+                    for n, st in m.sdfg.all_nodes_recursive() if isinstance(n, nodes.LibraryNode)]
+            libs += [(n, state) for n in new if isinstance(n, nodes.LibraryNode)]
+            if not libs:
+                break
+            n, st = libs[0]
+            n.implementation = "pure" if "pure" in n.implementations else "specialize"
+            n.expand(st.sdfg, st)
+        for n in state.nodes():
+            if n not in before and isinstance(n, nodes.NestedSDFG):
+                n.label = label
+        changed.add(label)
+    return changed
 
 
 def _work_nodes(state: SDFGState):
@@ -264,7 +333,7 @@ def _guard(sdfg: SDFG, state: SDFGState, condition: str):
     return before, after
 
 
-def _apply_plan(sdfg: SDFG, plan: KernelPlan):
+def _apply_plan(sdfg: SDFG, plan: KernelPlan, chosen):
     k = plan.kernel
     state = k.state
     for c in plan.coords:
@@ -289,7 +358,7 @@ def _apply_plan(sdfg: SDFG, plan: KernelPlan):
             name = f"__dp{k.index}_{array}{suffix}"
             if name not in sdfg.arrays:
                 desc = sdfg.arrays[array]
-                shape = [dace.symbolic.simplify(e - b + 1) for b, e, _ in a.subset]
+                shape = block_shape(a.subset, plan.grid, plan.coords)
                 sdfg.add_array(name, shape, desc.dtype, storage=desc.storage, transient=True)
             locals_[(array, a.direction)] = name
 
@@ -303,10 +372,13 @@ def _apply_plan(sdfg: SDFG, plan: KernelPlan):
         if a.direction == "in" or a.accumulates:
             dm = DistributedMemlet(f"scatter_{a.array}", direction="scatter", op=a.op if a.accumulates else None,
                                    identity_fill=a.accumulates, **common)
+            dm.implementation = chosen[(k.index, a.array, "scatter")]
             pre.add_edge(pre.add_read(a.array), None, dm, "_in", Memlet.from_array(a.array, sdfg.arrays[a.array]))
             pre.add_edge(dm, "_out", pre.add_write(local), None, Memlet.from_array(local, sdfg.arrays[local]))
         if a.direction == "out":
-            dm = DistributedMemlet(f"gather_{a.array}", direction="gather", op=a.op, **common)
+            dm = DistributedMemlet(f"gather_{a.array}", direction="gather", op=a.op, identity_fill=a.accumulates,
+                                   **common)
+            dm.implementation = chosen[(k.index, a.array, "gather")]
             post.add_edge(post.add_read(local), None, dm, "_in", Memlet.from_array(local, sdfg.arrays[local]))
             post.add_edge(dm, "_out", post.add_write(a.array), None, Memlet.from_array(a.array, sdfg.arrays[a.array]))
     _rewire(sdfg, plan, locals_)
@@ -369,7 +441,7 @@ def _tile_body(plan: KernelPlan):
                                          map_entry=n)
     for arr, subset in plan.body_constraints.items():
         desc = body.arrays[arr]
-        shape = [dace.symbolic.simplify(e - b + 1) for b, e, _ in subset]
+        shape = block_shape(subset, plan.grid, plan.coords)
         desc.set_shape(shape)
         begin = [b for b, _, _ in subset]
         for st in ordered_states(body):

@@ -234,21 +234,26 @@ def check_grid(info: MapInfo, grid) -> Tuple[int, ...]:
     grid = tuple(int(g) for g in grid)
     for p, g, ext in zip(info.params, grid, info.shape):
         if not isinstance(ext, int):
-            if g != 1:
-                raise ScheduleError(f"map '{info.name}' has a symbolic extent {ext} along '{p}'; splitting "
-                                    "symbolic extents is not supported yet")
+            if g > 1 and not _fixed_symbols(ext, info):
+                raise ScheduleError(f"map '{info.name}' has extent {ext} along '{p}', which changes while the "
+                                    "program runs (e.g. a loop variable or an outer map index); only extents "
+                                    "given by the program's arguments can be split")
             continue
         if g > ext:
             raise ScheduleError(f"grid {grid} for map '{info.name}' splits '{p}' into {g} parts, but its extent "
                                 f"is only {ext}")
-        if ext % g != 0:
-            raise ScheduleError(f"grid {grid} for map '{info.name}': extent {ext} of '{p}' is not divisible by {g} "
-                                "(uneven tiles are not supported yet)")
     for (b, e, s), p, g in zip(info.map.range, info.params, grid):
         if s != 1 and g != 1:
             raise ScheduleError(f"map '{info.name}' has step {s} along '{p}'; splitting strided maps is not "
                                 "supported yet")
     return grid
+
+
+def _fixed_symbols(expr, info: MapInfo) -> bool:
+    """Whether a symbolic extent depends only on the program's arguments (free symbols of the SDFG)."""
+    sdfg = info.kernel.state.sdfg
+    free = {str(s) for s in sdfg.free_symbols}
+    return all(str(s) in free for s in dace.symbolic.pystr_to_symbolic(str(expr)).free_symbols)
 
 
 def grid_size(grid: Sequence[int]) -> int:

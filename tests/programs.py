@@ -49,3 +49,68 @@ def matmul(a: dace.float64[64, 64], b: dace.float64[64, 64]):
 def accumulate(x: dace.int64[8, 12], out: dace.int64[8]):
     for i, j in dace.map[0:8, 0:12]:
         out[i] += x[i, j]
+
+
+# ---- General constraints (issue 4) ----
+
+@dace.program
+def spmv(A_row: dace.int32[15], A_col: dace.int32[60], A_val: dace.float64[60], x: dace.float64[20],
+         b: dace.float64[14]):
+    """The thesis' CSR SPMV (8.1.2): 14 rows, not divisible by 4."""
+    for i in dace.map[0:14]:
+        for j in range(A_row[i], A_row[i + 1]):
+            b[i] += A_val[j] * x[A_col[j]]
+
+
+N = dace.symbol("N")
+
+
+@dace.program
+def stencil3(x: dace.float64[N], out: dace.float64[N]):
+    """A 1-D 3-point stencil with halos; N is symbolic."""
+    for i in dace.map[1:N - 1]:
+        out[i] = x[i - 1] + x[i] + x[i + 1]
+
+
+@dace.program
+def histogram(samples: dace.float64[1000], hist: dace.int64[10]):
+    """Monte-Carlo style: the sample axis is not a data dimension of the (small) result."""
+    for s in dace.map[0:1000]:
+        b = dace.int64(samples[s] * 10)
+        hist[b] += 1
+
+
+@dace.program
+def count_inside(px: dace.float64[999], py: dace.float64[999], count: dace.int64[1]):
+    """Samples reduced into a scalar-like result with write-conflict resolution."""
+    for s in dace.map[0:999]:
+        with dace.tasklet:
+            a << px[s]
+            b << py[s]
+            c >> count(1, lambda u, v: u + v)[0]
+            c = 1 if a * a + b * b <= 1.0 else 0
+
+
+_SIZED = {}
+
+
+def elementwise(n):
+    if ("ew", n) not in _SIZED:
+
+        @dace.program
+        def ew(x: dace.float64[n], y: dace.float64[n]):
+            return x * y + 1
+
+        _SIZED[("ew", n)] = ew
+    return _SIZED[("ew", n)]
+
+
+def matmul_n(n):
+    if ("mm", n) not in _SIZED:
+
+        @dace.program
+        def mm(a: dace.float64[n, n], b: dace.float64[n, n]):
+            return a @ b
+
+        _SIZED[("mm", n)] = mm
+    return _SIZED[("mm", n)]

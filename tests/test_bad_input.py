@@ -33,9 +33,29 @@ def test_bad_grid_entries(grid, msg):
         dp.lower(P.add5.to_sdfg(), {"_Add__map": grid})
 
 
-def test_uneven_split_is_refused():
-    with pytest.raises(dp.ScheduleError, match="not divisible"):
-        dp.lower(P.add5.to_sdfg(), {"_Add__map": (3, )})
+@dace.program
+def strided(x: dace.int64[64], out: dace.int64[64]):
+    for i in dace.map[0:64:2]:
+        out[i] = x[i] + 1
+
+
+def test_strided_map_is_refused():
+    with pytest.raises(dp.ScheduleError, match="step 2.*strided maps is not supported"):
+        sdfg = strided.to_sdfg()
+        dp.lower(sdfg, {dp.maps(sdfg)[0].name: (2, )})
+
+
+@dace.program
+def triangular(x: dace.float64[16, 16]):
+    for i in range(1, 16):
+        for j in dace.map[0:i]:
+            x[i, j] = x[i, j] * 2.0
+
+
+def test_extent_that_changes_at_run_time_is_refused():
+    sdfg = triangular.to_sdfg()
+    with pytest.raises(dp.ScheduleError, match="changes while the program runs"):
+        dp.lower(sdfg, {dp.maps(sdfg)[0].name: (2, )})
 
 
 def test_run_with_too_few_ranks():
@@ -67,13 +87,27 @@ def halo(x: dace.int64[65], out: dace.int64[64]):
 
 
 def test_unsupported_pattern_names_array_subset_reason():
+    """With only the grid-mapped solver, a halo cannot be implemented; the error says where and why."""
     sdfg = halo.to_sdfg()
     before = sdfg.to_json()
     with pytest.raises(dp.UnsupportedPattern) as info:
-        dp.lower(sdfg, {dp.maps(sdfg)[0].name: (4, )})
+        dp.lower(sdfg, {dp.maps(sdfg)[0].name: (4, )}, solvers=["grid_mapped"])
     err = info.value
     assert err.array == "x" and "overlapping" in err.reason and "__dp0_r0" in str(err.subset)
     assert sdfg.to_json() == before, "a failed lowering must leave the SDFG untouched"
+
+
+@dace.program
+def strided_read(x: dace.int64[128], out: dace.int64[64]):
+    for i in dace.map[0:64]:
+        out[i] = x[2 * i]
+
+
+def test_no_solver_for_strided_access():
+    sdfg = strided_read.to_sdfg()
+    with pytest.raises(dp.UnsupportedPattern, match=r"'x'.*grid_mapped: dimension 0 is strided.*blocks: dimension 0 "
+                       r"is strided"):
+        dp.lower(sdfg, {dp.maps(sdfg)[0].name: (2, )})
 
 
 def test_bad_input_shape_on_rank0_ends_all_ranks():

@@ -21,6 +21,7 @@ from dace import subsets
 from dace.codegen.targets.cpp import sym2cpp
 
 from ..errors import UnsupportedPattern
+from .base import CommSpec, Solver
 
 _OP_CODES = {None: 0, "sum": 1, "prod": 2, "min": 3, "max": 4}
 _MPI_OPS = {"sum": "MPI_SUM", "prod": "MPI_PROD", "min": "MPI_MIN", "max": "MPI_MAX"}
@@ -122,17 +123,32 @@ def mpi_calls(mapping: GridMapping, direction: str, op: Optional[str]) -> List[s
     return calls
 
 
-def emit(node, global_desc: dt.Array, local_desc: dt.Array, sdfg) -> str:
-    """C++ code of the tasklet that implements a grid-mapped DistributedMemlet node."""
-    mapping = match(node.array, node.subset, node.grid, node.coords)
-    ctype = global_desc.dtype.ctype
-    dims = []
-    for dm, stride in zip(mapping.dims, global_desc.strides):
-        dims.append("{%s, %d, %d, %s, %s}" % (sym2cpp(dm.offset), dm.coef, dm.grid_dim, sym2cpp(dm.block),
-                                              sym2cpp(stride)))
-    dimlist = "std::vector<dace_partition::DimMap>{%s}" % ", ".join(dims)
-    op = _OP_CODES[node.op]
-    if node.direction == "scatter":
-        return (f"dace_partition::scatter<{ctype}>({node.grid_id}, _in, _out, {dimlist}, "
-                f"{1 if node.identity_fill else 0}, {op});")
-    return f"dace_partition::gather<{ctype}>({node.grid_id}, _in, _out, {dimlist}, {op});"
+class GridMappedSolver(Solver):
+    """Equal disjoint blocks per grid dimension: at most two MPI calls (see the module docstring)."""
+    name = "grid_mapped"
+
+    def refuse(self, spec: CommSpec) -> Optional[str]:
+        try:
+            match(spec.array, spec.subset, spec.grid, spec.coords)
+        except UnsupportedPattern as e:
+            return e.reason
+        return None
+
+    def calls(self, spec: CommSpec) -> List[str]:
+        mapping = match(spec.array, spec.subset, spec.grid, spec.coords)
+        op = spec.op if (spec.direction == "gather" or spec.accumulates) else None
+        return mpi_calls(mapping, spec.direction, op)
+
+    def emit(self, spec: CommSpec, node, gdesc, ldesc) -> str:
+        mapping = match(spec.array, spec.subset, spec.grid, spec.coords)
+        ctype = gdesc.dtype.ctype
+        dims = []
+        for dm, stride in zip(mapping.dims, gdesc.strides):
+            dims.append("{%s, %d, %d, %s, %s}" % (sym2cpp(dm.offset), dm.coef, dm.grid_dim, sym2cpp(dm.block),
+                                                  sym2cpp(stride)))
+        dimlist = "std::vector<dace_partition::DimMap>{%s}" % ", ".join(dims)
+        op = _OP_CODES[spec.op]
+        if spec.direction == "scatter":
+            return (f"dace_partition::scatter<{ctype}>({node.grid_id}, _in, _out, {dimlist}, "
+                    f"{1 if spec.accumulates else 0}, {op});")
+        return f"dace_partition::gather<{ctype}>({node.grid_id}, _in, _out, {dimlist}, {op});"

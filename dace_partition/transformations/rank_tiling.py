@@ -8,10 +8,27 @@ and only the memlets into rank-local arrays need an offset (done by the lowering
 from typing import List, Optional, Sequence
 
 import dace
+import sympy
 from dace import nodes, subsets
 from dace.properties import ListProperty, make_properties
 from dace.sdfg import utils as sdutil
 from dace.transformation import transformation
+
+
+def tile_bounds(extent, g: int, r):
+    """(start, size) of tile ``r`` of ``g`` balanced tiles over ``extent`` iterations.
+
+    The first ``extent % g`` tiles get one more iteration (tiles of ceil and floor size, the last ones
+    smaller). ``extent`` may be symbolic; then the sizes are computed when the program starts.
+    """
+    try:
+        e = int(extent)
+        q, m = divmod(e, g)
+    except TypeError:
+        q, m = dace.symbolic.int_floor(extent, g), sympy.Mod(extent, g)
+    if m == 0:
+        return r * q, q
+    return r * q + sympy.Min(r, m), q + sympy.Min(1, sympy.Max(0, m - r))
 
 
 def tile_range(rng: subsets.Range, grid: Sequence[int], coords: Sequence[Optional[str]]) -> subsets.Range:
@@ -24,9 +41,8 @@ def tile_range(rng: subsets.Range, grid: Sequence[int], coords: Sequence[Optiona
         if g == 1 or c is None:
             new.append((b, e, s))
             continue
-        block = (e - b + 1) // g
-        start = b + dace.symbolic.symbol(c, dace.int32) * block
-        new.append((start, start + block - 1, 1))
+        start, size = tile_bounds(e - b + 1, g, dace.symbolic.symbol(c, dace.int32))
+        new.append((b + start, b + start + size - 1, 1))
     return subsets.Range(new)
 
 
@@ -55,11 +71,10 @@ class RankTileMap(transformation.SingleStateTransformation):
                 return f"parameter '{p}' of map '{m.label}' has step {s}"
             ext = e - b + 1
             try:
-                ext = int(ext)
+                if g > int(ext):
+                    return f"extent {ext} of '{p}' in map '{m.label}' is smaller than its {g} grid positions"
             except TypeError:
-                return f"parameter '{p}' of map '{m.label}' has a symbolic extent {ext}"
-            if g > ext or ext % g:
-                return f"extent {ext} of '{p}' in map '{m.label}' is not divisible into {g} equal tiles"
+                pass  # symbolic extents are split when the program starts
         return None
 
     def can_be_applied(self, graph, expr_index, sdfg, permissive=False):

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <complex>
+#include <functional>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -338,6 +339,214 @@ void gather(int gid, const T *local_in, T *global, std::vector<DimMap> dm, int o
                       p.part),
           "MPI_Gatherv");
     if (rt != MPI_DATATYPE_NULL) MPI_Type_free(&rt);
+}
+
+
+template <typename T>
+T combine_values(T a, T b, int op) {
+    switch (op) {
+        case OP_SUM: return a + b;
+        case OP_PROD: return a * b;
+        case OP_MIN: return b < a ? b : a;
+        case OP_MAX: return b > a ? b : a;
+    }
+    return b;
+}
+template <typename T>
+std::complex<T> combine_values(std::complex<T> a, std::complex<T> b, int op) {
+    if (op == OP_PROD) return a * b;
+    if (op == OP_SUM) return a + b;
+    fail("min/max of complex values");
+    return b;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// General blocks (any per-rank rectangular block: uneven tiles, halos, symbolic sizes). A callback
+// gives, for the grid coordinates of a rank, the start and size of its block in every dimension.
+// ---------------------------------------------------------------------------------------------------
+using BlockFn = std::function<void(const int *coords, long long *start, long long *count)>;
+
+struct Block {
+    std::vector<long long> start, count;
+    long long elements() const {
+        long long n = 1;
+        for (long long c : count) n *= (c > 0 ? c : 0);
+        return n;
+    }
+};
+
+inline std::vector<Block> all_blocks(Grid &g, int ndim, const BlockFn &fn) {
+    int n;
+    MPI_Comm_size(g.cart, &n);
+    std::vector<Block> out(n);
+    std::vector<int> c(g.dims.size() > 0 ? g.dims.size() : 1, 0);
+    for (int q = 0; q < n; ++q) {
+        if (!g.dims.empty()) check(MPI_Cart_coords(g.cart, q, (int)g.dims.size(), c.data()), "MPI_Cart_coords");
+        out[q].start.assign(ndim, 0);
+        out[q].count.assign(ndim, 1);
+        if (ndim > 0) fn(c.data(), out[q].start.data(), out[q].count.data());
+    }
+    return out;
+}
+
+// A block of `count` elements per dimension laid out with `strides` (elements); extent one element.
+inline MPI_Datatype strided_block(MPI_Datatype base, const Block &b, const long long *strides) {
+    std::vector<DimMap> dm(b.count.size());
+    for (size_t j = 0; j < dm.size(); ++j) dm[j] = DimMap{0, 0, -1, b.count[j], strides[j]};
+    return block_type(base, dm);
+}
+
+inline long long linear(const Block &b, const long long *strides) {
+    long long off = 0;
+    for (size_t j = 0; j < b.start.size(); ++j) off += b.start[j] * strides[j];
+    return off;
+}
+
+inline void check_block(const Block &b, const long long *shape, const long long *cap, const char *array) {
+    for (size_t j = 0; j < b.start.size(); ++j) {
+        if (b.count[j] <= 0) continue;
+        if (b.start[j] < 0 || b.start[j] + b.count[j] > shape[j])
+            fail("block of '%s' [%lld, %lld) in dimension %zu is outside the array (size %lld)", array, b.start[j],
+                 b.start[j] + b.count[j], j, shape[j]);
+        if (b.count[j] > cap[j])
+            fail("block of '%s' has %lld elements in dimension %zu, more than its local buffer (%lld)", array,
+                 b.count[j], j, cap[j]);
+    }
+}
+
+// Root -> every rank of the grid: its block, with one MPI_Alltoallw (only the root sends). With
+// `identity_fill`, nothing is sent: every rank starts from the operator's identity (an accumulated
+// output; the root adds the prior value when gathering).
+template <typename T>
+void scatter_blocks(int gid, const char *array, const T *global, T *local, int ndim, const long long *gshape,
+                    const long long *gstrides, const long long *lshape, const long long *lstrides, BlockFn fn,
+                    int identity_fill, int op) {
+    Grid &g = grid(gid);
+    if (!g.member) return;
+    long long cap = 1;
+    for (int j = 0; j < ndim; ++j) cap *= lshape[j];
+    if (identity_fill) {
+        T v = identity<T>(op);
+        for (long long i = 0; i < cap; ++i) local[i] = v;
+        return;
+    }
+    MPI_Datatype base = mpi_type(local);
+    MPI_Aint lb, ext;
+    MPI_Type_get_extent(base, &lb, &ext);
+    std::vector<Block> blocks = all_blocks(g, ndim, fn);
+    int n = (int)blocks.size(), me;
+    MPI_Comm_rank(g.cart, &me);
+    for (const Block &b : blocks) check_block(b, gshape, lshape, array);
+    std::vector<int> sc(n, 0), rc(n, 0), sd(n, 0), rd(n, 0);
+    std::vector<MPI_Datatype> st(n, MPI_BYTE), rt(n, MPI_BYTE);
+    if (me == 0) {
+        for (int q = 0; q < n; ++q) {
+            if (blocks[q].elements() == 0) continue;
+            long long disp = linear(blocks[q], gstrides) * (long long)ext;
+            if (disp > std::numeric_limits<int>::max()) fail("byte displacement %lld exceeds the MPI int range", disp);
+            st[q] = strided_block(base, blocks[q], gstrides);
+            sc[q] = 1;
+            sd[q] = (int)disp;
+        }
+    }
+    if (blocks[me].elements() > 0) {
+        rt[0] = strided_block(base, blocks[me], lstrides);
+        rc[0] = 1;
+    }
+    check(MPI_Alltoallw(global, sc.data(), sd.data(), st.data(), local, rc.data(), rd.data(), rt.data(), g.cart),
+          "MPI_Alltoallw");
+    for (int q = 0; q < n; ++q) {
+        if (sc[q]) MPI_Type_free(&st[q]);
+        if (rc[q]) MPI_Type_free(&rt[q]);
+    }
+}
+
+// Every rank of the grid -> root. Disjoint, non-conflicted blocks go straight into the global array
+// (MPI_Alltoallw, only the root receives). Otherwise (`combine`) the root receives every block into a
+// staging buffer (MPI_Gatherv) and merges: with an operator, accumulated outputs are combined onto the
+// prior value and other outputs onto the first block written; without one, a single writer wins.
+template <typename T>
+void gather_blocks(int gid, const char *array, const T *local_in, T *global, int ndim, const long long *gshape,
+                   const long long *gstrides, const long long *lshape, const long long *lstrides, BlockFn fn, int op,
+                   int combine, int accumulate) {
+    Grid &g = grid(gid);
+    if (!g.member) return;
+    T *local = const_cast<T *>(local_in);
+    MPI_Datatype base = mpi_type(local);
+    MPI_Aint lb, ext;
+    MPI_Type_get_extent(base, &lb, &ext);
+    std::vector<Block> blocks = all_blocks(g, ndim, fn);
+    int n = (int)blocks.size(), me;
+    MPI_Comm_rank(g.cart, &me);
+    for (const Block &b : blocks) check_block(b, gshape, lshape, array);
+    MPI_Datatype mine = MPI_DATATYPE_NULL;
+    if (blocks[me].elements() > 0) mine = strided_block(base, blocks[me], lstrides);
+    if (!combine) {
+        std::vector<int> sc(n, 0), rc(n, 0), sd(n, 0), rd(n, 0);
+        std::vector<MPI_Datatype> st(n, MPI_BYTE), rt(n, MPI_BYTE);
+        if (mine != MPI_DATATYPE_NULL) {
+            st[0] = mine;
+            sc[0] = 1;
+        }
+        if (me == 0) {
+            for (int q = 0; q < n; ++q) {
+                if (blocks[q].elements() == 0) continue;
+                long long disp = linear(blocks[q], gstrides) * (long long)ext;
+                if (disp > std::numeric_limits<int>::max()) fail("byte displacement %lld exceeds the MPI int range", disp);
+                rt[q] = strided_block(base, blocks[q], gstrides);
+                rc[q] = 1;
+                rd[q] = (int)disp;
+            }
+        }
+        check(MPI_Alltoallw(local, sc.data(), sd.data(), st.data(), global, rc.data(), rd.data(), rt.data(), g.cart),
+              "MPI_Alltoallw");
+        for (int q = 0; q < n; ++q)
+            if (rc[q]) MPI_Type_free(&rt[q]);
+        if (mine != MPI_DATATYPE_NULL) MPI_Type_free(&mine);
+        return;
+    }
+    // Staging: the root receives each rank's block packed, in rank order.
+    std::vector<int> counts(n), displs(n);
+    long long total = 0;
+    for (int q = 0; q < n; ++q) {
+        counts[q] = (int)blocks[q].elements();
+        displs[q] = (int)total;
+        total += counts[q];
+    }
+    if (total > std::numeric_limits<int>::max()) fail("staging %lld elements exceeds the MPI int range", total);
+    std::vector<T> staging(me == 0 ? (size_t)total : 0);
+    if (mine != MPI_DATATYPE_NULL)
+        check(MPI_Gatherv(local, 1, mine, staging.data(), counts.data(), displs.data(), base, 0, g.cart), "MPI_Gatherv");
+    else
+        check(MPI_Gatherv(local, 0, base, staging.data(), counts.data(), displs.data(), base, 0, g.cart), "MPI_Gatherv");
+    if (mine != MPI_DATATYPE_NULL) MPI_Type_free(&mine);
+    if (me != 0) return;
+    long long span = 1;
+    for (int j = 0; j < ndim; ++j) span += (gshape[j] - 1) * gstrides[j];
+    std::vector<char> touched(op != OP_NONE && !accumulate ? (size_t)span : 0, 0);
+    for (int q = 0; q < n; ++q) {
+        const Block &b = blocks[q];
+        long long cnt = b.elements();
+        if (cnt == 0) continue;
+        std::vector<long long> idx(ndim, 0);
+        for (long long i = 0; i < cnt; ++i) {
+            long long off = 0;
+            for (int j = 0; j < ndim; ++j) off += (b.start[j] + idx[j]) * gstrides[j];
+            T v = staging[displs[q] + i];
+            if (op == OP_NONE) {
+                global[off] = v;
+            } else if (accumulate || touched[off]) {
+                global[off] = combine_values(global[off], v, op);
+            } else {
+                global[off] = v;
+                touched[off] = true;
+            }
+            for (int j = ndim - 1; j >= 0; --j) {
+                if (++idx[j] < b.count[j]) break;
+                idx[j] = 0;
+            }
+        }
+    }
 }
 
 }  // namespace dace_partition

@@ -1,0 +1,103 @@
+"""GPU vs CPU lowering: wall times of the CUDA issue's programs under mpiexec (needs a CUDA GPU).
+
+For each program (broadcast add, row reduction, matmul with its four schedules, fused softmax) and each
+rank count (2 and 4 ranks sharing the node's GPUs; 8 for the (2,2,2) matmul), the script lowers the
+program once with ``device="cpu"`` and once with ``device="gpu"``, builds both, checks the GPU result
+against NumPy, and times ``dp.run`` (median of ``--repeat`` runs, including the mpiexec launch).
+The results go to ``benchmarks/results/gpu_<host>.json``.
+
+Without a GPU (``nvidia-smi -L`` lists none) it prints so and exits 0: a CUDA build must not be called
+where there is no GPU.
+
+    python benchmarks/gpu.py                  # all programs
+    python benchmarks/gpu.py --repeat 5 --only matmul_2x2x2
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+def _gpu_listed() -> bool:
+    if os.environ.get("DACE_PARTITION_NO_GPU"):
+        return False
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.returncode == 0 and "GPU" in out.stdout
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--only", default=None, help="run only this case (e.g. matmul_2x2x2)")
+    ap.add_argument("--out", default=None, help="JSON output file")
+    args = ap.parse_args()
+
+    if not _gpu_listed():  # checked before importing DaCe: never call a CUDA build without a GPU
+        print("no CUDA GPU available (nvidia-smi -L lists none): nothing was run, no results written")
+        return 0
+    from dace_partition import cuda_build
+    if cuda_build.nvcc_path() is None:
+        print("nvcc not found: the GPU lowering cannot be built, no results written")
+        return 0
+
+    import numpy as np
+    import dace_partition as dp
+    from test_gpu import CASES, _run_cases
+
+    gpus = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip().splitlines()
+    rng = np.random.default_rng(0)
+    rows = []
+    for name, ranks in _run_cases():
+        if args.only and name != args.only:
+            continue
+        make, schedule, inputs, reference = CASES[name]
+        data = inputs(rng)
+        row = {"program": name, "ranks": ranks}
+        for device in ("cpu", "gpu"):
+            sdfg = make()
+            sdfg.name = f"bench_{name}_{device}"
+            dp.lower(sdfg, schedule(sdfg), device=device)
+            t0 = time.perf_counter()
+            dp.launch.build(sdfg)
+            row[f"{device}_build_s"] = time.perf_counter() - t0
+            times = []
+            for _ in range(args.repeat):
+                t0 = time.perf_counter()
+                out = dp.run(sdfg, ranks, **data)
+                times.append(time.perf_counter() - t0)
+            row[f"{device}_run_s"] = statistics.median(times)
+            row[f"{device}_correct"] = bool(np.allclose(out, reference(**data)))
+        rows.append(row)
+        print(f"{name:16s} {ranks} ranks: cpu {row['cpu_run_s']:.3f} s, gpu {row['gpu_run_s']:.3f} s, "
+              f"correct cpu={row['cpu_correct']} gpu={row['gpu_correct']}")
+
+    result = {
+        "date": datetime.now(timezone.utc).isoformat(),
+        "host": platform.node(),
+        "gpus": gpus,
+        "cuda_arch": cuda_build.cuda_arch(),
+        "note": "wall time of dp.run (mpiexec launch + library load + run), median of repeats",
+        "rows": rows,
+    }
+    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"gpu_{platform.node()}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Which solvers exist, in which order ``lower`` tries them, and how third parties add their own.
+
+Built in: ``grid_mapped`` (thesis ch. 5), then ``blocks`` (any rectangular per-rank block). Packages
+register more under the entry-point group ``dace_partition.solvers`` (each entry point loads a
+:class:`~dace_partition.solvers.base.Solver` subclass or instance); they are tried after the built-ins
+unless ``lower(..., solvers=[...])`` says otherwise.
+"""
+from importlib import metadata
+from typing import Dict, List, Optional, Sequence, Tuple, Union
+
+import dace
+import dace.library
+from dace.transformation.transformation import ExpandTransformation
+
+from ..distributed_memlet import DistributedMemlet
+from ..environment import DacePartitionMPI
+from .base import CommSpec, Solver
+from .blocks import BlockSolver
+from .grid_mapped import GridMappedSolver
+
+ENTRY_POINT_GROUP = "dace_partition.solvers"
+_SOLVERS: Dict[str, Solver] = {}
+_ORDER: List[str] = []
+_entry_points_loaded = False
+
+
+def _expansion_for(solver: Solver):
+
+    class Expansion(ExpandTransformation):
+        environments = [DacePartitionMPI]
+
+        @staticmethod
+        def expansion(node, parent_state, parent_sdfg):
+            ein = parent_state.in_edges(node)[0]
+            eout = parent_state.out_edges(node)[0]
+            gdesc = parent_sdfg.arrays[node.array]
+            ldesc = parent_sdfg.arrays[(eout if node.direction == "scatter" else ein).data.data]
+            code = solver.emit(node.spec(gdesc), node, gdesc, ldesc)
+            ptr = dace.pointer(gdesc.dtype)
+            return dace.nodes.Tasklet(node.name, {"_in": ptr}, {"_out": ptr}, code, language=dace.Language.CPP)
+
+    Expansion.__name__ = f"Expand_{solver.name}"
+    return dace.library.expansion(Expansion)
+
+
+def register(solver: Union[Solver, type], first: bool = False) -> Solver:
+    """Makes a solver available to ``lower`` (and as an implementation of DistributedMemlet)."""
+    if isinstance(solver, type):
+        solver = solver()
+    if not isinstance(solver, Solver):
+        raise TypeError(f"{solver!r} is not a dace_partition Solver")
+    if solver.name not in _SOLVERS:
+        DistributedMemlet.register_implementation(solver.name, _expansion_for(solver))
+        _ORDER.insert(0, solver.name) if first else _ORDER.append(solver.name)
+    _SOLVERS[solver.name] = solver
+    return solver
+
+
+def _load_entry_points():
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    try:
+        eps = metadata.entry_points(group=ENTRY_POINT_GROUP)
+    except TypeError:  # Python < 3.10 API
+        eps = metadata.entry_points().get(ENTRY_POINT_GROUP, [])
+    for ep in eps:
+        register(ep.load())
+
+
+def get(name: str) -> Solver:
+    _load_entry_points()
+    if name not in _SOLVERS:
+        raise ValueError(f"unknown solver '{name}'; available: {list(_ORDER)}")
+    return _SOLVERS[name]
+
+
+def resolve_solvers(solvers: Optional[Sequence[Union[str, Solver]]]) -> List[Solver]:
+    """The ordered solver list for ``lower``: the default order, or the caller's (names or objects)."""
+    _load_entry_points()
+    if solvers is None:
+        return [_SOLVERS[n] for n in _ORDER]
+    out = []
+    for s in solvers:
+        out.append(register(s) if not isinstance(s, str) else get(s))
+    if not out:
+        raise ValueError("solvers must name at least one solver")
+    return out
+
+
+def choose(spec: CommSpec, solvers: Sequence[Solver]) -> Tuple[Optional[Solver], List[Tuple[str, str]]]:
+    """The first solver that accepts ``spec``, and the (name, reason) of each one that refused before it."""
+    refused = []
+    for s in solvers:
+        reason = s.refuse(spec)
+        if reason is None:
+            return s, refused
+        refused.append((s.name, reason))
+    return None, refused
+
+
+register(GridMappedSolver())
+register(BlockSolver())

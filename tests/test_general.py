@@ -1,0 +1,114 @@
+"""General constraints (issue 4): uneven tiles, halos, symbolic sizes, indirect access, solver choice."""
+import numpy as np
+import pytest
+
+import dace_partition as dp
+import programs as P
+from conftest import lowered
+from dace_partition.solvers.blocks import BlockSolver
+
+
+def csr(rng):
+    dense = np.zeros((14, 20))
+    dense.flat[rng.choice(14 * 20, 60, replace=False)] = rng.standard_normal(60)
+    rows, cols = np.nonzero(dense)
+    A_row = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=14))]).astype(np.int32)
+    return dense, dict(A_row=A_row, A_col=cols.astype(np.int32), A_val=dense[rows, cols])
+
+
+def solver_of(sdfg, array, direction):
+    return [e.solver for k in dp.report(sdfg).kernels for e in k.comm if e.array == array and e.direction == direction]
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_spmv(rng, ranks):
+    """b[i] += A_val[j] * x[A_col[j]]: 14 rows on 2 and 4 ranks, a halo on A_row, x read indirectly."""
+    sdfg = lowered(P.spmv, ((0, (ranks, )), ))
+    dense, args = csr(rng)
+    x, b = rng.standard_normal(20), rng.standard_normal(14)
+    res = dp.run(sdfg, ranks, x=x, b=b, **args)
+    np.testing.assert_allclose(res["b"], b + dense @ x, rtol=1e-12, atol=1e-12)
+    assert solver_of(sdfg, "A_row", "scatter") == ["blocks"]  # overlapping blocks [3r, 3r+4)
+    assert solver_of(sdfg, "x", "scatter") == ["grid_mapped"]  # indirect: every rank needs all of x
+
+
+@pytest.mark.parametrize("n,ranks", [(47, 4), (10, 3), (6, 4)])
+def test_stencil_symbolic_size(rng, n, ranks):
+    """out[i] = x[i-1] + x[i] + x[i+1] over 1:N-1 with N symbolic: one build serves every N."""
+    sdfg = lowered(P.stencil3, ((0, (ranks, )), ))
+    x, out = rng.standard_normal(n), rng.standard_normal(n)
+    ref = out.copy()
+    ref[1:-1] = x[:-2] + x[1:-1] + x[2:]
+    res = dp.run(sdfg, ranks, x=x, out=out, N=n)
+    np.testing.assert_allclose(res["out"], ref, rtol=1e-12, atol=1e-12)
+
+
+def test_histogram_over_samples(rng):
+    sdfg = lowered(P.histogram, ((0, (4, )), ))
+    s, h = rng.random(1000), rng.integers(0, 5, 10).astype(np.int64)
+    res = dp.run(sdfg, 4, samples=s, hist=h)
+    np.testing.assert_array_equal(res["hist"], h + np.bincount((s * 10).astype(int), minlength=10))
+    assert "MPI_Reduce(MPI_SUM, grid dims (0,))" in dp.report(sdfg).calls("hist")
+
+
+def test_count_inside_on_three_ranks(rng):
+    sdfg = lowered(P.count_inside, ((0, (3, )), ))
+    px, py, c = rng.random(999), rng.random(999), np.array([7], np.int64)
+    res = dp.run(sdfg, 3, px=px, py=py, count=c)
+    assert res["count"][0] == 7 + np.sum(px * px + py * py <= 1.0)
+
+
+@pytest.mark.parametrize("n,ranks", [(10, 3), (10, 4), (37, 3), (37, 4), (1000, 3), (1000, 4)])
+def test_elementwise_uneven(rng, n, ranks):
+    prog = P.elementwise(n)
+    sdfg = lowered(prog, tuple((i, (ranks, )) for i in range(len(dp.maps(prog.to_sdfg())))), tag=f"_{n}")
+    x, y = rng.standard_normal(n), rng.standard_normal(n)
+    np.testing.assert_allclose(dp.run(sdfg, ranks, x=x, y=y), x * y + 1, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("n,grid", [(10, (3, 1, 1)), (37, (2, 2, 1)), (37, (1, 1, 3)), (37, (2, 1, 2)),
+                                    (1000, (4, 1, 1)), (1000, (3, 1, 1))])
+def test_matmul_uneven(rng, n, grid):
+    sdfg = lowered(P.matmul_n(n), (("_MatMult_.gemm_map", grid), ), tag=f"_{n}")
+    a, b = rng.standard_normal((n, n)), rng.standard_normal((n, n))
+    np.testing.assert_allclose(dp.run(sdfg, int(np.prod(grid)), a=a, b=b), a @ b, rtol=1e-10, atol=1e-10)
+    uneven = any(n % g for g in grid)
+    assert uneven == any("pure expansion" in note for k in dp.report(sdfg).kernels for note in k.notes)
+
+
+@pytest.mark.parametrize("schedule,ranks", [(((0, (2, )), ), 2), (((0, (4, )), ), 4), ((("_Add__map", (2, 2, 2)), ), 8)])
+def test_core_programs_choose_solver_automatically(rng, schedule, ranks):
+    """Earlier programs still take the cheapest solver: grid-mapped wherever blocks are even."""
+    prog = P.offset_read if ranks < 8 else P.bcast_add
+    sdfg = lowered(prog, schedule)
+    assert {e.solver for k in dp.report(sdfg).kernels for e in k.comm} == {"grid_mapped"}
+
+
+class Tracing(BlockSolver):
+    """A third-party solver: the block solver under another name."""
+    name = "tracing_blocks"
+
+
+def test_custom_solver_first_in_order(rng):
+    sdfg = P.add5.to_sdfg()
+    sdfg.name = "t_custom_solver"
+    dp.lower(sdfg, {"_Add__map": (4, )}, solvers=[Tracing(), "grid_mapped"])
+    assert solver_of(sdfg, "x", "scatter") == ["tracing_blocks"]
+    x = rng.integers(0, 100, 64).astype(np.int64)
+    np.testing.assert_array_equal(dp.run(sdfg, 4, x=x), x + 5)
+
+
+def test_entry_point_solvers_are_loaded(monkeypatch):
+    from importlib import metadata
+
+    from dace_partition.solvers import registry
+    ep = metadata.EntryPoint(name="tracing", value="test_general:Tracing", group=registry.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(registry, "_entry_points_loaded", False)
+    monkeypatch.setattr(registry.metadata, "entry_points", lambda group=None: [ep] if group else {})
+    names = [s.name for s in registry.resolve_solvers(None)]
+    assert names[:2] == ["grid_mapped", "blocks"] and "tracing_blocks" in names
+
+
+def test_report_names_refusals():
+    rep = str(dp.report(lowered(P.spmv, ((0, (4, )), ))))
+    assert "grid_mapped refused: the block size of dimension 0 depends on the grid coordinate" in rep

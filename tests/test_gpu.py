@@ -1,0 +1,197 @@
+"""device="gpu": lowering, CUDA 13 builds (no GPU needed) and, where a GPU exists, real runs under mpiexec.
+
+The CUDA builds are shared by every test that needs the same program (module-level cache). A CUDA build
+is never *called* here unless ``nvidia-smi -L`` lists a GPU: calling one without a GPU segfaults.
+"""
+import functools
+import glob
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import dace
+from dace import dtypes, nodes
+
+import dace_partition as dp
+from dace_partition import cuda_build
+from dace_partition.distributed_memlet import DistributedMemlet
+
+import programs
+import programs_gpu
+
+NVCC = cuda_build.nvcc_path()
+HAVE_GPU = cuda_build.gpu_available()
+needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc (CUDA toolkit) not found: CUDA code cannot be compiled")
+needs_gpu = pytest.mark.skipif(not HAVE_GPU, reason="no CUDA GPU here (nvidia-smi -L lists none): the CUDA "
+                               "builds are compiled but not run")
+
+MATMUL_GRIDS = [(1, 1, 1), (4, 1, 1), (1, 1, 4), (2, 2, 2)]
+
+# name -> (program factory, schedule factory, inputs factory, reference)
+CASES = {
+    "bcast_add": (lambda: programs.bcast_add.to_sdfg(), lambda s: {dp.maps(s)[0].name: (2, 2, 1)},
+                  lambda r: dict(x=r.integers(0, 100, (4, 8, 16)), y=r.integers(0, 100, (8, 16))),
+                  lambda x, y: x + y),
+    "sum_rows": (lambda: programs.sum_rows.to_sdfg(), lambda s: {"Reduce.reduce_output": (2, 2)},
+                 lambda r: dict(x=r.random((16, 16))), lambda x: x.sum(axis=1)),
+    "softmax": (programs_gpu.fused_softmax, programs_gpu.leading_dim_schedule,
+                lambda r: dict(x=r.random((16, 32))), programs_gpu.softmax_reference),
+}
+for _g in MATMUL_GRIDS:
+    CASES["matmul_" + "x".join(map(str, _g))] = (
+        lambda: programs.matmul.to_sdfg(), (lambda g: lambda s: {"_MatMult_.gemm_map": g})(_g),
+        lambda r: dict(a=r.random((64, 64)), b=r.random((64, 64))), lambda a, b: a @ b)
+
+
+@functools.lru_cache(maxsize=None)
+def lowered_gpu(name):
+    make, schedule, _, _ = CASES[name]
+    sdfg = make()
+    sdfg.name = f"tgpu_{name}"
+    dp.lower(sdfg, schedule(sdfg), device="gpu")
+    return sdfg
+
+
+@functools.lru_cache(maxsize=None)
+def built(name):
+    """Generates and compiles (DaCe's full CMake build with nvcc) the GPU-lowered program once."""
+    sdfg = lowered_gpu(name)
+    return sdfg, dp.launch.build(sdfg)
+
+
+def _sources(folder, sub, ext):
+    return "\n".join(open(f).read() for f in sorted(glob.glob(os.path.join(folder, "src", sub, f"*.{ext}"))))
+
+
+# ---------------------------------------------------------------- lowering (no compiler needed)
+
+@pytest.mark.parametrize("name", ["bcast_add", "sum_rows", "matmul_2x2x2"])
+def test_lowered_structure(name):
+    sdfg = lowered_gpu(name)
+    gpu_maps = [n for n, _ in sdfg.all_nodes_recursive()
+                if isinstance(n, nodes.MapEntry) and n.map.schedule == dtypes.ScheduleType.GPU_Device]
+    assert gpu_maps, "no map was scheduled on the GPU"
+    gpu_arrays = [a for sd in sdfg.all_sdfgs_recursive() for a, d in sd.arrays.items()
+                  if d.storage == dtypes.StorageType.GPU_Global]
+    assert gpu_arrays
+    # Communication stays on host buffers: every DistributedMemlet touches only CPU-side arrays.
+    for n, st in sdfg.all_nodes_recursive():
+        if isinstance(n, DistributedMemlet):
+            for e in st.in_edges(n) + st.out_edges(n):
+                assert sdfg.arrays[e.data.data].storage not in (dtypes.StorageType.GPU_Global,)
+    # No library node is left for the GPU (expanded to GPU maps), except the DistributedMemlets.
+    assert not [n for n, _ in sdfg.all_nodes_recursive()
+                if isinstance(n, nodes.LibraryNode) and not isinstance(n, DistributedMemlet)]
+    assert cuda_build.uses_gpu(sdfg)
+    assert any("runs on the GPU" in note for k in dp.report(sdfg).kernels for note in k.notes)
+    assert dp.launch.ranks_needed(sdfg) == {"bcast_add": 4, "sum_rows": 4, "matmul_2x2x2": 8}[name]
+
+
+def test_cpu_lowering_uses_no_gpu():
+    sdfg = programs.bcast_add.to_sdfg()
+    dp.lower(sdfg, {dp.maps(sdfg)[0].name: (2, 2, 1)})
+    assert not cuda_build.uses_gpu(sdfg)
+
+
+def test_bad_device():
+    with pytest.raises(ValueError, match="device"):
+        dp.lower(programs.add5.to_sdfg(), {}, device="tpu")
+
+
+# ---------------------------------------------------------------- CUDA 13 configuration
+
+def test_cuda_arch_override(monkeypatch):
+    monkeypatch.setenv(cuda_build.ARCH_ENV, "sm_80")
+    assert cuda_build.cuda_arch() == "80"
+    monkeypatch.setenv(cuda_build.ARCH_ENV, "80;90")
+    assert cuda_build.cuda_arch() == "80,90"
+
+
+def test_cuda_arch_default_without_gpu(monkeypatch):
+    monkeypatch.delenv(cuda_build.ARCH_ENV, raising=False)
+    monkeypatch.setattr(cuda_build, "detect_cuda_arch", lambda: None)
+    assert cuda_build.cuda_arch() == cuda_build.DEFAULT_CUDA_ARCH == "90"
+
+
+def test_cuda_config_is_temporary():
+    from dace.config import Config
+    before = (Config.get("compiler", "cuda", "cuda_arch"), Config.get("compiler", "extra_cmake_args"))
+    with cuda_build.cuda_config("86") as arch:
+        assert arch == "86"
+        assert Config.get("compiler", "cuda", "cuda_arch") == "86"
+        assert 'LOCAL_CUDA_ARCHITECTURES="86"' in Config.get("compiler", "extra_cmake_args")
+        variables = cuda_build.cuda_cmake_variables()
+        assert variables["CMAKE_CUDA_STANDARD"] == "17"
+        assert f"-include {cuda_build.CUDA_HEADER}" in variables["CMAKE_CUDA_FLAGS"]
+    assert (Config.get("compiler", "cuda", "cuda_arch"), Config.get("compiler", "extra_cmake_args")) == before
+
+
+@needs_nvcc
+def test_dace_runtime_needs_cub3_shim(tmp_path):
+    """DaCe 1.0.2's runtime headers fail with CUDA 13's CUB 3 unless the shim is pre-included."""
+    dace_inc = os.path.join(os.path.dirname(dace.__file__), "runtime", "include")
+    src = tmp_path / "probe.cu"
+    src.write_text("#include <dace/dace.h>\n__global__ void k(cub::GridBarrier b) { b.Sync(); }\n")
+    base = [NVCC, "-std=c++17", f"-arch=sm_{cuda_build.DEFAULT_CUDA_ARCH}", "-I", dace_inc, "-c", str(src),
+            "-o", str(tmp_path / "probe.o")]
+    bare = subprocess.run(base, capture_output=True, text=True)
+    shim = subprocess.run(base + ["-DDACE_PARTITION_CUDA_H", "-include", cuda_build.CUDA_HEADER],
+                          capture_output=True, text=True)
+    assert shim.returncode == 0, shim.stderr[-3000:]
+    version = subprocess.run([NVCC, "--version"], capture_output=True, text=True).stdout
+    if "release 13" in version:
+        assert bare.returncode != 0
+        assert "CountingInputIterator" in bare.stderr or "CTA_SYNC" in bare.stderr
+
+
+# ---------------------------------------------------------------- CUDA builds (nvcc, no GPU needed)
+
+@needs_nvcc
+@pytest.mark.parametrize("name", list(CASES))
+def test_cuda_build(name):
+    sdfg, folder = built(name)
+    cuda = _sources(folder, "cuda", "cu")
+    cpp = _sources(folder, "cpu", "cpp")
+    assert "__global__" in cuda, "no CUDA kernel was generated"
+    assert "cudaMemcpy" in cpp, "no host <-> GPU copies around the kernels"
+    partitioned = dp.launch.ranks_needed(sdfg) > 1  # matmul (1,1,1): rank 0's GPU, no communication
+    if partitioned:
+        assert "dace_partition::scatter" in cpp and "dace_partition::gather" in cpp
+    assert "dace_partition_cuda::select_device" in cpp + cuda
+    libs = glob.glob(os.path.join(folder, "build", f"lib{sdfg.name}.so"))
+    assert libs, "the shared library was not built"
+    if shutil.which("nm"):
+        syms = subprocess.run(["nm", "-D", libs[0]], capture_output=True, text=True).stdout
+        expected = ["MPI_Comm_split_type", "cudaSetDevice"] + (["MPI_Scatterv", "MPI_Gatherv"] if partitioned else [])
+        for s in expected:
+            assert s in syms, f"{s} is not referenced by the built library"
+    flags = open(glob.glob(os.path.join(folder, "build", "CMakeFiles", f"{sdfg.name}.dir", "flags.make"))[0]).read()
+    assert "-std=c++17" in flags and "sm_" in flags and "sm_60" not in flags
+
+
+# ---------------------------------------------------------------- real GPU runs (skipped without a GPU)
+
+def _run_cases():
+    out = []
+    for name in CASES:
+        need = {"matmul_1x1x1": 1, "matmul_2x2x2": 8, "softmax": 2, "matmul_4x1x1": 4, "matmul_1x1x4": 4}.get(name, 4)
+        for ranks in (2, 4):
+            if ranks >= need:
+                out.append((name, ranks))
+        if need > 4:
+            out.append((name, need))
+    return out
+
+
+@needs_nvcc
+@needs_gpu
+@pytest.mark.parametrize("name,ranks", _run_cases())
+def test_gpu_run(name, ranks, rng):
+    sdfg, _ = built(name)
+    _, _, inputs, reference = CASES[name]
+    args = inputs(rng)
+    out = dp.run(sdfg, ranks, **args)
+    assert np.allclose(out, reference(**args))
