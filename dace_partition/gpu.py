@@ -25,6 +25,7 @@ from dace.transformation.helpers import nest_state_subgraph
 
 from .cuda_build import CUDA_ENVIRONMENT
 from .distributed_memlet import DistributedMemlet
+from .schedule import expand_all
 
 #: Placed in the generated CUDA file before ``__dace_init_cuda``: DaCe's CUDA initialization starts with
 #: ``cudaGetDeviceCount``, so routing that first call through the device selection makes every stream and
@@ -77,18 +78,7 @@ def _has_kernel(state: SDFGState) -> bool:
 
 def _expand_library_nodes(sdfg: SDFG, state: SDFGState):
     """Expands every library node of the state (recursively) to its pure implementation."""
-    while True:
-        libs = [(n, s) for n, s in state.all_nodes_recursive()
-                if isinstance(n, nodes.LibraryNode) and not isinstance(n, DistributedMemlet)]
-        if not libs:
-            return
-        n, s = libs[0]
-        impls = n.implementations
-        if "pure" in impls:
-            n.implementation = "pure"
-        elif "specialize" in impls:
-            n.implementation = "specialize"
-        n.expand(s.sdfg, s)
+    expand_all(state, keep=(DistributedMemlet, ))
 
 
 def _offload_state(sdfg: SDFG, state: SDFGState):

@@ -70,11 +70,14 @@ def build(sdfg: SDFG) -> str:
         return cached[1]
     _prepare_build_environment()
     from .cuda_build import cuda_config, uses_gpu
-    if uses_gpu(sdfg):
-        with cuda_config():  # CUDA 13 fixes for DaCe 1.0.2 (arch, C++17, CUB 3); see cuda_build.py
+    # The saved program.sdfg need not carry the expansion history (the ranks only load the library).
+    with dace.config.temporary_config():
+        dace.Config.set("store_history", value=False)
+        if uses_gpu(sdfg):
+            with cuda_config():  # CUDA 13 fixes for DaCe 1.0.2 (arch, C++17, CUB 3); see cuda_build.py
+                sdfg.compile(return_program_handle=False)
+        else:
             sdfg.compile(return_program_handle=False)
-    else:
-        sdfg.compile(return_program_handle=False)
     sdfg._dp_build = (digest, sdfg.build_folder)
     return sdfg.build_folder
 

@@ -29,7 +29,7 @@ from .constraints import Access, KernelPlan, plan_map_kernel, plan_nested_kernel
 from .distributed_memlet import DistributedMemlet
 from .environment import ENVIRONMENT
 from .errors import ScheduleError, UnsupportedPattern
-from .schedule import Kernel, discover, grid_size, ordered_states, resolve
+from .schedule import Kernel, discover, expand_all, grid_size, ordered_states, resolve
 from .solvers.base import CommSpec, block_shape
 from .solvers.registry import choose, resolve_solvers
 from .transformations.rank_tiling import RankTileMap
@@ -246,16 +246,11 @@ def _expand_uneven_library_nodes(sdfg: SDFG, kernels: List[Kernel], grids) -> se
         node = k.node
         node.implementation = "pure" if "pure" in node.implementations else "specialize"
         node.expand(sdfg, state)
-        while True:
-            new = [n for n in state.nodes() if n not in before]
-            libs = [(n, st) for m in new if isinstance(m, nodes.NestedSDFG)
-                    for n, st in m.sdfg.all_nodes_recursive() if isinstance(n, nodes.LibraryNode)]
-            libs += [(n, state) for n in new if isinstance(n, nodes.LibraryNode)]
-            if not libs:
-                break
-            n, st = libs[0]
-            n.implementation = "pure" if "pure" in n.implementations else "specialize"
-            n.expand(st.sdfg, st)
+        for n in [n for n in state.nodes() if n not in before]:
+            if isinstance(n, nodes.NestedSDFG):
+                expand_all(n.sdfg)
+            elif isinstance(n, nodes.LibraryNode):
+                expand_all(state)
         for n in state.nodes():
             if n not in before and isinstance(n, nodes.NestedSDFG):
                 n.label = label

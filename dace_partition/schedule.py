@@ -106,22 +106,29 @@ def expand_pure(node: nodes.LibraryNode, sdfg: SDFG, state: SDFGState):
                         copy.deepcopy(e.data))
         else:
             st.add_edge(lib, e.src_conn, acc, None, copy.deepcopy(e.data))
-    while True:
-        libs = [(n, s) for n, s in scratch.all_nodes_recursive() if isinstance(n, nodes.LibraryNode)]
-        if not libs:
-            break
-        n, s = libs[0]
-        impls = n.implementations
-        if "pure" in impls:
-            n.implementation = "pure"
-        elif n.implementation is None and "specialize" in impls:
-            n.implementation = "specialize"
-        n.expand(s.sdfg, s)
+    expand_all(scratch)
     nested = [n for n in st.nodes() if isinstance(n, nodes.NestedSDFG)]
     if len(nested) != 1:
         raise ScheduleError(f"library node '{node.label}' ({type(node).__name__}) has no pure expansion "
                             "into a nested SDFG that could be analysed")
     return scratch, st, nested[0]
+
+
+def expand_all(scope, keep=()):
+    """Expands every library node under ``scope`` (an SDFG, state or nested SDFG), recursively, to its
+    pure implementation (through ``specialize`` where a node has no pure one). Types in ``keep`` stay."""
+    while True:
+        libs = [(n, s) for n, s in scope.all_nodes_recursive()
+                if isinstance(n, nodes.LibraryNode) and not isinstance(n, tuple(keep))]
+        if not libs:
+            return
+        n, s = libs[0]
+        impls = n.implementations
+        if "pure" in impls:
+            n.implementation = "pure"
+        elif "specialize" in impls:
+            n.implementation = "specialize"
+        n.expand(s.sdfg, s)
 
 
 def discover(sdfg: SDFG) -> List[Kernel]:

@@ -5,6 +5,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <chrono>
 #include <complex>
 #include <functional>
 #include <cstdarg>
@@ -14,6 +15,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -31,6 +33,8 @@ inline void fail(const char *fmt, ...) {
     va_end(args);
     fprintf(stderr, "dace_partition: rank %d: %s\n", rank, msg);
     fflush(stderr);
+    // Let the launcher forward the message before MPI_Abort tears the job down.
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
     if (init) MPI_Abort(MPI_COMM_WORLD, 3);
     std::abort();
 }
@@ -273,6 +277,14 @@ inline void displacements(Grid &g, const Plan &p, const std::vector<DimMap> &dm,
     }
 }
 
+// On the root of the partition sub-grid: the block datatype and every rank's displacement (elements).
+inline MPI_Datatype root_layout(Grid &g, const Plan &p, const std::vector<DimMap> &dm, MPI_Datatype base,
+                                std::vector<int> &counts, std::vector<int> &displs) {
+    displacements(g, p, dm, displs);
+    counts.assign(displs.size(), 1);
+    return block_type(base, dm);
+}
+
 // Root (world rank 0) -> grid: MPI_Scatterv over the partition sub-grid, then MPI_Bcast over the
 // replication sub-grid. With `identity_fill`, replicas other than the first get the reduction identity
 // instead (an accumulated output: its prior value must be counted once).
@@ -287,11 +299,7 @@ void scatter(int gid, const T *global, T *local, std::vector<DimMap> dm, int ide
         MPI_Comm_rank(p.part, &prank);
         std::vector<int> counts, displs;
         MPI_Datatype st = MPI_DATATYPE_NULL;
-        if (prank == 0) {
-            displacements(g, p, dm, displs);
-            counts.assign(displs.size(), 1);
-            st = block_type(base, dm);
-        }
+        if (prank == 0) st = root_layout(g, p, dm, base, counts, displs);
         check(MPI_Scatterv(global, counts.data(), displs.data(), prank == 0 ? st : base, local, (int)p.count, base, 0,
                            p.part),
               "MPI_Scatterv");
@@ -330,11 +338,7 @@ void gather(int gid, const T *local_in, T *global, std::vector<DimMap> dm, int o
     MPI_Comm_rank(p.part, &prank);
     std::vector<int> counts, displs;
     MPI_Datatype rt = MPI_DATATYPE_NULL;
-    if (prank == 0) {
-        displacements(g, p, dm, displs);
-        counts.assign(displs.size(), 1);
-        rt = block_type(base, dm);
-    }
+    if (prank == 0) rt = root_layout(g, p, dm, base, counts, displs);
     check(MPI_Gatherv(local, (int)p.count, base, global, counts.data(), displs.data(), prank == 0 ? rt : base, 0,
                       p.part),
           "MPI_Gatherv");
@@ -414,6 +418,19 @@ inline void check_block(const Block &b, const long long *shape, const long long 
     }
 }
 
+// Rank 0's side of an MPI_Alltoallw over blocks: one datatype and byte displacement per rank.
+inline void global_side(const std::vector<Block> &blocks, MPI_Datatype base, MPI_Aint ext, const long long *gstrides,
+                        std::vector<int> &counts, std::vector<int> &displs, std::vector<MPI_Datatype> &types) {
+    for (size_t q = 0; q < blocks.size(); ++q) {
+        if (blocks[q].elements() == 0) continue;
+        long long disp = linear(blocks[q], gstrides) * (long long)ext;
+        if (disp > std::numeric_limits<int>::max()) fail("byte displacement %lld exceeds the MPI int range", disp);
+        types[q] = strided_block(base, blocks[q], gstrides);
+        counts[q] = 1;
+        displs[q] = (int)disp;
+    }
+}
+
 // Root -> every rank of the grid: its block, with one MPI_Alltoallw (only the root sends). With
 // `identity_fill`, nothing is sent: every rank starts from the operator's identity (an accumulated
 // output; the root adds the prior value when gathering).
@@ -439,16 +456,7 @@ void scatter_blocks(int gid, const char *array, const T *global, T *local, int n
     for (const Block &b : blocks) check_block(b, gshape, lshape, array);
     std::vector<int> sc(n, 0), rc(n, 0), sd(n, 0), rd(n, 0);
     std::vector<MPI_Datatype> st(n, MPI_BYTE), rt(n, MPI_BYTE);
-    if (me == 0) {
-        for (int q = 0; q < n; ++q) {
-            if (blocks[q].elements() == 0) continue;
-            long long disp = linear(blocks[q], gstrides) * (long long)ext;
-            if (disp > std::numeric_limits<int>::max()) fail("byte displacement %lld exceeds the MPI int range", disp);
-            st[q] = strided_block(base, blocks[q], gstrides);
-            sc[q] = 1;
-            sd[q] = (int)disp;
-        }
-    }
+    if (me == 0) global_side(blocks, base, ext, gstrides, sc, sd, st);
     if (blocks[me].elements() > 0) {
         rt[0] = strided_block(base, blocks[me], lstrides);
         rc[0] = 1;
@@ -488,16 +496,7 @@ void gather_blocks(int gid, const char *array, const T *local_in, T *global, int
             st[0] = mine;
             sc[0] = 1;
         }
-        if (me == 0) {
-            for (int q = 0; q < n; ++q) {
-                if (blocks[q].elements() == 0) continue;
-                long long disp = linear(blocks[q], gstrides) * (long long)ext;
-                if (disp > std::numeric_limits<int>::max()) fail("byte displacement %lld exceeds the MPI int range", disp);
-                rt[q] = strided_block(base, blocks[q], gstrides);
-                rc[q] = 1;
-                rd[q] = (int)disp;
-            }
-        }
+        if (me == 0) global_side(blocks, base, ext, gstrides, rc, rd, rt);
         check(MPI_Alltoallw(local, sc.data(), sd.data(), st.data(), global, rc.data(), rd.data(), rt.data(), g.cart),
               "MPI_Alltoallw");
         for (int q = 0; q < n; ++q)

@@ -14,7 +14,6 @@ permutation with ``MPI_Sendrecv``.  The tasklet uses two scratch buffers of the 
 """
 from __future__ import annotations
 
-import os
 from typing import List
 
 import dace
@@ -23,28 +22,17 @@ from dace import nodes
 from dace.properties import ListProperty, TypeClassProperty
 from dace.transformation.transformation import ExpandTransformation
 
+from ...environment import DacePartitionMPI
 from .api import synthesize
 from .plan import Plan
 
-RUNTIME_INCLUDE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                               "runtime", "include")
 
 
 @dace.library.environment
-class DacePartitionRedistribute:
-    cmake_minimum_version = None
-    cmake_packages = ["MPI"]
-    cmake_variables = {}
-    cmake_includes = [RUNTIME_INCLUDE]
-    cmake_libraries = ["${MPI_CXX_LIBRARIES}"]
-    cmake_compile_flags = ["-I${MPI_CXX_HEADER_DIR}"]
-    cmake_link_flags = ["${MPI_LINKER_FLAGS}"]
-    cmake_files = []
+class DacePartitionRedistribute(DacePartitionMPI):
+    """The MPI build settings of :class:`DacePartitionMPI` plus the redistribution executor header."""
     headers = ["mpi.h", "dace_partition_redistribute.h"]
-    state_fields = []
     init_code = "dace_partition_redistribute::ensure_mpi();"
-    finalize_code = ""
-    dependencies = []
 
 
 def _ints(xs) -> str:
