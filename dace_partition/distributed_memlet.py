@@ -1,8 +1,9 @@
 """The DistributedMemlet library node (thesis def. 4.4.1): data movement between process grids.
 
-One side is a process grid (its shape, runtime id and coordinate symbols) with a symbolic subset of the
-global array per rank; the other side is rank 0, which holds the global array. ``scatter`` moves
-rank 0 -> grid (before a kernel), ``gather`` moves grid -> rank 0 (after it).
+``scatter`` moves rank 0 -> grid (before a kernel), ``gather`` moves grid -> rank 0 (after it): one side
+is a process grid (shape, runtime id, coordinate symbols) with a symbolic per-rank subset of the global
+array, the other is rank 0, which holds the global array. ``redistribute`` moves an intermediate from the
+local buffers of one grid (the ``src_*`` properties) straight to those of another (fusion, thesis 4.5).
 """
 import dace
 import dace.library
@@ -26,6 +27,10 @@ class DistributedMemlet(nodes.LibraryNode):
     op = Property(dtype=str, default=None, allow_none=True, desc="Write-conflict operator (sum/prod/min/max)")
     identity_fill = Property(dtype=bool, default=False,
                              desc="Accumulated output: its prior value must count once")
+    src_subset = SubsetProperty(allow_none=True, default=None, desc="redistribute: per-rank subset on the source")
+    src_grid = ListProperty(element_type=int, desc="redistribute: source process grid shape")
+    src_grid_id = Property(dtype=int, default=0, desc="redistribute: runtime id of the source grid")
+    src_coords = ListProperty(element_type=str, desc="redistribute: source grid coordinate symbols")
 
     def __init__(self, name, direction="scatter", array="", subset=None, grid=(), grid_id=0, coords=(), op=None,
                  identity_fill=False, **kwargs):
@@ -35,12 +40,16 @@ class DistributedMemlet(nodes.LibraryNode):
         self.op, self.identity_fill = op, identity_fill
 
     @property
-    def src_grid(self):
+    def source(self):
+        """Source grid shape (None = rank 0)."""
+        if self.direction == "redistribute":
+            return tuple(self.src_grid)
         return None if self.direction == "scatter" else tuple(self.grid)
 
     @property
-    def dst_grid(self):
-        return tuple(self.grid) if self.direction == "scatter" else None
+    def destination(self):
+        """Destination grid shape (None = rank 0)."""
+        return None if self.direction == "gather" else tuple(self.grid)
 
     def spec(self, gdesc) -> CommSpec:
         return CommSpec(self.array, self.direction, self.subset, tuple(self.grid),
@@ -48,6 +57,9 @@ class DistributedMemlet(nodes.LibraryNode):
                         self.identity_fill)
 
     def __str__(self):
+        if self.direction == "redistribute":
+            return (f"{self.array}[{self.src_subset}] on grid {tuple(self.src_grid)} -> "
+                    f"{self.array}[{self.subset}] on grid {tuple(self.grid)}")
         if self.direction == "scatter":
             return f"{self.array} -> {self.array}[{self.subset}] on grid {tuple(self.grid)}"
         return f"{self.array}[{self.subset}] on grid {tuple(self.grid)} -> {self.array}"

@@ -105,8 +105,7 @@ class Program:
                 meta = ("ok", describe_inputs(self.sdfg, kwargs))
             except Exception as e:  # reported on every rank, so no rank waits forever
                 meta = ("error", f"{type(e).__name__}: {e}")
-        _wait(comm)
-        meta = comm.bcast(meta, root=0)
+        meta = comm.bcast(meta, root=0)  # metadata only; the wait is as short as rank 0's checks
         if meta[0] == "error":
             raise ValueError(f"rank 0 rejected the inputs: {meta[1]}")
         if comm.rank != 0:

@@ -29,6 +29,7 @@ from .constraints import Access, KernelPlan, plan_map_kernel, plan_nested_kernel
 from .distributed_memlet import DistributedMemlet
 from .environment import ENVIRONMENT
 from .errors import ScheduleError, UnsupportedPattern
+from .fusion import fuse_roundtrips
 from .schedule import Kernel, discover, expand_all, grid_size, ordered_states, resolve
 from .solvers.base import CommSpec, block_shape
 from .solvers.registry import choose, resolve_solvers
@@ -54,7 +55,7 @@ class CommEntry:
     def __str__(self):
         op = f" ({self.op})" if self.op else ""
         size = f", {self.bytes} B" if self.bytes is not None else ""
-        line = f"    {self.direction:7s} {self.array}[{self.subset}]{op}: {self.solver}: {' + '.join(self.calls)}{size}"
+        line = f"    {self.direction:12s} {self.array}[{self.subset}]{op}: {self.solver}: {' + '.join(self.calls)}{size}"
         for name, why in self.refused:
             line += f"\n      ({name} refused: {why})"
         return line
@@ -116,13 +117,15 @@ def _exit_code(sdfg: SDFG) -> str:
     return block.as_string if block is not None else ""
 
 
-def lower(sdfg: SDFG, schedule, *, solvers=None, device: str = "cpu", verbose: bool = False) -> SDFG:
+def lower(sdfg: SDFG, schedule, *, solvers=None, fuse: bool = True, device: str = "cpu", verbose: bool = False) -> SDFG:
     """Transforms ``sdfg`` in place into an SPMD program and returns it.
 
     ``schedule`` maps maps (names from :func:`maps`, ``MapInfo``, ``Map`` or ``MapEntry`` objects) to
     process-grid shapes, one integer per map parameter. ``device="gpu"`` runs the rank-local kernels on
     CUDA GPUs. ``solvers`` is an ordered list of solver names or objects to try for each memlet
-    (default: grid_mapped, blocks, then registered plug-ins). Every error is raised before the SDFG changes.
+    (default: grid_mapped, blocks, then registered plug-ins). ``fuse`` removes round trips of
+    intermediates through rank 0 where both kernels hold the same blocks (thesis 4.5). Every error is
+    raised before the SDFG changes.
     """
     if is_lowered(sdfg):
         raise ScheduleError(f"SDFG '{sdfg.name}' has already been lowered")
@@ -130,15 +133,16 @@ def lower(sdfg: SDFG, schedule, *, solvers=None, device: str = "cpu", verbose: b
         raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
     grids = resolve(discover(sdfg), schedule)
     order = resolve_solvers(solvers)
-    _lower(copy.deepcopy(sdfg), grids, order, device)  # dry run: every error surfaces before the SDFG changes
-    rep = _lower(sdfg, grids, order, device)
+    _lower(copy.deepcopy(sdfg), grids, order, device, fuse)  # dry run: errors surface before the SDFG changes
+    rep = _lower(sdfg, grids, order, device, fuse)
     _REPORTS[sdfg] = rep
     if verbose:
         print(rep)
     return sdfg
 
 
-def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str = "cpu") -> LoweringReport:
+def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str = "cpu",
+           fuse: bool = True) -> LoweringReport:
     _split_states(sdfg)
     kernels = discover(sdfg)
     expanded = _expand_uneven_library_nodes(sdfg, kernels, grids)
@@ -190,7 +194,7 @@ def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str =
                                              "; ".join(f"{n}: {why}" for n, why in refused))
                 chosen[(plan.kernel.index, a.array, move)] = solver.name
                 kr.comm.append(CommEntry(a.array, move, str(a.subset), solver.name, solver.calls(spec), op, refused,
-                                         spec.bytes_moved()))
+                                         solver.bytes_moved(spec)))
 
     init_state = _add_runtime_state(sdfg, [p for p, _ in plans])
     comm_states = {init_state}
@@ -200,6 +204,22 @@ def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str =
         comm_states |= {pre, post}
         guarded.add(plan.kernel.state)
         comm_states |= set(_guard(sdfg, plan.kernel.state, f"__dp{plan.kernel.index}_m == 1"))
+    if fuse:
+        for f in fuse_roundtrips(sdfg):
+            for plan, kr in plans:
+                k = plan.kernel.index
+                if k == f.producer:
+                    kr.comm = [e for e in kr.comm if not (e.array == f.array and e.direction == "gather")]
+                    kr.notes.append(f"'{f.array}' is not gathered to rank 0 (fused with the next kernel)")
+                if k == f.consumer:
+                    old = [e for e in kr.comm if e.array == f.array and e.direction == "scatter"]
+                    kr.comm = [e for e in kr.comm if e not in old]
+                    if f.kind == "noop":
+                        kr.notes.append(f"reads '{f.array}' from the previous kernel's local buffer: no communication")
+                    else:
+                        calls = ["MPI_Alltoallv(world, packed)"] + ([f"combine ({f.op})"] if f.op else [])
+                        kr.comm.insert(0, CommEntry(f.array, "redistribute", old[0].subset if old else "", "blocks",
+                                                    calls, f.op, [], f.bytes))
     root_states = []
     for st in ordered_states(sdfg):
         if st in comm_states or st in guarded or st.number_of_nodes() == 0:

@@ -114,3 +114,23 @@ def matmul_n(n):
 
         _SIZED[("mm", n)] = mm
     return _SIZED[("mm", n)]
+
+
+# ---- Whole programs (fusion) ----
+
+@dace.program
+def mlp(x: dace.float64[16, 8], w1: dace.float64[8, 12], b1: dace.float64[12], w2: dace.float64[12, 4],
+        b2: dace.float64[4]):
+    """A two-layer MLP forward: relu(x @ W1 + b1) @ W2 + b2."""
+    h = np.maximum(x @ w1 + b1, 0.0)
+    return h @ w2 + b2
+
+
+@dace.program
+def axpy_chain(x: dace.float64[40], y: dace.float64[40]):
+    return 2.0 * x + y
+
+
+@dace.program
+def matmul_chain(a: dace.float64[24, 16], b: dace.float64[16, 20], d: dace.float64[20, 12]):
+    return (a @ b) @ d

@@ -137,3 +137,18 @@ def test_accumulate_keeps_prior_value_once(rng, grid):
     x, out = ints(rng, 8, 12), ints(rng, 8)
     res = dp.run(sdfg, int(np.prod(grid)), x=x, out=out)
     np.testing.assert_array_equal(res["out"], out + x.sum(axis=1))
+
+
+def test_report_bytes():
+    """Bytes to or from ranks other than rank 0, per memlet: what the MPI calls move."""
+
+    def moved(sdfg):
+        return {(e.direction, e.array): e.bytes for k in dp.report(sdfg).kernels for e in k.comm}
+
+    b = moved(lowered(P.bcast_add, ((0, (2, 2, 1)), )))
+    # x: 3 of 4 blocks of 4*8*16/4 int64; y: every rank but 0 gets an 8*16/2 half, once (Bcast to replicas)
+    assert b == {("scatter", "x"): 3 * 128 * 8, ("scatter", "y"): 3 * 64 * 8, ("gather", "__return"): 3 * 128 * 8}
+    red = moved(lowered(P.matmul, (("_MatMult_.gemm_map", (1, 1, 4)), )))
+    assert red[("gather", "__return")] == 3 * 64 * 64 * 8  # every replica sends its partial sums
+    hist = moved(lowered(P.histogram, ((0, (4, )), )))
+    assert hist[("scatter", "hist")] == 0  # the prior counts stay on rank 0; other ranks start from 0

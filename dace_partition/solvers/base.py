@@ -44,16 +44,21 @@ class CommSpec:
             out.append((tuple(start), tuple(count)))
         return out
 
-    def bytes_moved(self) -> Optional[int]:
-        """Bytes that leave or reach rank 0's copy for ranks other than rank 0 (the minimum for this
-        constraint with root-held global arrays)."""
+    def bytes_moved(self, distinct: bool = False) -> Optional[int]:
+        """Bytes of the blocks of ranks other than rank 0, or None before run time. With ``distinct``,
+        each different block counts once and rank 0's own block not at all: the minimum with root-held
+        global arrays when replicas share one copy (replicated reads, un-conflicted replicated writes)."""
         blocks = self.blocks()
         if blocks is None:
             return None
+        seen = {blocks[0]} if distinct else set()
         total = 0
-        for start, count in blocks[1:]:
+        for blk in blocks[1:]:
+            if distinct and blk in seen:
+                continue
+            seen.add(blk)
             n = 1
-            for c in count:
+            for c in blk[1]:
                 n *= c
             total += n
         return total * self.itemsize
@@ -98,6 +103,10 @@ class Solver:
     def emit(self, spec: CommSpec, node, gdesc, ldesc) -> str:
         """C++ code of the tasklet (connectors ``_in`` and ``_out`` are pointers)."""
         raise NotImplementedError
+
+    def bytes_moved(self, spec: CommSpec) -> Optional[int]:
+        """Bytes sent to or from ranks other than rank 0 (None if only known at run time)."""
+        return spec.bytes_moved()
 
     def __repr__(self):
         return f"<solver {self.name}>"

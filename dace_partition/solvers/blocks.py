@@ -16,6 +16,23 @@ from .base import CommSpec, Solver
 _OP_CODES = {None: 0, "sum": 1, "prod": 2, "min": 3, "max": 4}
 
 
+def _arr(vals) -> str:
+    return "{" + ", ".join(f"(long long)({sym2cpp(v)})" for v in vals) + "}"
+
+
+def _block_fn(subset, coords) -> str:
+    """C++ lambda giving the block (start, count per dimension) of the rank at grid coordinates __c."""
+    lines = ["[&](const int *__c, long long *__s, long long *__n) {"]
+    for d, c in enumerate(coords):
+        if c:
+            lines.append(f"    const int {c} = __c[{d}];")
+    for j, (b, e, _) in enumerate(subset):
+        lines.append(f"    __s[{j}] = {sym2cpp(b)};")
+        lines.append(f"    __n[{j}] = ({sym2cpp(e)}) - ({sym2cpp(b)}) + 1;")
+    lines.append("}")
+    return "\n".join(lines)
+
+
 class BlockSolver(Solver):
     name = "blocks"
 
@@ -37,23 +54,17 @@ class BlockSolver(Solver):
             return ["MPI_Gatherv(grid, packed)", f"merge on rank 0 ({spec.op or 'one writer'})"]
         return ["MPI_Alltoallw(grid, to rank 0)"]
 
-    def emit(self, spec: CommSpec, node, gdesc, ldesc) -> str:
-        lines = ["[&](const int *__c, long long *__s, long long *__n) {"]
-        for d, c in enumerate(spec.coords):
-            if c:
-                lines.append(f"    const int {c} = __c[{d}];")
-        for j, (b, e, _) in enumerate(spec.subset):
-            lines.append(f"    __s[{j}] = {sym2cpp(b)};")
-            lines.append(f"    __n[{j}] = ({sym2cpp(e)}) - ({sym2cpp(b)}) + 1;")
-        lines.append("}")
-        fn = "\n".join(lines)
+    def bytes_moved(self, spec: CommSpec) -> Optional[int]:
+        if spec.direction == "scatter" and spec.accumulates and spec.may_overlap():
+            return 0  # identity fill: the prior value stays on rank 0
+        return spec.bytes_moved()
 
-        def arr(vals):
-            return "{" + ", ".join(f"(long long)({sym2cpp(v)})" for v in vals) + "}"
+    def emit(self, spec: CommSpec, node, gdesc, ldesc) -> str:
+        fn = _block_fn(spec.subset, spec.coords)
 
         nd = len(spec.subset)
-        decl = (f"const long long __gshape[] = {arr(gdesc.shape)}; const long long __gstr[] = {arr(gdesc.strides)};\n"
-                f"const long long __lshape[] = {arr(ldesc.shape)}; const long long __lstr[] = {arr(ldesc.strides)};\n")
+        decl = (f"const long long __gshape[] = {_arr(gdesc.shape)}; const long long __gstr[] = {_arr(gdesc.strides)};\n"
+                f"const long long __lshape[] = {_arr(ldesc.shape)}; const long long __lstr[] = {_arr(ldesc.strides)};\n")
         ctype = gdesc.dtype.ctype
         op = _OP_CODES[spec.op]
         if spec.direction == "scatter":
@@ -66,3 +77,13 @@ class BlockSolver(Solver):
             call = (f'dace_partition::gather_blocks<{ctype}>({node.grid_id}, "{spec.array}", _in, _out, {nd}, '
                     f"__gshape, __gstr, __lshape, __lstr, {fn}, {op}, {combine}, {acc});")
         return "{\n" + decl + call + "\n}"
+
+    def emit_redistribute(self, node, src_desc, dst_desc) -> str:
+        """Grid -> grid without rank 0 (see ``redistribute`` in the runtime header)."""
+        src_fn = _block_fn(node.src_subset, [c or None for c in node.src_coords])
+        dst_fn = _block_fn(node.subset, [c or None for c in node.coords])
+        op = _OP_CODES[node.op]
+        return ("{\n" f"const long long __sstr[] = {_arr(src_desc.strides)};\n"
+                f"const long long __dshape[] = {_arr(dst_desc.shape)}; const long long __dstr[] = {_arr(dst_desc.strides)};\n"
+                f'dace_partition::redistribute<{dst_desc.dtype.ctype}>("{node.array}", {len(node.subset)}, '
+                f"{node.src_grid_id}, {src_fn}, _in, __sstr, {node.grid_id}, {dst_fn}, _out, __dshape, __dstr, {op});\n}}")

@@ -139,6 +139,13 @@ class GridMappedSolver(Solver):
         op = spec.op if (spec.direction == "gather" or spec.accumulates) else None
         return mpi_calls(mapping, spec.direction, op)
 
+    def bytes_moved(self, spec: CommSpec) -> Optional[int]:
+        if spec.direction == "scatter":
+            # Bcast delivers every replica a copy; an accumulated output reaches only the first replica.
+            return spec.bytes_moved(distinct=spec.accumulates)
+        # Reduce: every replica sends; an un-conflicted write is sent by the first replica only.
+        return spec.bytes_moved(distinct=spec.op is None)
+
     def emit(self, spec: CommSpec, node, gdesc, ldesc) -> str:
         mapping = match(spec.array, spec.subset, spec.grid, spec.coords)
         ctype = gdesc.dtype.ctype

@@ -33,6 +33,11 @@ def _expansion_for(solver: Solver):
         def expansion(node, parent_state, parent_sdfg):
             ein = parent_state.in_edges(node)[0]
             eout = parent_state.out_edges(node)[0]
+            if node.direction == "redistribute":
+                src, dst = parent_sdfg.arrays[ein.data.data], parent_sdfg.arrays[eout.data.data]
+                code = solver.emit_redistribute(node, src, dst)
+                ptr = dace.pointer(dst.dtype)
+                return dace.nodes.Tasklet(node.name, {"_in": ptr}, {"_out": ptr}, code, language=dace.Language.CPP)
             gdesc = parent_sdfg.arrays[node.array]
             ldesc = parent_sdfg.arrays[(eout if node.direction == "scatter" else ein).data.data]
             code = solver.emit(node.spec(gdesc), node, gdesc, ldesc)

@@ -5,6 +5,7 @@
 #pragma once
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <complex>
 #include <functional>
@@ -215,10 +216,18 @@ inline MPI_Datatype block_type(MPI_Datatype base, const std::vector<DimMap> &dm)
     MPI_Type_get_extent(base, &lb, &ext);
     MPI_Datatype t = base;
     bool own = false;
+    long long contiguous = 1;  // elements `t` covers without gaps (0: not contiguous)
     for (int j = (int)dm.size() - 1; j >= 0; --j) {
         MPI_Datatype nt;
-        check(MPI_Type_create_hvector((int)dm[j].block, 1, (MPI_Aint)(dm[j].stride * ext), t, &nt),
-              "MPI_Type_create_hvector");
+        if (contiguous > 0 && dm[j].stride == contiguous) {
+            // Rows that follow each other in memory: a contiguous type lets MPI copy whole runs.
+            check(MPI_Type_contiguous((int)dm[j].block, t, &nt), "MPI_Type_contiguous");
+            contiguous *= dm[j].block;
+        } else {
+            check(MPI_Type_create_hvector((int)dm[j].block, 1, (MPI_Aint)(dm[j].stride * ext), t, &nt),
+                  "MPI_Type_create_hvector");
+            contiguous = 0;
+        }
         if (own) MPI_Type_free(&t);
         t = nt;
         own = true;
@@ -545,6 +554,118 @@ void gather_blocks(int gid, const char *array, const T *local_in, T *global, int
                 idx[j] = 0;
             }
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Redistribution between two grids without rank 0 (fused gather + scatter of an intermediate). Every
+// world rank computes every rank's source and destination block, sends each destination rank the
+// intersection with its own source block (packed, MPI_Alltoallv over MPI_COMM_WORLD), and unpacks.
+// With an operator, the source blocks are partial results and the destination combines every piece
+// (reduce-scatter); without one, among ranks holding the same source block only the first sends.
+// ---------------------------------------------------------------------------------------------------
+inline std::vector<Block> world_blocks(const std::vector<int> &dims, int ndim, const BlockFn &fn) {
+    long long size = 1;
+    for (int d : dims) size *= d;
+    std::vector<Block> out(world_size());
+    std::vector<int> c(dims.size() > 0 ? dims.size() : 1, 0);
+    for (int w = 0; w < (int)out.size(); ++w) {
+        out[w].start.assign(ndim, 0);
+        out[w].count.assign(ndim, 0);
+        if (w >= size) continue;  // not in this grid: holds nothing
+        long long rest = w;
+        for (int d = (int)dims.size() - 1; d >= 0; --d) {
+            c[d] = (int)(rest % dims[d]);
+            rest /= dims[d];
+        }
+        out[w].count.assign(ndim, 1);
+        if (ndim > 0) fn(c.data(), out[w].start.data(), out[w].count.data());
+    }
+    return out;
+}
+
+inline Block intersect(const Block &a, const Block &b) {
+    Block r;
+    size_t n = a.start.size();
+    r.start.assign(n, 0);
+    r.count.assign(n, 0);
+    for (size_t j = 0; j < n; ++j) {
+        long long lo = std::max(a.start[j], b.start[j]);
+        long long hi = std::min(a.start[j] + a.count[j], b.start[j] + b.count[j]);
+        r.start[j] = lo;
+        r.count[j] = hi > lo ? hi - lo : 0;
+    }
+    return r;
+}
+
+// Calls f(offset in `owner`'s local buffer) for every element of `box` in row-major order.
+template <typename F>
+void for_each(const Block &box, const Block &owner, const long long *lstrides, F f) {
+    long long n = box.elements();
+    int nd = (int)box.start.size();
+    std::vector<long long> idx(nd, 0);
+    for (long long i = 0; i < n; ++i) {
+        long long off = 0;
+        for (int j = 0; j < nd; ++j) off += (box.start[j] + idx[j] - owner.start[j]) * lstrides[j];
+        f(off);
+        for (int j = nd - 1; j >= 0; --j) {
+            if (++idx[j] < box.count[j]) break;
+            idx[j] = 0;
+        }
+    }
+}
+
+template <typename T>
+void redistribute(const char *array, int ndim, int src_gid, BlockFn src_fn, const T *src_local,
+                  const long long *src_lstrides, int dst_gid, BlockFn dst_fn, T *dst_local,
+                  const long long *dst_lshape, const long long *dst_lstrides, int op) {
+    int me = world_rank(), n = world_size();
+    std::vector<Block> src = world_blocks(grid(src_gid).dims, ndim, src_fn);
+    std::vector<Block> dst = world_blocks(grid(dst_gid).dims, ndim, dst_fn);
+    for (int j = 0; j < ndim; ++j)
+        if (dst[me].count[j] > dst_lshape[j]) fail("block of '%s' does not fit its local buffer", array);
+    // Without an operator, identical source blocks (replicas) send once: from the lowest rank.
+    std::vector<char> sends(n, 1);
+    if (op == OP_NONE)
+        for (int w = 0; w < n; ++w)
+            for (int v = 0; v < w && sends[w]; ++v)
+                if (src[v].start == src[w].start && src[v].count == src[w].count && src[v].elements() > 0) sends[w] = 0;
+    std::vector<int> scount(n, 0), sdispl(n, 0), rcount(n, 0), rdispl(n, 0);
+    long long stotal = 0, rtotal = 0;
+    for (int q = 0; q < n; ++q) {
+        long long k = sends[me] ? intersect(src[me], dst[q]).elements() : 0;
+        long long r = sends[q] ? intersect(src[q], dst[me]).elements() : 0;
+        if (stotal + k > std::numeric_limits<int>::max() || rtotal + r > std::numeric_limits<int>::max())
+            fail("redistribution of '%s' exceeds the MPI int count range", array);
+        scount[q] = (int)k;
+        sdispl[q] = (int)stotal;
+        rcount[q] = (int)r;
+        rdispl[q] = (int)rtotal;
+        stotal += k;
+        rtotal += r;
+    }
+    std::vector<T> sbuf((size_t)stotal), rbuf((size_t)rtotal);
+    for (int q = 0; q < n; ++q) {
+        if (!scount[q]) continue;
+        T *out = sbuf.data() + sdispl[q];
+        for_each(intersect(src[me], dst[q]), src[me], src_lstrides, [&](long long off) { *out++ = src_local[off]; });
+    }
+    MPI_Datatype base = mpi_type(dst_local);
+    check(MPI_Alltoallv(sbuf.data(), scount.data(), sdispl.data(), base, rbuf.data(), rcount.data(), rdispl.data(),
+                        base, MPI_COMM_WORLD),
+          "MPI_Alltoallv");
+    if (dst[me].elements() == 0) return;
+    if (op != OP_NONE) {
+        T v = identity<T>(op);
+        for_each(dst[me], dst[me], dst_lstrides, [&](long long off) { dst_local[off] = v; });
+    }
+    for (int q = 0; q < n; ++q) {
+        if (!rcount[q]) continue;
+        const T *in = rbuf.data() + rdispl[q];
+        for_each(intersect(src[q], dst[me]), dst[me], dst_lstrides, [&](long long off) {
+            dst_local[off] = op == OP_NONE ? *in : combine_values(dst_local[off], *in, op);
+            ++in;
+        });
     }
 }
 

@@ -1,0 +1,77 @@
+"""Communication fusion, no-op case: intermediates between kernels on the same grid stay distributed."""
+import numpy as np
+import pytest
+
+import dace_partition as dp
+import programs as P
+from conftest import lowered
+
+
+def mlp_inputs(rng):
+    return dict(x=rng.standard_normal((16, 8)), w1=rng.standard_normal((8, 12)), b1=rng.standard_normal(12),
+                w2=rng.standard_normal((12, 4)), b2=rng.standard_normal(4))
+
+
+def data_parallel(program, ranks):
+    return tuple((i, (ranks, ) + (1, ) * (len(m.params) - 1)) for i, m in enumerate(dp.maps(program.to_sdfg())))
+
+
+def comm(sdfg):
+    return [(e.direction, e.array) for k in dp.report(sdfg).kernels for e in k.comm]
+
+
+def test_mlp_data_parallel_has_no_communication_between_layers(rng):
+    sdfg = lowered(P.mlp, data_parallel(P.mlp, 4))
+    assert sorted(comm(sdfg)) == sorted([("scatter", "x"), ("scatter", "w1"), ("scatter", "b1"), ("scatter", "w2"),
+                                         ("scatter", "b2"), ("gather", "__return")])
+    for t in ("__tmp0", "__tmp1", "h", "__tmp3"):
+        assert t not in sdfg.arrays, f"intermediate {t} should not exist at global size any more"
+    a = mlp_inputs(rng)
+    ref = np.maximum(a["x"] @ a["w1"] + a["b1"], 0.0) @ a["w2"] + a["b2"]
+    np.testing.assert_allclose(dp.run(sdfg, 4, **a), ref, rtol=1e-12, atol=1e-12)
+
+
+def test_fusion_can_be_turned_off(rng):
+    sdfg = P.axpy_chain.to_sdfg()
+    sdfg.name = "t_axpy_nofuse"
+    dp.lower(sdfg, {m.name: (4, ) for m in dp.maps(sdfg)}, fuse=False)
+    assert ("gather", "__tmp0") in comm(sdfg) and ("scatter", "__tmp0") in comm(sdfg)
+    x, y = rng.standard_normal(40), rng.standard_normal(40)
+    np.testing.assert_allclose(dp.run(sdfg, 4, x=x, y=y), 2.0 * x + y, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("grids,kind", [(((4, ), (2, )), "redistribute"), (((4, ), (4, )), None),
+                                        (((2, ), (4, )), "redistribute")])
+def test_different_grids_redistribute_directly(rng, grids, kind):
+    """Different blocks: one direct grid-to-grid redistribution, nothing through rank 0."""
+    sdfg = lowered(P.axpy_chain, ((0, grids[0]), (1, grids[1])))
+    entries = comm(sdfg)
+    assert ("gather", "__tmp0") not in entries and ("scatter", "__tmp0") not in entries
+    assert (("redistribute", "__tmp0") in entries) == (kind == "redistribute")
+    if grids == ((4, ), (2, )):
+        # ranks 1, 2, 3 each send their 10 elements to another rank; rank 0 keeps its own
+        assert [e.bytes for k in dp.report(sdfg).kernels for e in k.comm if e.direction == "redistribute"] == [240]
+    x, y = rng.standard_normal(40), rng.standard_normal(40)
+    np.testing.assert_allclose(dp.run(sdfg, 4, x=x, y=y), 2.0 * x + y, rtol=1e-12, atol=1e-12)
+
+
+def test_partial_sums_are_reduced_on_the_way(rng):
+    """A matmul that splits its contraction leaves partial sums; the next kernel gets them combined
+    (reduce-scatter through one Alltoallv), not through a gather and a scatter."""
+    sdfg = lowered(P.mlp, ((1, (2, 1, 2)), (2, (4, 1)), (3, (4, 1)), (5, (4, 1, 1)), (6, (4, 1))))
+    red = [e for k in dp.report(sdfg).kernels for e in k.comm if e.direction == "redistribute"]
+    assert [(e.array, e.op) for e in red] == [("__tmp0", "sum")]
+    assert ("gather", "__tmp0") not in comm(sdfg)
+    a = mlp_inputs(rng)
+    ref = np.maximum(a["x"] @ a["w1"] + a["b1"], 0.0) @ a["w2"] + a["b2"]
+    np.testing.assert_allclose(dp.run(sdfg, 4, **a), ref, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("grids,ranks", [(((2, 2, 1), (4, 1, 1)), 4), (((2, 1, 2), (1, 2, 2)), 4),
+                                         (((2, 2, 2), (2, 1, 1)), 8)])
+def test_matmul_chain_on_different_grids(rng, grids, ranks):
+    """C = (A @ B) @ D, the two matmuls on different grids: the intermediate moves grid to grid."""
+    sdfg = lowered(P.matmul_chain, (("_MatMult_.gemm_map", grids[0]), ("_MatMult_.gemm_map_1", grids[1])))
+    assert ("redistribute", "__tmp0") in comm(sdfg)
+    a, b, d = rng.standard_normal((24, 16)), rng.standard_normal((16, 20)), rng.standard_normal((20, 12))
+    np.testing.assert_allclose(dp.run(sdfg, ranks, a=a, b=b, d=d), (a @ b) @ d, rtol=1e-11, atol=1e-11)
