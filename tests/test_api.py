@@ -55,3 +55,9 @@ def test_quickstart_example_under_mpiexec():
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.count("matches NumPy") == 2
     assert "DOES NOT MATCH" not in res.stdout
+
+
+def test_mlp_example_under_mpiexec():
+    res = mpi_script(os.path.join("examples", "mlp.py"), 4, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.count("matches NumPy") == 2

@@ -75,3 +75,17 @@ def test_matmul_chain_on_different_grids(rng, grids, ranks):
     assert ("redistribute", "__tmp0") in comm(sdfg)
     a, b, d = rng.standard_normal((24, 16)), rng.standard_normal((16, 20)), rng.standard_normal((20, 12))
     np.testing.assert_allclose(dp.run(sdfg, ranks, a=a, b=b, d=d), (a @ b) @ d, rtol=1e-11, atol=1e-11)
+
+
+def test_megatron_mlp_one_reduction(rng):
+    """First layer column-split, second row-split (Megatron): nothing moves between the layers; the
+    second layer's partial sums are reduced once."""
+    sdfg = lowered(P.mlp, (("_MatMult_.gemm_map", (1, 4, 1)), ("_Add__map", (1, 4)), ("_numpy_maximum__map", (1, 4)),
+                           ("_MatMult_.gemm_map_1", (1, 1, 4))))
+    entries = [e for k in dp.report(sdfg).kernels for e in k.comm]
+    assert {e.array for e in entries} == {"x", "w1", "b1", "w2", "__tmp3"}
+    reductions = [c for e in entries for c in e.calls if c.startswith("MPI_Reduce")]
+    assert reductions == ["MPI_Reduce(MPI_SUM, grid dims (2,))"]
+    a = mlp_inputs(rng)
+    ref = np.maximum(a["x"] @ a["w1"] + a["b1"], 0.0) @ a["w2"] + a["b2"]
+    np.testing.assert_allclose(dp.run(sdfg, 4, **a), ref, rtol=1e-12, atol=1e-12)
