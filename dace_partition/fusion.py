@@ -10,7 +10,8 @@ After rank tiling, a transient that one kernel produces and the next consumes ma
   grids directly, what each rank of B needs from each rank of A. Partial results (a write-conflict
   operator with several ranks per block) are combined on arrival (reduce-scatter).
 
-Either way ``T`` is never allocated at global size nor sent to rank 0.
+Either way ``T`` is never allocated at global size nor sent to rank 0. Likewise an input that the
+program never writes and that a later kernel needs in the same blocks on the same ranks is scattered once.
 """
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
@@ -71,7 +72,7 @@ class Fused:
     array: str
     producer: int
     consumer: int
-    kind: str  # "noop" or "redistribute"
+    kind: str  # "noop", "redistribute" or "reuse" (an input scattered once for two kernels)
     op: Optional[str] = None
     bytes: Optional[int] = None
 
@@ -105,8 +106,31 @@ def _redistribution_bytes(g, s, itemsize, partial: bool) -> Optional[int]:
     return total * itemsize
 
 
+def _same_blocks(a, b) -> bool:
+    """Whether two DistributedMemlets hold the same block on the same ranks (grid coordinates renamed)."""
+    ad, bd = _split_dims(a.grid, a.coords), _split_dims(b.grid, b.coords)
+    return ([x for x, _ in ad] == [x for x, _ in bd]
+            and same_subset(_renamed(b.subset, {bc: ac for (_, ac), (_, bc) in zip(ad, bd)}), a.subset))
+
+
+def _rename_data(sdfg: SDFG, old: str, new: str):
+    for st in ordered_states(sdfg):
+        for n in st.data_nodes():
+            if n.data == old:
+                n.data = new
+        for e in st.edges():
+            if e.data.data == old:
+                e.data.data = new
+    del sdfg.arrays[old]
+
+
+def _drop(state, dm):
+    """Removes a DistributedMemlet and its two access nodes."""
+    state.remove_nodes_from([e.src for e in state.in_edges(dm)] + [e.dst for e in state.out_edges(dm)] + [dm])
+
+
 def fuse_roundtrips(sdfg: SDFG) -> List[Fused]:
-    """Fuses gather/scatter pairs of transients (see the module docstring)."""
+    """Fuses gather/scatter pairs of transients, and repeated scatters of inputs (module docstring)."""
     fused: List[Fused] = []
     dms = _dms(sdfg)
     gathers = [(st, n) for st, n in dms if n.direction == "gather"]
@@ -117,43 +141,52 @@ def fuse_roundtrips(sdfg: SDFG) -> List[Fused]:
         if desc is None or not desc.transient or g.identity_fill:
             continue
         readers = [(st, x) for st, x in scatters if x.array == arr]
-        uses = _uses(sdfg, arr)
-        # T must be written only by this gather and read only by one scatter.
-        if len(readers) != 1 or len(uses) != 2:
-            continue
-        sst, s = readers[0]
-        if s.identity_fill:
+        # T must be written only by this gather and read only by scatters.
+        if not readers or len(_uses(sdfg, arr)) != 1 + len(readers) or any(x.identity_fill for _, x in readers):
             continue
         partial = g.op is not None and _replicas(g) > 1
-        gd, sd = _split_dims(g.grid, g.coords), _split_dims(s.grid, s.coords)
-        same = (not partial and [x for x, _ in gd] == [x for x, _ in sd]
-                and same_subset(_renamed(s.subset, {sc: gc for (_, gc), (_, sc) in zip(gd, sd)}), g.subset))
         local_a = gst.in_edges(g)[0].src.data
-        local_b = sst.out_edges(s)[0].dst.data
-        if same and sdfg.arrays[local_a].shape == sdfg.arrays[local_b].shape:
-            for st, n in ((gst, g), (sst, s)):
-                st.remove_nodes_from([e.src for e in st.in_edges(n)] + [e.dst for e in st.out_edges(n)] + [n])
-            for st in ordered_states(sdfg):
-                for n in st.data_nodes():
-                    if n.data == local_b:
-                        n.data = local_a
-                for e in st.edges():
-                    if e.data.data == local_b:
-                        e.data.data = local_a
-            del sdfg.arrays[local_b]
-            fused.append(Fused(arr, g.grid_id, s.grid_id, "noop"))
-        else:
-            nbytes = _redistribution_bytes(g, s, desc.dtype.bytes, partial)
-            gst.remove_nodes_from([e.src for e in gst.in_edges(g)] + [e.dst for e in gst.out_edges(g)] + [g])
-            t_node = sst.in_edges(s)[0].src
-            sst.remove_node(t_node)
-            s.direction = "redistribute"
-            s.src_subset, s.src_grid, s.src_grid_id, s.src_coords = g.subset, list(g.grid), g.grid_id, list(g.coords)
-            s.op = g.op if partial else None
-            s.implementation = "blocks"
-            sst.add_edge(sst.add_read(local_a), None, s, "_in", Memlet.from_array(local_a, sdfg.arrays[local_a]))
-            fused.append(Fused(arr, g.grid_id, s.grid_id, "redistribute", s.op, nbytes))
+        for sst, s in readers:
+            local_b = sst.out_edges(s)[0].dst.data
+            if (not partial and _same_blocks(g, s) and sdfg.arrays[local_a].shape == sdfg.arrays[local_b].shape):
+                _drop(sst, s)
+                _rename_data(sdfg, local_b, local_a)
+                fused.append(Fused(arr, g.grid_id, s.grid_id, "noop"))
+            else:
+                nbytes = _redistribution_bytes(g, s, desc.dtype.bytes, partial)
+                sst.remove_node(sst.in_edges(s)[0].src)
+                s.direction = "redistribute"
+                s.src_subset, s.src_grid, s.src_grid_id = g.subset, list(g.grid), g.grid_id
+                s.src_coords = list(g.coords)
+                s.op = g.op if partial else None
+                s.implementation = "blocks"
+                sst.add_edge(sst.add_read(local_a), None, s, "_in", Memlet.from_array(local_a, sdfg.arrays[local_a]))
+                fused.append(Fused(arr, g.grid_id, s.grid_id, "redistribute", s.op, nbytes))
+            scatters.remove((sst, s))
+        _drop(gst, g)
         if not _uses(sdfg, arr):
             del sdfg.arrays[arr]
-        scatters.remove((sst, s))
+    fused += _dedupe_scatters(sdfg, scatters)
     return fused
+
+
+def _dedupe_scatters(sdfg: SDFG, scatters) -> List[Fused]:
+    """An array that the program never writes, scattered again in the same blocks to the same ranks,
+    is read from the first scatter's local buffer instead."""
+    written = {n.data for st in ordered_states(sdfg) for n in st.data_nodes() if st.in_degree(n) > 0}
+    out = []
+    firsts = []
+    for st, s in scatters:
+        if s.identity_fill or s.array in written:
+            continue
+        local_b = st.out_edges(s)[0].dst.data
+        first = next(((fst, f) for fst, f in firsts if f.array == s.array and _same_blocks(f, s)
+                      and sdfg.arrays[fst.out_edges(f)[0].dst.data].shape == sdfg.arrays[local_b].shape), None)
+        if first is None:
+            firsts.append((st, s))
+            continue
+        local_a = first[0].out_edges(first[1])[0].dst.data
+        _drop(st, s)
+        _rename_data(sdfg, local_b, local_a)
+        out.append(Fused(s.array, first[1].grid_id, s.grid_id, "reuse"))
+    return out

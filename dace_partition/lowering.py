@@ -208,14 +208,17 @@ def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str =
         for f in fuse_roundtrips(sdfg):
             for plan, kr in plans:
                 k = plan.kernel.index
-                if k == f.producer:
+                if k == f.producer and f.kind != "reuse" and any(e.array == f.array and e.direction == "gather"
+                                                                  for e in kr.comm):
                     kr.comm = [e for e in kr.comm if not (e.array == f.array and e.direction == "gather")]
-                    kr.notes.append(f"'{f.array}' is not gathered to rank 0 (fused with the next kernel)")
+                    kr.notes.append(f"'{f.array}' is not gathered to rank 0 (fused with the next kernels)")
                 if k == f.consumer:
                     old = [e for e in kr.comm if e.array == f.array and e.direction == "scatter"]
                     kr.comm = [e for e in kr.comm if e not in old]
                     if f.kind == "noop":
                         kr.notes.append(f"reads '{f.array}' from the previous kernel's local buffer: no communication")
+                    elif f.kind == "reuse":
+                        kr.notes.append(f"reuses the blocks of input '{f.array}' scattered for an earlier kernel")
                     else:
                         calls = ["MPI_Alltoallv(world, packed)"] + ([f"combine ({f.op})"] if f.op else [])
                         kr.comm.insert(0, CommEntry(f.array, "redistribute", old[0].subset if old else "", "blocks",

@@ -134,3 +134,22 @@ def axpy_chain(x: dace.float64[40], y: dace.float64[40]):
 @dace.program
 def matmul_chain(a: dace.float64[24, 16], b: dace.float64[16, 20], d: dace.float64[20, 12]):
     return (a @ b) @ d
+
+
+@dace.program
+def softmax4(x: dace.float32[4, 4, 8, 16]):
+    """The thesis' softmax (8.1.3) on a small float32[B, H, S, S]."""
+    mx = np.max(x, axis=3)
+    e = np.exp(x - mx[:, :, :, np.newaxis])
+    s = np.sum(e, axis=3)
+    return e / s[:, :, :, np.newaxis]
+
+
+def fused_softmax4():
+    """softmax4 after DaCe's simplification and MapFusion, as the thesis fuses it before lowering."""
+    from dace.transformation.dataflow import MapFusion
+    sdfg = softmax4.to_sdfg()
+    sdfg.simplify()
+    sdfg.apply_transformations_repeated(MapFusion)
+    sdfg.simplify()
+    return sdfg

@@ -89,3 +89,15 @@ def test_megatron_mlp_one_reduction(rng):
     a = mlp_inputs(rng)
     ref = np.maximum(a["x"] @ a["w1"] + a["b1"], 0.0) @ a["w2"] + a["b2"]
     np.testing.assert_allclose(dp.run(sdfg, 4, **a), ref, rtol=1e-12, atol=1e-12)
+
+
+def test_fused_softmax_partitioned_along_three_dims(rng):
+    """Fused softmax on (2,2,2,1): only the input scatter and the output gather remain; x is scattered
+    once although two kernels read it, and e stays distributed although two kernels read it."""
+    sdfg = P.fused_softmax4()
+    sdfg.name = "t_fused_softmax4"
+    dp.lower(sdfg, {m.name: (2, 2, 2, 1) for m in dp.maps(sdfg) if len(m.params) == 4})
+    assert sorted(comm(sdfg)) == [("gather", "__return"), ("scatter", "x")]
+    x = rng.standard_normal((4, 4, 8, 16)).astype(np.float32)
+    e = np.exp(x - x.max(axis=3, keepdims=True))
+    np.testing.assert_allclose(dp.run(sdfg, 8, x=x), e / e.sum(axis=3, keepdims=True), rtol=1e-5, atol=1e-6)
