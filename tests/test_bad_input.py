@@ -137,3 +137,15 @@ def test_runtime_grid_check_aborts_every_rank():
     assert res.returncode != 0
     assert "needs 4 MPI ranks, but only 2 were started" in res.stderr
     assert time.time() - t < 60
+
+
+def test_build_error_on_rank0_raises_on_every_rank():
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(__file__))
+    t = time.time()
+    res = mpi_script(os.path.join(os.path.dirname(__file__), "mpi_scripts", "build_error.py"), 4, timeout=300,
+                     env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert sorted(l.split(" raised")[0] for l in res.stdout.splitlines() if "raised" in l) == \
+        [f"rank {r}" for r in range(4)]
+    assert "building 't_build_error' failed on rank 0" in res.stdout
+    assert time.time() - t < 240
