@@ -6,15 +6,18 @@
     dp.lower(sdfg, {"_Add__map": (2, 2)}) # map name -> process-grid shape
     out = dp.run(sdfg, 4, x=x, y=y)       # mpiexec -n 4, results of rank 0
 """
-from .errors import ScheduleError, UnsupportedPattern
-from .launch import Program, RunError, compile, load, run
+from .errors import FrontendError, ScheduleError, UnsupportedPattern
+from .frontend import from_onnx, from_torch, from_torch_train_step
+from .distributed_io import Layout, gather, layout, scatter
+from .launch import Program, RunError, bind, compile, load, run
 from .lowering import LoweringReport, lower, ranks_needed, report
-from .schedule import MapInfo, maps
+from .schedule import MapInfo, Replicated, maps, replicate
 from .solvers.base import CommSpec, Solver
 from .solvers.registry import register as register_solver
 
 __all__ = [
-    "maps", "lower", "compile", "run", "load", "report", "ranks_needed", "MapInfo", "LoweringReport", "Program",
-    "ScheduleError", "UnsupportedPattern", "RunError", "Solver", "CommSpec", "register_solver"
+    "maps", "replicate", "layout", "scatter", "gather", "Layout", "Replicated", "lower", "compile", "run", "load", "report", "ranks_needed", "MapInfo", "LoweringReport", "Program",
+    "ScheduleError", "UnsupportedPattern", "FrontendError", "RunError", "Solver", "CommSpec", "register_solver",
+    "bind", "from_onnx", "from_torch", "from_torch_train_step"
 ]
 __version__ = "0.1.0"

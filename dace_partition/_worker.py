@@ -1,4 +1,9 @@
-"""Entry point of the ranks started by ``dace_partition.run``: load, call, save rank 0's outputs."""
+"""Entry point of the ranks started by ``dace_partition.run``: load, call, save rank 0's outputs.
+
+For a program lowered with ``io="distributed"``, every rank reads the whole inputs, passes its own
+tiles (``Layout.scatter``), and the output tiles are joined on rank 0 (``Layout.gather``): the test
+harness's way of checking a distributed-io program against the single-process result.
+"""
 import os
 import sys
 
@@ -8,25 +13,63 @@ from mpi4py import MPI
 from .launch import load, written_arguments
 
 
-def main(folder, tmp):
-    comm = MPI.COMM_WORLD
-    prog = load(folder, comm)
-    inputs = {}
-    if comm.rank == 0:
-        with np.load(os.path.join(tmp, "inputs.npz"), allow_pickle=False) as f:
-            inputs = {k: (f[k].item() if f[k].ndim == 0 else f[k].copy()) for k in f.files}
-    result = prog(**inputs)
-    if comm.rank != 0:
-        return
+def _read(tmp):
+    with np.load(os.path.join(tmp, "inputs.npz"), allow_pickle=False) as f:
+        return {k: (f[k].item() if f[k].ndim == 0 else f[k].copy()) for k in f.files}
+
+
+def _pack(result, written):
     if result is None:
-        out = {k: inputs[k] for k in written_arguments(prog.sdfg) if k in inputs}
+        out = dict(written)
         out["__kind"] = np.array("none")
     elif isinstance(result, tuple):
         out = {f"__r{i}": np.asarray(r) for i, r in enumerate(result)}
         out.update(__kind=np.array("tuple"), __n=np.array(len(result)))
     else:
         out = {"__r0": np.asarray(result), "__kind": np.array("single")}
-    np.savez(os.path.join(tmp, "outputs.npz"), **out)
+    return out
+
+
+def _distributed(prog, comm, inputs):
+    lays = prog.layouts
+    syms = {k: v for k, v in inputs.items() if isinstance(v, (int, np.integer))}
+    local = {k: (lays[k].scatter(v, comm.rank, **syms) if k in lays else v) for k, v in inputs.items()}
+    result = prog(**local)
+    results = result if isinstance(result, tuple) else (result, )
+    names = ["__return"] if not isinstance(result, tuple) else [f"__return_{i}" for i in range(len(results))]
+    joined = []
+    for name, r in zip(names, results):
+        if r is None:
+            continue
+        tiles = comm.gather(np.asarray(r), root=0)
+        if comm.rank == 0:
+            joined.append(lays[name].gather(tiles, **syms) if name in lays else tiles[0])
+    written = {}
+    for k in written_arguments(prog.sdfg):
+        if k in local:
+            tiles = comm.gather(local[k], root=0)
+            if comm.rank == 0:
+                written[k] = lays[k].gather(tiles, **syms) if k in lays else tiles[0]
+    if comm.rank != 0:
+        return None
+    if result is None:
+        return _pack(None, written)
+    return _pack(tuple(joined) if isinstance(result, tuple) else joined[0], written)
+
+
+def main(folder, tmp):
+    comm = MPI.COMM_WORLD
+    prog = load(folder, comm)
+    if prog.layouts:
+        out = _distributed(prog, comm, _read(tmp))
+    else:
+        inputs = _read(tmp) if comm.rank == 0 else {}
+        result = prog(**inputs)
+        out = None
+        if comm.rank == 0:
+            out = _pack(result, {k: inputs[k] for k in written_arguments(prog.sdfg) if k in inputs})
+    if comm.rank == 0:
+        np.savez(os.path.join(tmp, "outputs.npz"), **out)
 
 
 if __name__ == "__main__":

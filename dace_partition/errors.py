@@ -14,3 +14,10 @@ class UnsupportedPattern(ValueError):
     def __init__(self, array, subset, reason):
         self.array, self.subset, self.reason = array, subset, reason
         super().__init__(f"cannot distribute array '{array}' with subset [{subset}]: {reason}")
+
+
+class FrontendError(ValueError):
+    """A model the front ends cannot translate: an unsupported operator or a dynamic shape.
+
+    The message names the operator (or tensor) and the graph node it belongs to.
+    """

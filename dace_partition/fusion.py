@@ -6,9 +6,12 @@ After rank tiling, a transient that one kernel produces and the next consumes ma
 * nothing, when both kernels run on grids of the same shape (so the same ranks, with the same
   coordinates) and both sides hold the same block (the same constraint up to renaming of grid
   coordinates): kernel B reads ``local_A`` directly;
+* partial results (a write-conflict operator with several ranks per block) that every holder needs
+  combined, in the same blocks on the same ranks (a consumer scheduled with ``replicate``): one
+  ``MPI_Allreduce`` on the reduction sub-grid (the Megatron pattern);
 * otherwise one ``redistribute`` DistributedMemlet ``local_A -> local_B`` that moves, between the two
-  grids directly, what each rank of B needs from each rank of A. Partial results (a write-conflict
-  operator with several ranks per block) are combined on arrival (reduce-scatter).
+  grids directly, what each rank of B needs from each rank of A. Partial results are combined on
+  arrival (reduce-scatter).
 
 Either way ``T`` is never allocated at global size nor sent to rank 0. Likewise an input that the
 program never writes and that a later kernel needs in the same blocks on the same ranks is scattered once.
@@ -72,9 +75,11 @@ class Fused:
     array: str
     producer: int
     consumer: int
-    kind: str  # "noop", "redistribute" or "reuse" (an input scattered once for two kernels)
+    kind: str  # "noop", "allreduce", "redistribute" or "reuse" (an input scattered once for two kernels)
     op: Optional[str] = None
     bytes: Optional[int] = None
+    solver: str = "blocks"
+    calls: Tuple[str, ...] = ()
 
 
 def _world_blocks(dm, subset, grid, coords, world):
@@ -104,6 +109,38 @@ def _redistribution_bytes(g, s, itemsize, partial: bool) -> Optional[int]:
                     n *= max(0, min(a + m, b + k) - max(a, b))
                 total += n
     return total * itemsize
+
+
+def _allreduce_dims(sdfg: SDFG, g, s, local_a: str, local_b: str) -> Optional[List[int]]:
+    """Source grid dimensions to MPI_Allreduce over, when ``s`` needs exactly the blocks ``g`` holds as
+    partial results, on the same ranks, in local buffers of the same contiguous shape; else None."""
+    if grid_size(g.grid) != grid_size(s.grid):
+        return None
+    world = grid_size(g.grid)
+    src = _world_blocks(g, g.subset, g.grid, g.coords, world)
+    dst = _world_blocks(s, s.subset, s.grid, s.coords, world)
+    a, b = sdfg.arrays[local_a], sdfg.arrays[local_b]
+    if src is None or src != dst or tuple(a.shape) != tuple(b.shape) or a.strides != b.strides:
+        return None
+    if a.strides != dace.data.Array(a.dtype, a.shape).strides:
+        return None
+    used = {str(f) for x, y, _ in g.subset for f in sympy.sympify(x).free_symbols | sympy.sympify(y).free_symbols}
+    return [d for d, (n, c) in enumerate(zip(g.grid, g.coords)) if n > 1 and c not in used]
+
+
+def _allreduce_bytes(g, itemsize) -> Optional[int]:
+    """Bandwidth lower bound of the allreduces: 2 (p-1)/p of the block per member, p = group size."""
+    blocks = _world_blocks(g, g.subset, g.grid, g.coords, grid_size(g.grid))
+    if blocks is None:
+        return None
+    p = _replicas(g)
+    total = 0
+    for _, count in blocks:
+        n = 1
+        for c in count:
+            n *= c
+        total += (2 * (p - 1) * n * itemsize) // p
+    return total
 
 
 def _same_blocks(a, b) -> bool:
@@ -153,15 +190,24 @@ def fuse_roundtrips(sdfg: SDFG) -> List[Fused]:
                 _rename_data(sdfg, local_b, local_a)
                 fused.append(Fused(arr, g.grid_id, s.grid_id, "noop"))
             else:
-                nbytes = _redistribution_bytes(g, s, desc.dtype.bytes, partial)
+                dims = _allreduce_dims(sdfg, g, s, local_a, local_b) if partial else None
                 sst.remove_node(sst.in_edges(s)[0].src)
                 s.direction = "redistribute"
                 s.src_subset, s.src_grid, s.src_grid_id = g.subset, list(g.grid), g.grid_id
                 s.src_coords = list(g.coords)
                 s.op = g.op if partial else None
-                s.implementation = "blocks"
+                if dims:
+                    s.reduce_dims = dims
+                    s.implementation = "grid_mapped"
+                    f = Fused(arr, g.grid_id, s.grid_id, "allreduce", s.op, _allreduce_bytes(g, desc.dtype.bytes),
+                              "grid_mapped", (f"MPI_Allreduce(MPI_{s.op.upper()}, grid dims {tuple(dims)})", ))
+                else:
+                    s.implementation = "blocks"
+                    f = Fused(arr, g.grid_id, s.grid_id, "redistribute", s.op,
+                              _redistribution_bytes(g, s, desc.dtype.bytes, partial), "blocks",
+                              ("MPI_Alltoallv(world, packed)", ) + ((f"combine ({s.op})", ) if s.op else ()))
                 sst.add_edge(sst.add_read(local_a), None, s, "_in", Memlet.from_array(local_a, sdfg.arrays[local_a]))
-                fused.append(Fused(arr, g.grid_id, s.grid_id, "redistribute", s.op, nbytes))
+                fused.append(f)
             scatters.remove((sst, s))
         _drop(gst, g)
         if not _uses(sdfg, arr):

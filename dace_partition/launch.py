@@ -29,6 +29,38 @@ class RunError(RuntimeError):
     """A distributed run failed on some rank (its message is included) or timed out."""
 
 
+_BOUND_FILE = "dace_partition_bound.npz"
+
+
+def bind(sdfg: SDFG, **values):
+    """Stores argument values with the SDFG (a module's weights), so callers pass only the other inputs.
+
+    Bound values travel with the build folder, so :func:`compile`, :func:`load` and :func:`run` all use
+    them; an argument given explicitly at a call overrides its bound value.
+    """
+    bound = dict(getattr(sdfg, "_dp_bound", None) or {})
+    bound.update({k: np.asarray(v) for k, v in values.items()})
+    sdfg._dp_bound = bound
+    return sdfg
+
+
+def bound_values(sdfg: SDFG) -> Dict[str, np.ndarray]:
+    return dict(getattr(sdfg, "_dp_bound", None) or {})
+
+
+def as_array(value):
+    """NumPy view of an argument (torch tensors included, without importing torch)."""
+    if hasattr(value, "detach") and hasattr(value, "numpy"):
+        return value.detach().cpu().numpy()
+    return value
+
+
+def _with_bound(bound, kwargs):
+    merged = {k: v for k, v in bound.items() if k not in kwargs}
+    merged.update({k: as_array(v) for k, v in kwargs.items()})
+    return merged
+
+
 def mpi_environment(env=None) -> Dict[str, str]:
     """Environment under which CMake finds MPI and mpiexec starts: the Python environment's bin/ on PATH
     and MPI_HOME pointing at it when it carries the mpich wheel (a system MPI is used otherwise)."""
@@ -67,7 +99,7 @@ def build(sdfg: SDFG) -> str:
     digest = hashlib.sha1(str(sdfg.to_json()).encode()).hexdigest()
     cached = getattr(sdfg, "_dp_build", None)
     if cached and cached[0] == digest and glob.glob(os.path.join(cached[1], "build", "lib*")):
-        return cached[1]
+        return _save_bound(sdfg, cached[1])
     _prepare_build_environment()
     from .cuda_build import cuda_config, uses_gpu
     # The saved program.sdfg need not carry the expansion history (the ranks only load the library).
@@ -79,7 +111,17 @@ def build(sdfg: SDFG) -> str:
         else:
             sdfg.compile(return_program_handle=False)
     sdfg._dp_build = (digest, sdfg.build_folder)
-    return sdfg.build_folder
+    return _save_bound(sdfg, sdfg.build_folder)
+
+
+def _save_bound(sdfg: SDFG, folder: str) -> str:
+    bound = bound_values(sdfg)
+    path = os.path.join(folder, _BOUND_FILE)
+    if bound:
+        np.savez(path, **bound)
+    elif os.path.exists(path):
+        os.remove(path)
+    return folder
 
 
 def _wait(comm, poll=0.02):
@@ -92,15 +134,25 @@ def _wait(comm, poll=0.02):
 class Program:
     """A lowered program loaded on every rank of an MPI job. Call it on every rank; pass inputs on rank 0."""
 
-    def __init__(self, compiled, comm):
+    def __init__(self, compiled, comm, bound=None):
         self.compiled = compiled
         self.sdfg = compiled.sdfg
         self.comm = comm
+        self.bound = bound or {}
+
+    @property
+    def layouts(self):
+        """Tiles of the arguments, for a program lowered with ``io="distributed"`` (else empty)."""
+        from .distributed_io import layouts
+        return layouts(self.sdfg)
 
     def __call__(self, **kwargs):
+        if self.layouts:
+            return self._call_distributed(kwargs)
         comm = self.comm
         meta = None
         if comm.rank == 0:
+            kwargs = _with_bound(self.bound, kwargs)
             try:
                 meta = ("ok", describe_inputs(self.sdfg, kwargs))
             except Exception as e:  # reported on every rank, so no rank waits forever
@@ -114,6 +166,25 @@ class Program:
                 kwargs[name] = np.empty(value[0], dtype=value[1]) if kind == "array" else value
         result = self.compiled(**kwargs)
         return result if comm.rank == 0 else None
+
+    def _call_distributed(self, kwargs):
+        """io="distributed": every rank passes its own tiles and gets its own results back. The arguments
+        are checked on every rank, and a mistake on any rank is raised on all of them."""
+        lays = self.layouts
+        kwargs = {k: as_array(v) for k, v in kwargs.items()}
+        syms = _syms(kwargs)
+        for k, v in self.bound.items():  # bound weights are whole arrays: each rank takes its tile
+            if k not in kwargs:
+                kwargs[k] = lays[k].scatter(v, self.comm.rank, **syms) if k in lays else v
+        try:
+            describe_inputs(self.sdfg, kwargs)
+            error = None
+        except Exception as e:
+            error = f"rank {self.comm.rank}: {type(e).__name__}: {e}"
+        errors = [e for e in self.comm.allgather(error) if e]
+        if errors:
+            raise ValueError("inputs rejected: " + "; ".join(errors))
+        return self.compiled(**kwargs)
 
 
 def describe_inputs(sdfg: SDFG, kwargs) -> Dict[str, tuple]:
@@ -176,7 +247,12 @@ def load(build_folder: str, comm=None) -> Program:
     from mpi4py import MPI
     from dace.sdfg.utils import load_precompiled_sdfg
     comm = comm or MPI.COMM_WORLD
-    return Program(load_precompiled_sdfg(build_folder), comm)
+    bound = {}
+    path = os.path.join(build_folder, _BOUND_FILE)
+    if os.path.exists(path):
+        with np.load(path, allow_pickle=False) as f:
+            bound = {k: f[k].copy() for k in f.files}
+    return Program(load_precompiled_sdfg(build_folder), comm, bound)
 
 
 def written_arguments(sdfg: SDFG):
@@ -191,6 +267,23 @@ def written_arguments(sdfg: SDFG):
     return names
 
 
+def _check_run_inputs(sdfg: SDFG, inputs):
+    """``run`` takes whole arrays; for io="distributed" programs, those with a layout are checked
+    against its global shape (the worker cuts them into tiles)."""
+    from .distributed_io import layouts
+    lays = layouts(sdfg)
+    syms = _syms(inputs)
+    local = dict(inputs)
+    for name, lay in lays.items():
+        if name in inputs:
+            arr = np.asarray(inputs[name])
+            shape = tuple(lay._eval(x, syms) for x in lay.shape)
+            if arr.shape != shape:
+                raise ValueError(f"argument '{name}' has shape {arr.shape}, expected {shape}")
+            local[name] = lay.scatter(arr, 0, **syms)
+    describe_inputs(sdfg, local)
+
+
 def run(sdfg: SDFG, ranks: int, timeout: float = 300, **inputs):
     """Runs a lowered SDFG under ``mpiexec -n ranks`` and returns rank 0's outputs.
 
@@ -203,7 +296,8 @@ def run(sdfg: SDFG, ranks: int, timeout: float = 300, **inputs):
     if ranks < need:
         raise ScheduleError(f"'{sdfg.name}' needs {need} MPI ranks (its largest process grid), but run() was "
                             f"asked for {ranks}")
-    describe_inputs(sdfg, inputs)
+    inputs = {k: as_array(v) for k, v in inputs.items()}
+    _check_run_inputs(sdfg, _with_bound(bound_values(sdfg), inputs))
     folder = build(sdfg)
     with tempfile.TemporaryDirectory(prefix="dace_partition_") as tmp:
         np.savez(os.path.join(tmp, "inputs.npz"), **{k: np.asarray(v) for k, v in inputs.items()})

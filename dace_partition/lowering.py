@@ -83,6 +83,7 @@ class LoweringReport:
     program: str
     ranks_needed: int
     kernels: List[KernelReport] = field(default_factory=list)
+    io: str = "root"
 
     def __str__(self):
         head = f"dace-partition lowering of '{self.program}' (needs {self.ranks_needed} MPI rank(s))"
@@ -117,7 +118,8 @@ def _exit_code(sdfg: SDFG) -> str:
     return block.as_string if block is not None else ""
 
 
-def lower(sdfg: SDFG, schedule, *, solvers=None, fuse: bool = True, device: str = "cpu", verbose: bool = False) -> SDFG:
+def lower(sdfg: SDFG, schedule, *, solvers=None, fuse: bool = True, device: str = "cpu", io: str = "root",
+          verbose: bool = False) -> SDFG:
     """Transforms ``sdfg`` in place into an SPMD program and returns it.
 
     ``schedule`` maps maps (names from :func:`maps`, ``MapInfo``, ``Map`` or ``MapEntry`` objects) to
@@ -126,15 +128,21 @@ def lower(sdfg: SDFG, schedule, *, solvers=None, fuse: bool = True, device: str 
     (default: grid_mapped, blocks, then registered plug-ins). ``fuse`` removes round trips of
     intermediates through rank 0 where both kernels hold the same blocks (thesis 4.5). Every error is
     raised before the SDFG changes.
+
+    ``io="root"`` (default): the program takes and returns whole arrays on rank 0. ``io="distributed"``:
+    every rank passes and gets back only its tiles of the arguments the partitioned kernels touch
+    (see :func:`dace_partition.layout`), and nothing passes through rank 0.
     """
     if is_lowered(sdfg):
         raise ScheduleError(f"SDFG '{sdfg.name}' has already been lowered")
     if device not in ("cpu", "gpu"):
         raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
+    if io not in ("root", "distributed"):
+        raise ValueError(f"io must be 'root' or 'distributed', got {io!r}")
     grids = resolve(discover(sdfg), schedule)
     order = resolve_solvers(solvers)
-    _lower(copy.deepcopy(sdfg), grids, order, device, fuse)  # dry run: errors surface before the SDFG changes
-    rep = _lower(sdfg, grids, order, device, fuse)
+    _lower(copy.deepcopy(sdfg), grids, order, device, fuse, io)  # dry run: errors surface before the SDFG changes
+    rep = _lower(sdfg, grids, order, device, fuse, io)
     _REPORTS[sdfg] = rep
     if verbose:
         print(rep)
@@ -142,7 +150,7 @@ def lower(sdfg: SDFG, schedule, *, solvers=None, fuse: bool = True, device: str 
 
 
 def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str = "cpu",
-           fuse: bool = True) -> LoweringReport:
+           fuse: bool = True, io: str = "root") -> LoweringReport:
     _split_states(sdfg)
     kernels = discover(sdfg)
     expanded = _expand_uneven_library_nodes(sdfg, kernels, grids)
@@ -159,7 +167,7 @@ def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str =
             plan = plan_map_kernel(sdfg, k, grids[k.maps[0].name])
         else:
             plan = plan_nested_kernel(sdfg, k, grids)
-        kr = KernelReport(plan.principal if k.kind != "map" else k.label, k.kind, plan.grid)
+        kr = KernelReport(plan.principal if k.kind != "map" else k.maps[0].name, k.kind, plan.grid)
         if k.kind == "nested" and k.label in expanded:
             kr.notes.append("uneven tiles: the library node was replaced by its pure expansion, so no rank "
                             "computes on the padding of its local buffers")
@@ -220,9 +228,10 @@ def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str =
                     elif f.kind == "reuse":
                         kr.notes.append(f"reuses the blocks of input '{f.array}' scattered for an earlier kernel")
                     else:
-                        calls = ["MPI_Alltoallv(world, packed)"] + ([f"combine ({f.op})"] if f.op else [])
-                        kr.comm.insert(0, CommEntry(f.array, "redistribute", old[0].subset if old else "", "blocks",
-                                                    calls, f.op, [], f.bytes))
+                        kr.comm.insert(0, CommEntry(f.array, "redistribute", old[0].subset if old else "", f.solver,
+                                                    list(f.calls), f.op, [], f.bytes))
+    if io == "distributed":
+        _localize(sdfg, rep, plans)
     root_states = []
     for st in ordered_states(sdfg):
         if st in comm_states or st in guarded or st.number_of_nodes() == 0:
@@ -238,6 +247,27 @@ def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str =
     sdfg.append_exit_code("dace_partition::free_grids();\n")
     sdfg.append_exit_code(_MARK.format(rep.ranks_needed))
     return rep
+
+
+def _localize(sdfg: SDFG, rep: LoweringReport, plans):
+    from .distributed_io import localize_arguments
+    _, changes = localize_arguments(sdfg)
+    rep.io = "distributed"
+    for name, info in changes.items():
+        for plan, kr in plans:
+            k = plan.kernel.index
+            old = [e for e in kr.comm if e.array == name and e.direction in ("scatter", "gather")]
+            kr.comm = [e for e in kr.comm if e not in old]
+            if k == info.grid_id:
+                kr.notes.append(f"'{name}' is a rank-local argument (io='distributed')")
+                if info.allreduce:
+                    kr.comm.append(CommEntry(name, "allreduce", old[-1].subset, "grid_mapped", [info.allreduce[0]],
+                                             old[-1].op, [], info.allreduce[1]))
+            elif k in dict(info.redistributed):
+                kr.comm.insert(0, CommEntry(name, "redistribute", old[0].subset if old else "", "blocks",
+                                            ["MPI_Alltoallv(world, packed)"], None, [], dict(info.redistributed)[k]))
+            elif old:
+                kr.notes.append(f"reads the tiles of rank-local argument '{name}': no communication")
 
 
 def _uneven(plan: KernelPlan) -> bool:
@@ -358,7 +388,8 @@ def _apply_plan(sdfg: SDFG, plan: KernelPlan, chosen):
         if c and c not in sdfg.symbols:
             sdfg.add_symbol(c, dace.int32)
     if k.kind == "map":
-        RankTileMap.apply_to(sdfg, options={"grid": list(plan.grid), "coords": [c or "" for c in plan.coords]},
+        n = len(k.node.map.params)  # a replica dimension (past the parameters) tiles nothing
+        RankTileMap.apply_to(sdfg, options={"grid": list(plan.grid[:n]), "coords": [c or "" for c in plan.coords[:n]]},
                              map_entry=k.node)
     elif k.kind == "nested":
         _tile_body(plan)

@@ -223,7 +223,39 @@ def resolve(kernels: List[Kernel], schedule) -> Dict[str, Tuple[int, ...]]:
     return out
 
 
+@dataclass(frozen=True)
+class Replicated:
+    """A map grid whose every tile is computed by ``copies`` groups of ranks (see :func:`replicate`)."""
+    grid: Tuple[int, ...]
+    copies: int
+
+    def __str__(self):
+        return f"replicate({self.grid}, {self.copies})"
+
+
+def replicate(grid, copies: int) -> Replicated:
+    """Schedule value: tile a map by ``grid`` and run every tile on ``copies`` groups of ranks.
+
+    This is JAX's "mesh axis that shards nothing": the copies read the same data and write the same
+    values, so a consumer of partial sums scheduled this way gets them by ``MPI_Allreduce``, and each
+    copy keeps what it computed for the next kernel on the same grid. The replica dimension is the
+    fastest-varying (last) dimension of the process grid.
+    """
+    if isinstance(grid, int) and not isinstance(grid, bool):
+        grid = (grid, )
+    if isinstance(copies, bool) or not isinstance(copies, int) or copies < 1:
+        raise ScheduleError(f"replicate(): copies must be a positive integer, got {copies!r}")
+    return Replicated(tuple(grid), copies)
+
+
 def check_grid(info: MapInfo, grid) -> Tuple[int, ...]:
+    """The process grid of a scheduled map: one entry per parameter (a replicated grid has one more)."""
+    if isinstance(grid, Replicated):
+        if info.kernel.kind != "map":
+            raise ScheduleError(f"replicate() is given for '{info.name}', a map inside "
+                                f"'{info.kernel.label}'; only top-level maps can be replicated")
+        tiles = check_grid(info, grid.grid)
+        return tiles + (grid.copies, ) if grid.copies > 1 else tiles
     if isinstance(grid, int) and not isinstance(grid, bool):
         grid = (grid, )
     try:

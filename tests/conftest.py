@@ -13,6 +13,12 @@ import dace_partition as dp  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _grid_tag(grid):
+    if isinstance(grid, dp.Replicated):
+        return "x".join(map(str, grid.grid)) + f"r{grid.copies}"
+    return "x".join(map(str, grid))
+
+
 @functools.lru_cache(maxsize=None)
 def lowered(program, schedule_items, tag=""):
     """Lowers (and builds once) ``program`` with a schedule given as a tuple of (map index or name, grid).
@@ -24,7 +30,7 @@ def lowered(program, schedule_items, tag=""):
     schedule = {}
     for key, grid in schedule_items:
         schedule[infos[key].name if isinstance(key, int) else key] = grid
-    grids = "_".join("x".join(map(str, g)) for _, g in schedule_items) or "none"
+    grids = "_".join(_grid_tag(g) for _, g in schedule_items) or "none"
     sdfg.name = f"t_{program.name}_{grids}{tag}"
     dp.lower(sdfg, schedule)
     return sdfg

@@ -153,3 +153,15 @@ def fused_softmax4():
     sdfg.apply_transformations_repeated(MapFusion)
     sdfg.simplify()
     return sdfg
+
+
+@dace.program
+def two_readers(x: dace.float64[40]):
+    """x is read in two different blocks by two kernels (the second one reversed)."""
+    y = np.ndarray([40], dace.float64)
+    for i in dace.map[0:40]:
+        y[i] = 2.0 * x[i]
+    out = np.ndarray([40], dace.float64)
+    for i in dace.map[0:40]:
+        out[i] = y[i] + x[39 - i]
+    return out

@@ -77,14 +77,29 @@ def test_matmul_chain_on_different_grids(rng, grids, ranks):
     np.testing.assert_allclose(dp.run(sdfg, ranks, a=a, b=b, d=d), (a @ b) @ d, rtol=1e-11, atol=1e-11)
 
 
-def test_megatron_mlp_one_reduction(rng):
+def test_megatron_mlp_one_allreduce(rng):
     """First layer column-split, second row-split (Megatron): nothing moves between the layers; the
-    second layer's partial sums are reduced once."""
+    second layer's partial sums reach the replicated bias add by exactly one MPI_Allreduce."""
+    sdfg = lowered(P.mlp, (("_MatMult_.gemm_map", (1, 4, 1)), ("_Add__map", (1, 4)), ("_numpy_maximum__map", (1, 4)),
+                           ("_MatMult_.gemm_map_1", (1, 1, 4)), ("_Add__map_1", dp.replicate((1, 1), 4))))
+    entries = [e for k in dp.report(sdfg).kernels for e in k.comm]
+    assert {e.array for e in entries} == {"x", "w1", "b1", "w2", "b2", "__tmp3", "__return"}
+    calls = [c for e in entries for c in e.calls]
+    assert [c for c in calls if "educe" in c] == ["MPI_Allreduce(MPI_SUM, grid dims (2,))"]
+    assert not any("Gather" in c or "Alltoall" in c for c in calls)
+    (red, ) = [e for e in entries if e.direction == "redistribute"]
+    assert red.array == "__tmp3" and red.bytes == 4 * 2 * 3 * 16 * 4 * 8 // 4  # 2(p-1)/p of 16x4 doubles per rank
+    a = mlp_inputs(rng)
+    ref = np.maximum(a["x"] @ a["w1"] + a["b1"], 0.0) @ a["w2"] + a["b2"]
+    np.testing.assert_allclose(dp.run(sdfg, 4, **a), ref, rtol=1e-12, atol=1e-12)
+
+
+def test_megatron_mlp_without_replication_reduces_to_rank_0(rng):
+    """The same schedule with the bias add left to rank 0: the partial sums are reduced once, to rank 0."""
     sdfg = lowered(P.mlp, (("_MatMult_.gemm_map", (1, 4, 1)), ("_Add__map", (1, 4)), ("_numpy_maximum__map", (1, 4)),
                            ("_MatMult_.gemm_map_1", (1, 1, 4))))
     entries = [e for k in dp.report(sdfg).kernels for e in k.comm]
-    assert {e.array for e in entries} == {"x", "w1", "b1", "w2", "__tmp3"}
-    reductions = [c for e in entries for c in e.calls if c.startswith("MPI_Reduce")]
+    reductions = [c for e in entries for c in e.calls if "Reduce" in c]
     assert reductions == ["MPI_Reduce(MPI_SUM, grid dims (2,))"]
     a = mlp_inputs(rng)
     ref = np.maximum(a["x"] @ a["w1"] + a["b1"], 0.0) @ a["w2"] + a["b2"]

@@ -159,3 +159,12 @@ class GridMappedSolver(Solver):
             return (f"dace_partition::scatter<{ctype}>({node.grid_id}, _in, _out, {dimlist}, "
                     f"{1 if spec.accumulates else 0}, {op});")
         return f"dace_partition::gather<{ctype}>({node.grid_id}, _in, _out, {dimlist}, {op});"
+
+    def emit_redistribute(self, node, src_desc, dst_desc) -> str:
+        """Partial sums into the same blocks on the same ranks: ``MPI_Allreduce`` on the reduction sub-grid."""
+        if not node.reduce_dims or node.op is None:
+            raise ValueError(f"grid_mapped redistributes only partial results into equal blocks ({node})")
+        keep = sum(1 << d for d in node.reduce_dims)
+        count = " * ".join(f"(long long)({sym2cpp(s)})" for s in dst_desc.shape) or "1"
+        return (f'dace_partition::allreduce<{dst_desc.dtype.ctype}>("{node.array}", {node.src_grid_id}, {keep}u, '
+                f"_in, _out, {count}, {_OP_CODES[node.op]});")

@@ -669,5 +669,17 @@ void redistribute(const char *array, int ndim, int src_gid, BlockFn src_fn, cons
     }
 }
 
+// ---------------------------------------------------------------------------------------------------
+// Partial results that every holder needs combined (fusion into a replicated consumer): one
+// MPI_Allreduce over the sub-grid of the source grid's reduction dimensions (bits of `keep`).
+// ---------------------------------------------------------------------------------------------------
+template <typename T>
+void allreduce(const char *array, int gid, unsigned keep, const T *in, T *out, long long count, int op) {
+    Grid &g = grid(gid);
+    if (!g.member) return;
+    if (count > std::numeric_limits<int>::max()) fail("allreduce of '%s' exceeds the MPI int count range", array);
+    check(MPI_Allreduce(in, out, (int)count, mpi_type(out), mpi_op(op), g.sub(keep)), "MPI_Allreduce");
+}
+
 }  // namespace dace_partition
 }  // namespace

@@ -1,0 +1,92 @@
+"""io="distributed": every rank passes and gets back only its tiles; nothing passes through rank 0."""
+import numpy as np
+import pytest
+
+import dace_partition as dp
+import programs as P
+from conftest import lowered
+from test_fusion import data_parallel, mlp_inputs
+
+MEGATRON = (("_MatMult_.gemm_map", (1, 4, 1)), ("_Add__map", (1, 4)), ("_numpy_maximum__map", (1, 4)),
+            ("_MatMult_.gemm_map_1", (1, 1, 4)), ("_Add__map_1", dp.replicate((1, 1), 4)))
+
+
+def entries(sdfg):
+    return [e for k in dp.report(sdfg).kernels for e in k.comm]
+
+
+def mlp_reference(a):
+    return np.maximum(a["x"] @ a["w1"] + a["b1"], 0.0) @ a["w2"] + a["b2"]
+
+
+def distributed(program, schedule, tag):
+    sdfg = program.to_sdfg()
+    infos = dp.maps(sdfg)
+    sched = {(infos[k].name if isinstance(k, int) else k): g for k, g in schedule}
+    sdfg.name = f"t_{program.name}_dio_{tag}"
+    dp.lower(sdfg, sched, io="distributed")
+    return sdfg
+
+
+@pytest.fixture(scope="module")
+def mlp_dp():
+    return distributed(P.mlp, data_parallel(P.mlp, 4), "dp")
+
+
+def test_data_parallel_mlp_moves_nothing(rng, mlp_dp):
+    assert entries(mlp_dp) == []
+    assert dp.report(mlp_dp).io == "distributed"
+    a = mlp_inputs(rng)
+    np.testing.assert_allclose(dp.run(mlp_dp, 4, **a), mlp_reference(a), rtol=1e-12, atol=1e-12)
+
+
+def test_layouts_say_which_rows_each_rank_holds(rng, mlp_dp):
+    x = dp.layout(mlp_dp, "x")
+    assert x.grid == (4, 1, 1)
+    assert [x.block(r) for r in range(4)] == [(slice(4 * r, 4 * r + 4), slice(0, 8)) for r in range(4)]
+    assert x.block(4) is None
+    w1 = dp.layout(mlp_dp, "w1")  # replicated: every rank holds all of it
+    assert all(w1.block(r) == (slice(0, 8), slice(0, 12)) for r in range(4))
+    data = rng.standard_normal((16, 8))
+    tiles = [dp.scatter(mlp_dp, "x", data, r) for r in range(4)]
+    np.testing.assert_array_equal(tiles[2], data[8:12])
+    np.testing.assert_array_equal(dp.gather(mlp_dp, "x", tiles), data)
+    with pytest.raises(KeyError, match="no distributed layout"):
+        dp.layout(lowered(P.mlp, data_parallel(P.mlp, 4)), "x")
+
+
+def test_megatron_mlp_only_the_allreduce_remains(rng):
+    sdfg = distributed(P.mlp, MEGATRON, "megatron")
+    (only, ) = entries(sdfg)
+    assert (only.array, only.calls) == ("__tmp3", ["MPI_Allreduce(MPI_SUM, grid dims (2,))"])
+    # each rank holds a column block of w1 and a row block of w2
+    assert dp.layout(sdfg, "w1").block(3) == (slice(0, 8), slice(9, 12))
+    assert dp.layout(sdfg, "w2").block(1) == (slice(3, 6), slice(0, 4))
+    a = mlp_inputs(rng)
+    np.testing.assert_allclose(dp.run(sdfg, 4, **a), mlp_reference(a), rtol=1e-12, atol=1e-12)
+
+
+def test_argument_read_in_other_blocks_is_redistributed_grid_to_grid(rng):
+    sdfg = distributed(P.two_readers, ((0, (4, )), (1, (4, ))), "rev")
+    moves = entries(sdfg)
+    assert [(e.array, e.direction) for e in moves] == [("x", "redistribute")]
+    assert moves[0].bytes == 40 * 8  # every rank needs the mirrored block, held by another rank
+    x = rng.standard_normal(40)
+    np.testing.assert_allclose(dp.run(sdfg, 4, x=x), 2.0 * x + x[::-1], rtol=1e-12, atol=1e-12)
+
+
+def test_partial_output_is_allreduced_into_every_replica(rng):
+    """sum over the columns split on 4 ranks: the rank-local output holds the full sum on every rank."""
+    sdfg = distributed(P.sum_rows, (("Reduce.reduce_output", (1, 4)), ), "sum")
+    (only, ) = entries(sdfg)
+    assert only.direction == "allreduce" and only.calls == ["MPI_Allreduce(MPI_SUM, grid dims (1,))"]
+    x = rng.standard_normal((16, 16))
+    np.testing.assert_allclose(dp.run(sdfg, 4, x=x), x.sum(axis=1), rtol=1e-12, atol=1e-12)
+
+
+def test_rank0_code_on_a_distributed_argument_is_refused():
+    sdfg = P.two_readers.to_sdfg()
+    with pytest.raises(dp.UnsupportedPattern, match="runs on rank 0"):
+        dp.lower(sdfg, {dp.maps(sdfg)[1].name: (4, )}, io="distributed")
+    with pytest.raises(ValueError, match="io must be"):
+        dp.lower(P.axpy_chain.to_sdfg(), {}, io="everywhere")
