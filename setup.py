@@ -8,7 +8,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_namespace_packages(include=["dace_partition", "dace_partition.*", "daceml", "daceml.*"]),
-    package_data={"dace_partition": ["runtime/include/*.h"]},
+    package_data={"dace_partition": ["runtime/include/*.h", "runtime/*.c"]},
     include_package_data=True,
     install_requires=[
         "dace==1.0.2",

@@ -12,7 +12,6 @@ grid-to-grid redistribution, exactly like an intermediate.
 :meth:`Layout.gather` cut whole arrays into tiles and join them back (for tests and small runs). The
 layouts are recorded in the program's exit code, so a program loaded from its build folder knows them.
 """
-import itertools
 import json
 import re
 from dataclasses import dataclass

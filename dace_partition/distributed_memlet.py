@@ -31,6 +31,8 @@ class DistributedMemlet(nodes.LibraryNode):
     src_grid = ListProperty(element_type=int, desc="redistribute: source process grid shape")
     src_grid_id = Property(dtype=int, default=0, desc="redistribute: runtime id of the source grid")
     src_coords = ListProperty(element_type=str, desc="redistribute: source grid coordinate symbols")
+    synthesis = Property(dtype=str, default="", desc="redistribute: the synthesizer problem (JSON: mesh, shape, "
+                         "source and target layouts) when both sides are block layouts of one mesh")
     reduce_dims = ListProperty(element_type=int, desc="redistribute: partial results combined by MPI_Allreduce "
                                "over these source grid dimensions (blocks equal on both sides)")
 

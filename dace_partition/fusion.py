@@ -9,13 +9,16 @@ After rank tiling, a transient that one kernel produces and the next consumes ma
 * partial results (a write-conflict operator with several ranks per block) that every holder needs
   combined, in the same blocks on the same ranks (a consumer scheduled with ``replicate``): one
   ``MPI_Allreduce`` on the reduction sub-grid (the Megatron pattern);
+* block layouts on both sides (whole or evenly split dimensions, grids of one size): a redistribution
+  synthesized by the collective-sequence synthesizer (``solvers/synthesized.py``);
 * otherwise one ``redistribute`` DistributedMemlet ``local_A -> local_B`` that moves, between the two
-  grids directly, what each rank of B needs from each rank of A. Partial results are combined on
-  arrival (reduce-scatter).
+  grids directly, what each rank of B needs from each rank of A (``MPI_Alltoallv``). Partial results
+  are combined on arrival (reduce-scatter).
 
 Either way ``T`` is never allocated at global size nor sent to rank 0. Likewise an input that the
 program never writes and that a later kernel needs in the same blocks on the same ranks is scattered once.
 """
+import json
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
@@ -29,6 +32,7 @@ from .constraints import same_subset
 from .distributed_memlet import DistributedMemlet
 from .schedule import grid_size, ordered_states
 from .solvers.base import CommSpec
+from .solvers.synthesized import block_layouts, plan_of, received_per_rank
 
 
 def _dms(sdfg: SDFG):
@@ -120,12 +124,21 @@ def _allreduce_dims(sdfg: SDFG, g, s, local_a: str, local_b: str) -> Optional[Li
     src = _world_blocks(g, g.subset, g.grid, g.coords, world)
     dst = _world_blocks(s, s.subset, s.grid, s.coords, world)
     a, b = sdfg.arrays[local_a], sdfg.arrays[local_b]
-    if src is None or src != dst or tuple(a.shape) != tuple(b.shape) or a.strides != b.strides:
-        return None
-    if a.strides != dace.data.Array(a.dtype, a.shape).strides:
+    if src is None or src != dst or tuple(a.shape) != tuple(b.shape) or not (_contiguous(a) and _contiguous(b)):
         return None
     used = {str(f) for x, y, _ in g.subset for f in sympy.sympify(x).free_symbols | sympy.sympify(y).free_symbols}
     return [d for d, (n, c) in enumerate(zip(g.grid, g.coords)) if n > 1 and c not in used]
+
+
+def _contiguous(desc) -> bool:
+    return tuple(desc.strides) == tuple(dace.data.Array(desc.dtype, desc.shape).strides)
+
+
+def _synthesis_problem(sdfg: SDFG, g, s, desc, local_a: str, local_b: str):
+    """The synthesizer's problem when both sides are block layouts of one mesh in contiguous buffers."""
+    if not (_contiguous(sdfg.arrays[local_a]) and _contiguous(sdfg.arrays[local_b])):
+        return None
+    return block_layouts(g.spec(desc), s.spec(desc))
 
 
 def _allreduce_bytes(g, itemsize) -> Optional[int]:
@@ -191,6 +204,7 @@ def fuse_roundtrips(sdfg: SDFG) -> List[Fused]:
                 fused.append(Fused(arr, g.grid_id, s.grid_id, "noop"))
             else:
                 dims = _allreduce_dims(sdfg, g, s, local_a, local_b) if partial else None
+                problem = None if partial else _synthesis_problem(sdfg, g, s, desc, local_a, local_b)
                 sst.remove_node(sst.in_edges(s)[0].src)
                 s.direction = "redistribute"
                 s.src_subset, s.src_grid, s.src_grid_id = g.subset, list(g.grid), g.grid_id
@@ -201,6 +215,12 @@ def fuse_roundtrips(sdfg: SDFG) -> List[Fused]:
                     s.implementation = "grid_mapped"
                     f = Fused(arr, g.grid_id, s.grid_id, "allreduce", s.op, _allreduce_bytes(g, desc.dtype.bytes),
                               "grid_mapped", (f"MPI_Allreduce(MPI_{s.op.upper()}, grid dims {tuple(dims)})", ))
+                elif problem is not None:
+                    plan = plan_of(problem)
+                    s.synthesis, s.implementation = json.dumps(problem), "synthesized"
+                    calls = tuple(f"{st.op}(axes {','.join(st.axes) or '-'})" for st in plan.steps) or ("local copy", )
+                    f = Fused(arr, g.grid_id, s.grid_id, "redistribute", None, sum(received_per_rank(plan)),
+                              "synthesized", calls)
                 else:
                     s.implementation = "blocks"
                     f = Fused(arr, g.grid_id, s.grid_id, "redistribute", s.op,

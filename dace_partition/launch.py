@@ -290,18 +290,25 @@ def run(sdfg: SDFG, ranks: int, timeout: float = 300, **inputs):
     Returns what calling the SDFG returns; for a program without a return value, a dict of the new
     values of the arguments it writes. A failure on any rank raises :class:`RunError` with its message.
     """
+    return launch(sdfg, ranks, timeout, inputs)[0]
+
+
+def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = "dace_partition._worker", prefix=(),
+           collect=None, caller: str = "run()"):
+    """Checks, builds and runs ``sdfg`` on ``ranks`` ranks with the entry module ``worker`` (behind the
+    command ``prefix``, e.g. ``env LD_PRELOAD=...``); returns rank 0's outputs and ``collect(tmp)``."""
     if not isinstance(ranks, int) or ranks < 1:
         raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
     need = ranks_needed(sdfg)
     if ranks < need:
-        raise ScheduleError(f"'{sdfg.name}' needs {need} MPI ranks (its largest process grid), but run() was "
+        raise ScheduleError(f"'{sdfg.name}' needs {need} MPI ranks (its largest process grid), but {caller} was "
                             f"asked for {ranks}")
     inputs = {k: as_array(v) for k, v in inputs.items()}
     _check_run_inputs(sdfg, _with_bound(bound_values(sdfg), inputs))
     folder = build(sdfg)
     with tempfile.TemporaryDirectory(prefix="dace_partition_") as tmp:
         np.savez(os.path.join(tmp, "inputs.npz"), **{k: np.asarray(v) for k, v in inputs.items()})
-        cmd = mpiexec_command(ranks) + [sys.executable, "-m", "mpi4py", "-m", "dace_partition._worker", folder, tmp]
+        cmd = mpiexec_command(ranks) + list(prefix) + [sys.executable, "-m", "mpi4py", "-m", worker, folder, tmp]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=mpi_environment(),
                                 start_new_session=True, text=True)
         try:
@@ -317,7 +324,9 @@ def run(sdfg: SDFG, ranks: int, timeout: float = 300, **inputs):
         res = np.load(os.path.join(tmp, "outputs.npz"), allow_pickle=False)
         kind = str(res["__kind"])
         if kind == "none":
-            return {k: res[k] for k in res.files if k != "__kind"}
-        if kind == "single":
-            return res["__r0"]
-        return tuple(res[f"__r{i}"] for i in range(int(res["__n"])))
+            outputs = {k: res[k] for k in res.files if k != "__kind"}
+        elif kind == "single":
+            outputs = res["__r0"]
+        else:
+            outputs = tuple(res[f"__r{i}"] for i in range(int(res["__n"])))
+        return outputs, (collect(tmp) if collect else None)

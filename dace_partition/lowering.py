@@ -84,10 +84,34 @@ class LoweringReport:
     ranks_needed: int
     kernels: List[KernelReport] = field(default_factory=list)
     io: str = "root"
+    traffic: list = field(default_factory=list)  # every remaining DistributedMemlet
+
+    def bytes_per_rank(self) -> Optional[List[int]]:
+        """Bytes each rank receives from other ranks in one call of the program (None: run-time sizes)."""
+        if any(t.per_rank is None for t in self.traffic):
+            return None
+        return [sum(t.per_rank[r] for t in self.traffic) for r in range(self.ranks_needed)]
+
+    @property
+    def total_bytes(self) -> Optional[int]:
+        per = self.bytes_per_rank()
+        return None if per is None else sum(per)
+
+    @property
+    def minimum_bytes(self) -> Optional[int]:
+        if any(t.minimum is None for t in self.traffic):
+            return None
+        return sum(t.minimum_total for t in self.traffic)
 
     def __str__(self):
-        head = f"dace-partition lowering of '{self.program}' (needs {self.ranks_needed} MPI rank(s))"
-        return "\n".join([head] + [str(k) for k in self.kernels])
+        head = f"dace-partition lowering of '{self.program}' (needs {self.ranks_needed} MPI rank(s), io={self.io})"
+        lines = [head] + [str(k) for k in self.kernels]
+        lines.append(f"  communication ({len(self.traffic)} DistributedMemlet(s), bytes received from other ranks):")
+        lines += [str(t) for t in self.traffic]
+        per = self.bytes_per_rank()
+        if per is not None:
+            lines.append(f"  total {sum(per)} B (minimum for this schedule {self.minimum_bytes} B); per rank {per}")
+        return "\n".join(lines)
 
     def calls(self, array: str) -> List[str]:
         return [c for k in self.kernels for e in k.comm if e.array == array for c in e.calls]
@@ -244,6 +268,8 @@ def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str =
     for plan, _ in plans:
         dims = ", ".join(str(g) for g in plan.grid)
         sdfg.append_init_code(f'dace_partition::init_grid({plan.kernel.index}, "{plan.principal}", {{{dims}}});\n')
+    from .traffic import measure
+    rep.traffic = measure(sdfg, rep.ranks_needed)
     sdfg.append_exit_code("dace_partition::free_grids();\n")
     sdfg.append_exit_code(_MARK.format(rep.ranks_needed))
     return rep

@@ -46,3 +46,16 @@ def mpi_script(script, ranks, *args, timeout=240, env=None):
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+def run_counted(sdfg, ranks, **inputs):
+    """``dp.run`` under the PMPI byte counter: checks that every rank received exactly the bytes the
+    report predicts (``report(sdfg).bytes_per_rank()``), and returns the outputs."""
+    from dace_partition.mpi_count import count_run
+    res = count_run(sdfg, ranks, **inputs)
+    expected = dp.report(sdfg).bytes_per_rank()
+    assert expected is not None, "the report should know every size before run time"
+    expected = expected + [0] * (ranks - len(expected))
+    assert res["bytes"] == expected, (f"counted {res['bytes']} B per rank, report says {expected}\n"
+                                      f"{res['calls']}\n{dp.report(sdfg)}")
+    return res["outputs"]

@@ -4,7 +4,7 @@ import pytest
 
 import dace_partition as dp
 import programs as P
-from conftest import lowered
+from conftest import lowered, run_counted
 from test_fusion import data_parallel, mlp_inputs
 
 MEGATRON = (("_MatMult_.gemm_map", (1, 4, 1)), ("_Add__map", (1, 4)), ("_numpy_maximum__map", (1, 4)),
@@ -37,7 +37,7 @@ def test_data_parallel_mlp_moves_nothing(rng, mlp_dp):
     assert entries(mlp_dp) == []
     assert dp.report(mlp_dp).io == "distributed"
     a = mlp_inputs(rng)
-    np.testing.assert_allclose(dp.run(mlp_dp, 4, **a), mlp_reference(a), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(run_counted(mlp_dp, 4, **a), mlp_reference(a), rtol=1e-12, atol=1e-12)
 
 
 def test_layouts_say_which_rows_each_rank_holds(rng, mlp_dp):
@@ -63,7 +63,7 @@ def test_megatron_mlp_only_the_allreduce_remains(rng):
     assert dp.layout(sdfg, "w1").block(3) == (slice(0, 8), slice(9, 12))
     assert dp.layout(sdfg, "w2").block(1) == (slice(3, 6), slice(0, 4))
     a = mlp_inputs(rng)
-    np.testing.assert_allclose(dp.run(sdfg, 4, **a), mlp_reference(a), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(run_counted(sdfg, 4, **a), mlp_reference(a), rtol=1e-12, atol=1e-12)
 
 
 def test_argument_read_in_other_blocks_is_redistributed_grid_to_grid(rng):
@@ -72,7 +72,7 @@ def test_argument_read_in_other_blocks_is_redistributed_grid_to_grid(rng):
     assert [(e.array, e.direction) for e in moves] == [("x", "redistribute")]
     assert moves[0].bytes == 40 * 8  # every rank needs the mirrored block, held by another rank
     x = rng.standard_normal(40)
-    np.testing.assert_allclose(dp.run(sdfg, 4, x=x), 2.0 * x + x[::-1], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(run_counted(sdfg, 4, x=x), 2.0 * x + x[::-1], rtol=1e-12, atol=1e-12)
 
 
 def test_partial_output_is_allreduced_into_every_replica(rng):

@@ -17,6 +17,7 @@ from ..environment import DacePartitionMPI
 from .base import CommSpec, Solver
 from .blocks import BlockSolver
 from .grid_mapped import GridMappedSolver
+from .synthesized import SynthesizedSolver
 
 ENTRY_POINT_GROUP = "dace_partition.solvers"
 _SOLVERS: Dict[str, Solver] = {}
@@ -27,7 +28,7 @@ _entry_points_loaded = False
 def _expansion_for(solver: Solver):
 
     class Expansion(ExpandTransformation):
-        environments = [DacePartitionMPI]
+        environments = [DacePartitionMPI] + [e for e in getattr(solver, "environments", []) if e is not DacePartitionMPI]
 
         @staticmethod
         def expansion(node, parent_state, parent_sdfg):
@@ -48,15 +49,17 @@ def _expansion_for(solver: Solver):
     return dace.library.expansion(Expansion)
 
 
-def register(solver: Union[Solver, type], first: bool = False) -> Solver:
-    """Makes a solver available to ``lower`` (and as an implementation of DistributedMemlet)."""
+def register(solver: Union[Solver, type], first: bool = False, default: bool = True) -> Solver:
+    """Makes a solver available to ``lower`` (and as an implementation of DistributedMemlet). With
+    ``default=False`` it only implements what other passes choose it for (not tried for every memlet)."""
     if isinstance(solver, type):
         solver = solver()
     if not isinstance(solver, Solver):
         raise TypeError(f"{solver!r} is not a dace_partition Solver")
     if solver.name not in _SOLVERS:
         DistributedMemlet.register_implementation(solver.name, _expansion_for(solver))
-        _ORDER.insert(0, solver.name) if first else _ORDER.append(solver.name)
+        if default:
+            _ORDER.insert(0, solver.name) if first else _ORDER.append(solver.name)
     _SOLVERS[solver.name] = solver
     return solver
 
@@ -107,3 +110,4 @@ def choose(spec: CommSpec, solvers: Sequence[Solver]) -> Tuple[Optional[Solver],
 
 register(GridMappedSolver())
 register(BlockSolver())
+register(SynthesizedSolver(), default=False)  # chosen by fusion for block layouts on one mesh

@@ -1,0 +1,69 @@
+"""Entry point of the ranks started by ``dace_partition.mpi_count.count_run``.
+
+It runs :mod:`dace_partition._worker` unchanged (so the arguments are prepared exactly as ``Program``
+prepares them, for ``io="root"`` and ``io="distributed"`` alike, and the outputs are saved the same way),
+with one difference: the loaded program's compiled SDFG is wrapped so that the PMPI counters are reset
+right before the compiled call and read right after it. Everything else the launcher does through
+mpi4py — the metadata broadcast or input checks before, gathering tiles and the counters after — goes
+through the same preloaded wrappers and would otherwise be counted as the program's traffic.
+
+Rank 0 writes ``counts.json`` (one entry per rank) next to ``outputs.npz``.
+"""
+import json
+import os
+import sys
+
+from mpi4py import MPI
+
+from . import _worker
+from .mpi_count import Counter
+
+
+class _Counted:
+    """Stands in for a CompiledSDFG: counts the MPI traffic of each call and delegates everything else."""
+
+    def __init__(self, compiled, counter):
+        self._compiled = compiled
+        self._counter = counter
+        self.snapshots = []
+
+    def __call__(self, *args, **kwargs):
+        self._counter.reset()
+        result = self._compiled(*args, **kwargs)
+        self.snapshots.append(self._counter.snapshot())  # before any other MPI call of this process
+        return result
+
+    def __getattr__(self, name):
+        return getattr(self._compiled, name)
+
+
+def main(folder, tmp):
+    comm = MPI.COMM_WORLD
+    counter = Counter()  # fails on every rank alike if the shim was not preloaded
+    wrapped = []
+    load = _worker.load
+
+    def load_counted(*args, **kwargs):
+        prog = load(*args, **kwargs)
+        prog.compiled = _Counted(prog.compiled, counter)
+        wrapped.append(prog.compiled)
+        return prog
+
+    _worker.load = load_counted
+    try:
+        _worker.main(folder, tmp)
+    finally:
+        _worker.load = load
+    # A worker that stopped loading through its module-level `load`, or called the program other than
+    # once, would leave counts that do not describe one run: refuse rather than report them.
+    calls = [len(w.snapshots) for w in wrapped]
+    if calls != [1]:
+        raise RuntimeError(f"expected one program call on rank {comm.rank}, counted {calls}")
+    counts = comm.gather(wrapped[0].snapshots[0], root=0)
+    if comm.rank == 0:
+        with open(os.path.join(tmp, "counts.json"), "w") as f:
+            json.dump(counts, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

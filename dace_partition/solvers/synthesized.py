@@ -1,0 +1,134 @@
+"""Grid-to-grid redistribution of block layouts through the collective-sequence synthesizer.
+
+When fusion connects two kernels whose blocks of an intermediate are *block layouts* (every array
+dimension either whole or split evenly by one grid dimension, on grids with the same number of ranks),
+the move is a redistribution between two shardings of one device mesh, which is exactly what the
+synthesizer solves with a memory-bounded sequence of allgather / alltoall / dynslice / permute steps
+(000_*.txt). The mesh is the common refinement of the two grids (row-major rank order on both), e.g.
+(2, 2, 1) and (4, 1, 1) share the mesh {m0: 2, m1: 2}: grid dimension 0 of the second grid is the
+axes (m0, m1), major to minor.
+
+Everything else (uneven or overlapping blocks, partial results, grids of different sizes) stays with
+the general ``blocks`` redistribution. The generated code also falls back to it at run time when the
+job has more ranks than the mesh, since the synthesized plan runs on MPI_COMM_WORLD.
+"""
+import json
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import dace
+
+from ..errors import UnsupportedPattern
+from .base import CommSpec, Solver
+from .blocks import BlockSolver
+from .grid_mapped import match
+from .synthesis import synthesize
+from .synthesis.sdfg_node import DacePartitionRedistribute, emit
+
+
+def common_mesh(a: Sequence[int], b: Sequence[int]) -> Optional[List[Tuple[str, int, List[int], List[int]]]]:
+    """Mesh axes refining two row-major grids of equal size: ``(name, size, dims_a, dims_b)`` per axis,
+    where ``dims_x`` is the one grid dimension of x the axis belongs to; None if no refinement exists."""
+    def cuts(g):
+        out, p = {}, 1
+        for d, n in enumerate(g):
+            if n > 1:
+                p *= n
+                out[p] = d
+        return out
+
+    ca, cb = cuts(a), cuts(b)
+    points = sorted(set(ca) | set(cb))
+    if not points or points[-1] != max(ca or [1]) or max(ca or [1]) != max(cb or [1]):
+        return None
+    axes, prev = [], 1
+    for p in points:
+        if p % prev:
+            return None
+        da = next(ca[q] for q in sorted(ca) if q >= p)
+        db = next(cb[q] for q in sorted(cb) if q >= p)
+        axes.append((f"m{len(axes)}", p // prev, da, db))
+        prev = p
+    return axes
+
+
+def _layout(subset, grid, coords, shape, axes, side: int) -> Optional[List[List[str]]]:
+    """Per array dimension the mesh axes splitting it, or None if the blocks are not a block layout."""
+    try:
+        mapping = match("", subset, grid, coords)
+    except UnsupportedPattern:
+        return None
+    out = []
+    for dm, extent in zip(mapping.dims, shape):
+        try:
+            offset, block, extent = int(dm.offset), int(dm.block), int(extent)
+        except TypeError:
+            return None
+        if offset != 0:
+            return None
+        if dm.grid_dim < 0:
+            if block != extent:
+                return None
+            out.append([])
+            continue
+        if block * grid[dm.grid_dim] != extent:
+            return None
+        out.append([name for name, _, *dims in axes if dims[side] == dm.grid_dim])
+    return out
+
+
+def block_layouts(src: CommSpec, dst: CommSpec) -> Optional[Dict[str, object]]:
+    """The synthesizer problem for a fused move ``src`` -> ``dst`` (blocks of one array on two grids),
+    or None when it is not a redistribution between block layouts of one mesh. The source holds final
+    values (the caller sends partial results elsewhere)."""
+    axes = common_mesh(src.grid, dst.grid)
+    if axes is None:
+        return None
+    a = _layout(src.subset, src.grid, src.coords, src.shape, axes, 0)
+    b = _layout(dst.subset, dst.grid, dst.coords, dst.shape, axes, 1)
+    if a is None or b is None:
+        return None
+    return {"mesh": [[n, s] for n, s, _, _ in axes], "shape": [int(x) for x in src.shape], "src": a, "dst": b,
+            "itemsize": src.itemsize}
+
+
+def plan_of(problem: Dict[str, object]):
+    return synthesize({n: s for n, s in problem["mesh"]}, problem["shape"], [tuple(x) for x in problem["src"]],
+                      [tuple(x) for x in problem["dst"]], itemsize=problem["itemsize"])
+
+
+def received_per_rank(plan) -> List[int]:
+    """Bytes each rank receives from other ranks over the plan's collectives."""
+    n = plan.mesh.size
+    out = [0] * n
+    for s in plan.steps:
+        tile = 1
+        for t in s.tile_in:
+            tile *= t
+        for r in range(n):
+            if s.op == "allgather":
+                out[r] += (s.n - 1) * tile * s.itemsize
+            elif s.op == "alltoall":
+                out[r] += (s.n - 1) * (tile // s.n) * s.itemsize
+            elif s.op == "allpermute" and int(s.src_of[r]) != r:
+                out[r] += tile * s.itemsize
+    return out
+
+
+class SynthesizedSolver(Solver):
+    """Implements fused grid-to-grid redistributions of block layouts; not in the default order for
+    root scatters/gathers (it refuses them)."""
+    name = "synthesized"
+    environments = [DacePartitionRedistribute]
+
+    def refuse(self, spec: CommSpec) -> Optional[str]:
+        return "moves only between two grids' block layouts (fusion), not from or to rank 0"
+
+    def calls(self, spec: CommSpec) -> List[str]:
+        return []
+
+    def emit_redistribute(self, node, src_desc, dst_desc) -> str:
+        plan = plan_of(json.loads(node.synthesis))
+        n = plan.mesh.size
+        fallback = BlockSolver().emit_redistribute(node, src_desc, dst_desc)
+        return (f"if (dace_partition::world_size() == {n}) {{  // synthesized plan on the {n}-rank mesh\n"
+                f"{emit(plan)}\n}} else {{\n{fallback}\n}}")
