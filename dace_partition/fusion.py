@@ -156,6 +156,13 @@ def _allreduce_bytes(g, itemsize) -> Optional[int]:
     return total
 
 
+def _plain(dm, desc) -> bool:
+    """Whether the block moves like any other: not an accumulated output whose blocks overlap (there the
+    prior value must reach only one holder). Accumulation into disjoint blocks (``x = 0`` then
+    ``x[i] += ...``) is an ordinary block."""
+    return not dm.identity_fill or not dm.spec(desc).may_overlap()
+
+
 def _same_blocks(a, b) -> bool:
     """Whether two DistributedMemlets hold the same block on the same ranks (grid coordinates renamed)."""
     ad, bd = _split_dims(a.grid, a.coords), _split_dims(b.grid, b.coords)
@@ -180,59 +187,89 @@ def _drop(state, dm):
 
 
 def fuse_roundtrips(sdfg: SDFG) -> List[Fused]:
-    """Fuses gather/scatter pairs of transients, and repeated scatters of inputs (module docstring)."""
+    """Fuses gather/scatter pairs of transients, and repeated scatters of inputs (module docstring).
+
+    A transient may be written by several kernels in turn (``q = 0`` then ``q += ...``): each gather
+    starts a new value, read by the scatters that follow it until the next gather.
+    """
     fused: List[Fused] = []
     dms = _dms(sdfg)
-    gathers = [(st, n) for st, n in dms if n.direction == "gather"]
     scatters = [(st, n) for st, n in dms if n.direction == "scatter"]
-    for gst, g in gathers:
-        arr = g.array
+    for arr in dict.fromkeys(n.array for _, n in dms if n.direction == "gather"):
         desc = sdfg.arrays.get(arr)
-        if desc is None or not desc.transient or g.identity_fill:
+        seq = [(st, n) for st, n in dms if n.array == arr]
+        # T must be touched only by DistributedMemlets (no code on rank 0 reads or writes it).
+        if desc is None or not desc.transient or len(_uses(sdfg, arr)) != len(seq):
             continue
-        readers = [(st, x) for st, x in scatters if x.array == arr]
-        # T must be written only by this gather and read only by scatters.
-        if not readers or len(_uses(sdfg, arr)) != 1 + len(readers) or any(x.identity_fill for _, x in readers):
-            continue
-        partial = g.op is not None and _replicas(g) > 1
-        local_a = gst.in_edges(g)[0].src.data
-        for sst, s in readers:
-            local_b = sst.out_edges(s)[0].dst.data
-            if (not partial and _same_blocks(g, s) and sdfg.arrays[local_a].shape == sdfg.arrays[local_b].shape):
-                _drop(sst, s)
-                _rename_data(sdfg, local_b, local_a)
-                fused.append(Fused(arr, g.grid_id, s.grid_id, "noop"))
-            else:
-                dims = _allreduce_dims(sdfg, g, s, local_a, local_b) if partial else None
-                problem = None if partial else _synthesis_problem(sdfg, g, s, desc, local_a, local_b)
-                sst.remove_node(sst.in_edges(s)[0].src)
-                s.direction = "redistribute"
-                s.src_subset, s.src_grid, s.src_grid_id = g.subset, list(g.grid), g.grid_id
-                s.src_coords = list(g.coords)
-                s.op = g.op if partial else None
-                if dims:
-                    s.reduce_dims = dims
-                    s.implementation = "grid_mapped"
-                    f = Fused(arr, g.grid_id, s.grid_id, "allreduce", s.op, _allreduce_bytes(g, desc.dtype.bytes),
-                              "grid_mapped", (f"MPI_Allreduce(MPI_{s.op.upper()}, grid dims {tuple(dims)})", ))
-                elif problem is not None:
-                    plan = plan_of(problem)
-                    s.synthesis, s.implementation = json.dumps(problem), "synthesized"
-                    calls = tuple(f"{st.op}(axes {','.join(st.axes) or '-'})" for st in plan.steps) or ("local copy", )
-                    f = Fused(arr, g.grid_id, s.grid_id, "redistribute", None, sum(received_per_rank(plan)),
-                              "synthesized", calls)
-                else:
-                    s.implementation = "blocks"
-                    f = Fused(arr, g.grid_id, s.grid_id, "redistribute", s.op,
-                              _redistribution_bytes(g, s, desc.dtype.bytes, partial), "blocks",
-                              ("MPI_Alltoallv(world, packed)", ) + ((f"combine ({s.op})", ) if s.op else ()))
-                sst.add_edge(sst.add_read(local_a), None, s, "_in", Memlet.from_array(local_a, sdfg.arrays[local_a]))
-                fused.append(f)
-            scatters.remove((sst, s))
-        _drop(gst, g)
+        versions, current = [], None
+        for st, n in seq:
+            if n.direction == "gather":
+                current = ((st, n), [])
+                versions.append(current)
+            elif current is not None:
+                current[1].append((st, n))
+        for (gst, g), readers in versions:
+            if not readers or not _plain(g, desc) or not all(_plain(x, desc) for _, x in readers):
+                continue
+            fused += _fuse_version(sdfg, desc, gst, g, readers)
+            for r in readers:
+                scatters.remove(r)
         if not _uses(sdfg, arr):
             del sdfg.arrays[arr]
     fused += _dedupe_scatters(sdfg, scatters)
+    return fused
+
+
+def _writes(sdfg: SDFG, name: str, besides) -> bool:
+    """Whether a kernel writes ``name`` (other than the access node ``besides`` that a scatter fills)."""
+    return any(n.data == name and st.in_degree(n) > 0 and n is not besides
+               for st in ordered_states(sdfg) for n in st.data_nodes())
+
+
+def _fuse_version(sdfg: SDFG, desc, gst, g, readers) -> List[Fused]:
+    """One value of T: the gather ``g`` and the scatters that read it become no-ops or redistributions."""
+    arr = g.array
+    fused = []
+    partial = g.op is not None and _replicas(g) > 1
+    local_a = gst.in_edges(g)[0].src.data
+    for k, (sst, s) in enumerate(readers):
+        out = sst.out_edges(s)[0].dst
+        local_b = out.data
+        # Reading local_a in place is safe unless this reader updates it and a later reader needs the old value.
+        in_place = k == len(readers) - 1 or not _writes(sdfg, local_b, out)
+        if (not partial and in_place and _same_blocks(g, s)
+                and sdfg.arrays[local_a].shape == sdfg.arrays[local_b].shape):
+            _drop(sst, s)
+            _rename_data(sdfg, local_b, local_a)
+            fused.append(Fused(arr, g.grid_id, s.grid_id, "noop"))
+            continue
+        dims = _allreduce_dims(sdfg, g, s, local_a, local_b) if partial else None
+        problem = None if partial else _synthesis_problem(sdfg, g, s, desc, local_a, local_b)
+        sst.remove_node(sst.in_edges(s)[0].src)
+        s.direction = "redistribute"
+        s.src_subset, s.src_grid, s.src_grid_id = g.subset, list(g.grid), g.grid_id
+        s.src_coords = list(g.coords)
+        s.op = g.op if partial else None
+        s.identity_fill = False
+        if dims:
+            s.reduce_dims = dims
+            s.implementation = "grid_mapped"
+            f = Fused(arr, g.grid_id, s.grid_id, "allreduce", s.op, _allreduce_bytes(g, desc.dtype.bytes),
+                      "grid_mapped", (f"MPI_Allreduce(MPI_{s.op.upper()}, grid dims {tuple(dims)})", ))
+        elif problem is not None:
+            plan = plan_of(problem)
+            s.synthesis, s.implementation = json.dumps(problem), "synthesized"
+            calls = tuple(f"{st.op}(axes {','.join(st.axes) or '-'})" for st in plan.steps) or ("local copy", )
+            f = Fused(arr, g.grid_id, s.grid_id, "redistribute", None, sum(received_per_rank(plan)), "synthesized",
+                      calls)
+        else:
+            s.implementation = "blocks"
+            f = Fused(arr, g.grid_id, s.grid_id, "redistribute", s.op,
+                      _redistribution_bytes(g, s, desc.dtype.bytes, partial), "blocks",
+                      ("MPI_Alltoallv(world, packed)", ) + ((f"combine ({s.op})", ) if s.op else ()))
+        sst.add_edge(sst.add_read(local_a), None, s, "_in", Memlet.from_array(local_a, sdfg.arrays[local_a]))
+        fused.append(f)
+    _drop(gst, g)
     return fused
 
 

@@ -235,7 +235,7 @@ def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str =
         pre, post = _apply_plan(sdfg, plan, chosen)
         comm_states |= {pre, post}
         guarded.add(plan.kernel.state)
-        comm_states |= set(_guard(sdfg, plan.kernel.state, f"__dp{plan.kernel.index}_m == 1"))
+        comm_states |= set(_guard(sdfg, plan.kernel.state, f"__dp{plan.kernel.index}_member == 1"))
     if fuse:
         for f in fuse_roundtrips(sdfg):
             for plan, kr in plans:
@@ -378,7 +378,7 @@ def _add_runtime_state(sdfg: SDFG, plans: List[KernelPlan]) -> SDFGState:
         for d, c in enumerate(p.coords):
             if c:
                 outputs[c] = f"dace_partition::coord({k}, {d})"
-        outputs[f"__dp{k}_m"] = f"dace_partition::member({k})"
+        outputs[f"__dp{k}_member"] = f"dace_partition::member({k})"
     code = "\n".join(f"__o{i} = {expr};" for i, expr in enumerate(outputs.values()))
     t = st.add_tasklet("dace_partition_coords", {}, {f"__o{i}" for i in range(len(outputs))}, code,
                        language=dace.Language.CPP)

@@ -121,3 +121,22 @@ def test_fused_softmax_partitioned_along_three_dims(rng):
     x = rng.standard_normal((4, 4, 8, 16)).astype(np.float32)
     e = np.exp(x - x.max(axis=3, keepdims=True))
     np.testing.assert_allclose(run_counted(sdfg, 8, x=x), e / e.sum(axis=3, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_megatron_attention_one_allreduce(rng, ranks):
+    """Multi-head attention split along heads: no communication through the projections, the scaled
+    softmax and the attention; the output projection's partial sums meet in one MPI_Allreduce."""
+    sdfg = P.mha.to_sdfg()
+    sdfg.name = f"t_mha_heads_{ranks}"
+    dp.lower(sdfg, P.head_parallel(sdfg, ranks))
+    rep = dp.report(sdfg)
+    moves = [(t.array, t.source, t.destination) for t in rep.traffic]
+    inputs = {"x", "wq", "wk", "wv", "wo", "bo"}
+    assert {a for a, s, _ in moves if s == "rank 0"} == inputs  # each input scattered once
+    between = [t for t in rep.traffic if t.source != "rank 0" and t.destination != "rank 0"]
+    assert [(t.array, t.calls) for t in between] == [("o", ["MPI_Allreduce(MPI_SUM, grid dims (3,))"])]
+    assert [t.array for t in rep.traffic if t.destination == "rank 0"] == ["__return"]
+    a = dict(x=rng.standard_normal((2, 8, 16)), wq=rng.standard_normal((4, 16, 3)), wk=rng.standard_normal((4, 16, 3)),
+             wv=rng.standard_normal((4, 16, 3)), wo=rng.standard_normal((4, 3, 16)), bo=rng.standard_normal(16))
+    np.testing.assert_allclose(run_counted(sdfg, ranks, **a), P.mha.f(**a), rtol=1e-11, atol=1e-11)
