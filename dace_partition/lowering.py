@@ -206,6 +206,7 @@ def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str =
             continue
         plans.append((plan, kr))
 
+    _scalars_to_arrays(sdfg, {a.array for plan, _ in plans for a in plan.accesses})
     chosen: Dict[Tuple[int, str, str], str] = {}
     for plan, kr in plans:
         read = {a.array for a in plan.accesses if a.direction == "in"}
@@ -294,6 +295,15 @@ def _localize(sdfg: SDFG, rep: LoweringReport, plans):
                                             ["MPI_Alltoallv(world, packed)"], None, [], dict(info.redistributed)[k]))
             elif old:
                 kr.notes.append(f"reads the tiles of rank-local argument '{name}': no communication")
+
+
+def _scalars_to_arrays(sdfg: SDFG, names):
+    """Transient scalars that partitioned kernels read or write (e.g. ``np.sqrt(d)`` computed on rank 0)
+    become one-element arrays, so they move like any other block (library nodes take pointers)."""
+    for name in names:
+        desc = sdfg.arrays[name]
+        if isinstance(desc, dace.data.Scalar) and desc.transient:
+            sdfg.arrays[name] = dace.data.Array(desc.dtype, [1], transient=True, storage=desc.storage)
 
 
 def _uneven(plan: KernelPlan) -> bool:

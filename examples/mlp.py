@@ -23,6 +23,7 @@ def schedules(n):
         "_Add__map": (1, n),
         "_numpy_maximum__map": (1, n),
         "_MatMult_.gemm_map_1": (1, 1, n),  # second layer: rows of W2 (partial sums)
+        "_Add__map_1": dp.replicate((1, 1), n),  # + b2 on every rank: the partial sums arrive by one allreduce
     }
     return {"data-parallel": data_parallel, "megatron": megatron}
 
