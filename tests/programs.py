@@ -167,41 +167,13 @@ def two_readers(x: dace.float64[40]):
     return out
 
 
-@dace.program
-def mha(x: dace.float64[2, 8, 16], wq: dace.float64[4, 16, 3], wk: dace.float64[4, 16, 3], wv: dace.float64[4, 16, 3],
-        wo: dace.float64[4, 3, 16], bo: dace.float64[16]):
-    """Megatron multi-head self-attention (thesis 8.1.4): batch 2, sequence 8, model 16, 4 heads of 3."""
-    q = np.einsum("bse,hed->bhsd", x, wq)
-    k = np.einsum("bse,hed->bhsd", x, wk)
-    v = np.einsum("bse,hed->bhsd", x, wv)
-    s = np.zeros([2, 4, 8, 8])
-    for b, h, i, j, d in dace.map[0:2, 0:4, 0:8, 0:8, 0:3]:
-        s[b, h, i, j] += q[b, h, i, d] * k[b, h, j, d]
-    m = np.max(s, axis=3)
-    e = np.exp(0.5 * (s - m[:, :, :, np.newaxis]))  # scaled softmax over the keys
-    z = np.sum(e, axis=3)
-    p = e / z[:, :, :, np.newaxis]
-    a = np.zeros([2, 4, 8, 3])
-    for b, h, i, d, j in dace.map[0:2, 0:4, 0:8, 0:3, 0:8]:
-        a[b, h, i, d] += p[b, h, i, j] * v[b, h, j, d]
-    oh = np.zeros([4, 2, 8, 16])  # per-head output projection, summed over the heads
-    for h, b, i, n, d in dace.map[0:4, 0:2, 0:8, 0:16, 0:3]:
-        oh[h, b, i, n] += a[b, h, i, d] * wo[h, d, n]
-    o = np.sum(oh, axis=0)
-    return o + bo
+def _examples():
+    import os
+    import sys
+    folder = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
 
 
-def head_parallel(sdfg, ranks, heads=4):
-    """Megatron schedule for ``mha``: every map with a head axis (extent ``heads``) splits it over
-    ``ranks``; the maps without one (the bias add) are replicated, so the partial sums of the output
-    projection arrive by one MPI_Allreduce."""
-    import dace_partition as dp
-    sched = {}
-    for m in dp.maps(sdfg):
-        if heads in m.shape:
-            grid = [1] * len(m.params)
-            grid[list(m.shape).index(heads)] = ranks
-            sched[m.name] = tuple(grid)
-        elif m.kernel.kind == "map":
-            sched[m.name] = dp.replicate((1, ) * len(m.params), ranks)
-    return sched
+_examples()
+from attention import head_parallel, mha  # noqa: E402,F401  (Megatron attention, thesis 8.1.4)

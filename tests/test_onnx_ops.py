@@ -1,0 +1,208 @@
+"""ONNX node tests for ``from_onnx``: small graphs built with ``onnx.helper``, compiled single-process and
+compared element by element with onnxruntime. Several independent op instances share one graph (one
+compile) where possible; extra shape variants are marked slow."""
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper  # noqa: E402
+
+import dace_partition as dp  # noqa: E402
+from dace_partition.errors import FrontendError  # noqa: E402
+from dace_partition.launch import _with_bound, bound_values  # noqa: E402
+
+ort.disable_telemetry_events()
+F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+NP = {F: np.float32, I64: np.int64, B: np.bool_, TensorProto.DOUBLE: np.float64}
+
+
+def make_model(nodes, inputs, outputs, inits=None, opset=20):
+    """``inputs``: {name: array}; ``outputs``: {name: elem type}; ``inits``: {name: array}."""
+    vin = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+           for n, a in inputs.items()]
+    vout = [helper.make_tensor_value_info(n, t, None) for n, t in outputs.items()]
+    init = [onnx.numpy_helper.from_array(np.asarray(a), n) for n, a in (inits or {}).items()]
+    graph = helper.make_graph(nodes, "g", vin, vout, init)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 9
+    return model
+
+
+def check(name, nodes, inputs, outputs, inits=None, opset=20, rtol=1e-5, atol=1e-6):
+    """Imports the graph, runs it compiled and compares every output with onnxruntime."""
+    model = make_model(nodes, inputs, outputs, inits, opset)
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    ref = sess.run(list(outputs), inputs)
+    sdfg = dp.from_onnx(model, name=name)
+    args = _with_bound(bound_values(sdfg), inputs)
+    res = sdfg(**{k: np.array(v) for k, v in args.items()})  # fresh arrays: DaCe refuses NumPy views
+    res = res if isinstance(res, tuple) else (res, )
+    assert len(res) == len(ref)
+    for out_name, r, e in zip(outputs, res, ref):
+        r = np.asarray(r)
+        assert r.dtype == e.dtype, f"{out_name}: dtype {r.dtype} != {e.dtype}"
+        if e.shape == ():
+            e = e.reshape(1)
+        assert r.shape == e.shape, f"{out_name}: shape {r.shape} != {e.shape}"
+        np.testing.assert_allclose(r, e, rtol=rtol, atol=atol, err_msg=out_name)
+    return sdfg
+
+
+def node(op, ins, outs, **attrs):
+    return helper.make_node(op, ins, outs, **attrs)
+
+
+@pytest.fixture
+def r():
+    return np.random.default_rng(7)
+
+
+def f32(r, *shape, positive=False):
+    a = r.standard_normal(shape).astype(np.float32)
+    return np.abs(a) + 0.5 if positive else a
+
+
+def test_elementwise_and_broadcasting(r):
+    """Binary ops with NumPy broadcasting (both sides, rank differences, scalar constants) and unary ops."""
+    ins = dict(a=f32(r, 2, 3, 4), b=f32(r, 3, 1), c=f32(r, 4), p=f32(r, 2, 3, 4, positive=True), s=f32(r, 1))
+    nodes = [
+        node("Add", ["a", "b"], ["add"]), node("Sub", ["b", "a"], ["sub"]), node("Mul", ["a", "c"], ["mul"]),
+        node("Div", ["a", "p"], ["div"]), node("Pow", ["p", "b"], ["pow"]), node("Pow", ["a", "two"], ["sq"]),
+        node("Sqrt", ["p"], ["sqrt"]), node("Erf", ["a"], ["erf"]), node("Relu", ["a"], ["relu"]),
+        node("Tanh", ["a"], ["tanh"]), node("Sigmoid", ["a"], ["sigmoid"]), node("Gelu", ["a"], ["gelu"]),
+        node("Gelu", ["a"], ["gelu_tanh"], approximate="tanh"), node("Mul", ["a", "half"], ["mulk"]),
+        node("Add", ["c", "s"], ["adds"]), node("Exp", ["b"], ["exp"]), node("Neg", ["c"], ["neg"]),
+        node("Add", ["a", "w"], ["addw"]), node("Max", ["a", "b", "c"], ["max"]), node("Min", ["a", "c"], ["min"]),
+        node("Log", ["p"], ["log"]), node("Abs", ["a"], ["abs"]), node("Reciprocal", ["p"], ["recip"]),
+    ]
+    inits = dict(two=np.array(2.0, np.float32), half=np.array([0.5], np.float32), w=f32(r, 3, 4))
+    outs = {n.output[0]: F for n in nodes}
+    check("ew", nodes, ins, outs, inits)
+
+
+def test_where_cast_compare_identity_constant(r):
+    ins = dict(a=f32(r, 3, 4), b=f32(r, 4), i=r.integers(-5, 5, (3, 4)).astype(np.int64))
+    ten = helper.make_tensor("ten", F, [1, 4], [10.0, 20.0, 30.0, 40.0])
+    nodes = [
+        node("Greater", ["a", "b"], ["gt"]), node("Where", ["gt", "a", "b"], ["where"]),
+        node("Cast", ["i"], ["i2f"], to=F), node("Cast", ["a"], ["f2i"], to=I64),
+        node("Cast", ["a"], ["f2d"], to=TensorProto.DOUBLE), node("Identity", ["a"], ["ident"]),
+        node("Constant", [], ["tenc"], value=ten), node("Mul", ["a", "tenc"], ["mulc"]),
+        node("Less", ["i", "zero"], ["lt"]), node("Equal", ["i", "zero"], ["eq"]), node("Not", ["lt"], ["not"]),
+        node("LessOrEqual", ["a", "b"], ["le"]), node("GreaterOrEqual", ["i", "two"], ["ge"]),
+        node("Div", ["i", "two"], ["idiv"]), node("Dropout", ["a"], ["drop"]), node("Identity", ["a"], ["ident2"]),
+    ]
+    inits = dict(zero=np.array(0, np.int64), two=np.array(2, np.int64))
+    outs = dict(gt=B, where=F, i2f=F, f2i=I64, f2d=TensorProto.DOUBLE, ident=F, mulc=F, lt=B, eq=B, **{"not": B},
+                le=B, ge=B, idiv=I64, drop=F, ident2=F)
+    check("wcci", nodes, ins, outs, inits)
+
+
+def test_matmul_gemm_einsum(r):
+    """MatMul with 1-D, 2-D, 3-D@2-D and broadcast 4-D batches; Gemm with transposes, alpha, beta and a
+    broadcast bias; Einsum with a batch, a contraction over two axes and an ellipsis."""
+    ins = dict(x=f32(r, 4, 6), y=f32(r, 6, 5), b3=f32(r, 2, 4, 6), q=f32(r, 2, 3, 4, 6), k=f32(r, 3, 6, 5),
+               v=f32(r, 6), xt=f32(r, 6, 4))
+    nodes = [
+        node("MatMul", ["x", "y"], ["mm2"]), node("MatMul", ["b3", "y"], ["mm3"]), node("MatMul", ["q", "k"], ["mm4"]),
+        node("MatMul", ["v", "y"], ["mv"]), node("MatMul", ["x", "v"], ["xv"]),
+        node("Gemm", ["x", "w", "bias"], ["gemm"], transB=1),
+        node("Gemm", ["xt", "y", "c2"], ["gemm_t"], transA=1, alpha=0.5, beta=2.0),
+        node("Einsum", ["q", "k"], ["ein1"], equation="bhmk,hkn->bhmn"),
+        node("Einsum", ["b3", "b3"], ["ein2"], equation="bij,bij->i"),
+        node("Einsum", ["q", "v"], ["ein3"], equation="...k,k->..."),
+    ]
+    inits = dict(w=f32(r, 5, 6), bias=f32(r, 5), c2=f32(r, 4, 5))
+    check("linalg", nodes, ins, {n.output[0]: F for n in nodes}, inits, rtol=1e-4, atol=1e-5)
+
+
+def test_softmax_layernorm_reductions(r):
+    ins = dict(a=f32(r, 2, 3, 5))
+    nodes = [
+        node("Softmax", ["a"], ["sm"]), node("Softmax", ["a"], ["sm1"], axis=1), node("LogSoftmax", ["a"], ["lsm"]),
+        node("LayerNormalization", ["a", "g", "be"], ["ln"], epsilon=1e-5),
+        node("LayerNormalization", ["a", "g2"], ["ln2", "ln2_mean", "ln2_rstd"], axis=1, epsilon=1e-3),
+        node("ReduceSum", ["a", "ax1"], ["rsum"]), node("ReduceSum", ["a", "ax02"], ["rsum0"], keepdims=0),
+        node("ReduceMean", ["a", "ax1"], ["rmean"], keepdims=0), node("ReduceMax", ["a", "axm1"], ["rmax"]),
+        node("ReduceSum", ["a"], ["rall"], keepdims=1), node("ReduceMin", ["a", "ax1"], ["rmin"], keepdims=0),
+    ]
+    inits = dict(g=f32(r, 5), be=f32(r, 5), g2=f32(r, 3, 5), ax1=np.array([1]), ax02=np.array([0, 2]),
+                 axm1=np.array([-1]))
+    outs = {o: F for n in nodes for o in n.output}
+    check("norm", nodes, ins, outs, inits, rtol=1e-4, atol=1e-5)
+
+
+def test_shape_ops(r):
+    """Transpose, Reshape (0 and -1), Flatten, Split, Concat, Squeeze, Unsqueeze, Gather, Slice, and the
+    Shape/Expand constant folding the dynamo exporter relies on."""
+    ins = dict(a=f32(r, 2, 3, 4), b=f32(r, 2, 1, 4))
+    nodes = [
+        node("Transpose", ["a"], ["tr"], perm=[2, 0, 1]), node("Transpose", ["a"], ["tr_rev"]),
+        node("Reshape", ["a", "shp"], ["resh"]), node("Flatten", ["a"], ["flat"], axis=2),
+        node("Split", ["a", "sizes"], ["sp0", "sp1"], axis=2), node("Split", ["a"], ["sp2", "sp3", "sp4"], axis=1,
+                                                                    num_outputs=3),
+        node("Concat", ["a", "b", "a"], ["cat"], axis=1), node("Squeeze", ["b", "ax1"], ["sq"]),
+        node("Unsqueeze", ["a", "ax03"], ["unsq"]), node("Gather", ["a", "i1"], ["g_scalar"], axis=1),
+        node("Gather", ["a", "i2"], ["g_vec"], axis=2), node("Gather", ["a", "i3"], ["g_mat"], axis=0),
+        node("Slice", ["a", "st", "en", "axs"], ["slice"]), node("Shape", ["a"], ["shape"]),
+        node("Mul", ["shape", "one"], ["shape1"]), node("Expand", ["b", "shape1"], ["expand"]),
+        node("Relu", ["resh"], ["resh_relu"]),
+    ]
+    inits = dict(shp=np.array([0, -1, 2]), sizes=np.array([1, 3]), ax1=np.array([1]), ax03=np.array([0, 3]),
+                 i1=np.array(2), i2=np.array([3, 0, 3]), i3=np.array([[1, 0], [0, 1]]), st=np.array([1, 0]),
+                 en=np.array([3, 3]), axs=np.array([1, 2]), one=np.array([1]))
+    outs = {o: (I64 if o == "shape" else F) for n in nodes for o in n.output if o not in ("shape1", )}
+    check("shapes", nodes, ins, outs, inits)
+
+
+def test_initializer_becomes_bound_argument(r, tmp_path):
+    """Weights are SDFG arguments (so schedules can split them), bound to their values."""
+    w = f32(r, 4, 3)
+    model = make_model([node("MatMul", ["x", "fc.weight"], ["y"])], dict(x=f32(r, 2, 4)), dict(y=F),
+                       {"fc.weight": w})
+    sdfg = dp.from_onnx(model, name="bound")
+    assert "fc_weight" in sdfg.arglist() and "x" in sdfg.arglist()
+    np.testing.assert_array_equal(bound_values(sdfg)["fc_weight"], w)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path))
+    for source in (path, str(path), model.SerializeToString()):  # files and serialized models too
+        assert set(dp.from_onnx(source, name="bound").arglist()) == set(sdfg.arglist())
+
+
+def test_unsupported_op_names_op_and_node(r):
+    model = make_model([node("Relu", ["x"], ["h"], name="act"), node("Hardmax", ["h"], ["y"], name="hm")],
+                       dict(x=f32(r, 2, 4)), dict(y=F))
+    with pytest.raises(FrontendError, match=r"Hardmax.*'hm'"):
+        dp.from_onnx(model)
+
+
+def test_dynamic_shape_is_rejected():
+    x = helper.make_tensor_value_info("x", F, ["batch", 4])
+    y = helper.make_tensor_value_info("y", F, None)
+    model = helper.make_model(helper.make_graph([node("Relu", ["x"], ["y"])], "g", [x], [y]))
+    with pytest.raises(FrontendError, match=r"'x'.*batch"):
+        dp.from_onnx(model)
+
+
+def test_dynamic_reshape_target_is_rejected(r):
+    model = make_model([node("Reshape", ["x", "s"], ["y"], name="rs")], dict(x=f32(r, 2, 4),
+                                                                            s=np.array([4, 2])), dict(y=F))
+    with pytest.raises(FrontendError, match=r"shape 's'.*'rs'"):
+        dp.from_onnx(model)
+
+
+@pytest.mark.slow
+def test_variants_slow(r):
+    """More shapes: 1-D and 4-D broadcasting, softmax over axis 0, opset-11 softmax (coerced to 2-D),
+    reductions with attribute axes (opset 11)."""
+    ins = dict(a=f32(r, 2, 1, 3, 1), b=f32(r, 4, 1, 5), c=f32(r, 5))
+    nodes = [node("Add", ["a", "b"], ["add"]), node("Div", ["c", "b"], ["div"]), node("Softmax", ["b"], ["sm0"],
+                                                                                    axis=0)]
+    check("var20", nodes, ins, {n.output[0]: F for n in nodes})
+    ins = dict(a=f32(r, 2, 3, 4))
+    nodes = [node("Softmax", ["a"], ["sm"], axis=1), node("ReduceSum", ["a"], ["rs"], axes=[0, 2], keepdims=1),
+             node("ReduceMean", ["a"], ["rm"], axes=[-1], keepdims=0), node("Squeeze", ["rs"], ["sq"], axes=[0])]
+    check("var11", nodes, ins, {n.output[0]: F for n in nodes}, opset=11)
