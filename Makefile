@@ -9,7 +9,8 @@ export OMP_NUM_THREADS ?= 1
 $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[mpich,test]"
+	$(PY) -m pip install -q torch==2.13.0  # the CPU build first, so nothing pulls the CUDA wheels
+	$(PY) -m pip install -q -e ".[mpich,test,torch]"
 	touch $@
 
 .PHONY: install demo test test-slow

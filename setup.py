@@ -22,5 +22,8 @@ setup(
         "mpich": ["mpich"],
         "test": ["pytest", "pytest-timeout", "hypothesis"],
         "bench": ["jax[cpu]"],
+        # The CPU build: this machine's pip finds torch 2.13.0+cpu locally; elsewhere install it first with
+        # pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+        "torch": ["torch==2.13.0", "onnx", "onnxscript", "onnxruntime"],
     },
 )

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, Optional
+from typing import Dict
 
 import numpy as np
 

@@ -30,7 +30,7 @@ from .distributed_memlet import DistributedMemlet
 from .environment import ENVIRONMENT
 from .errors import ScheduleError, UnsupportedPattern
 from .fusion import fuse_roundtrips
-from .schedule import Kernel, discover, expand_all, grid_size, ordered_states, resolve
+from .schedule import Kernel, discover, expand_all, ordered_states, resolve
 from .solvers.base import CommSpec, block_shape
 from .solvers.registry import choose, resolve_solvers
 from .transformations.rank_tiling import RankTileMap

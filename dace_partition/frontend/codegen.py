@@ -40,6 +40,19 @@ def dace_type(dtype) -> str:
     return "dace." + dace.dtypes.typeclass(np.dtype(dtype).type).to_string()
 
 
+def _dace_return_order(results: List[str]) -> List[str]:
+    """DaCe 1.0.2 returns a tuple in the *sorted name* order of its ``__return_<j>`` arrays (the j-th
+    returned expression), which puts ``__return_10`` before ``__return_2``. Returning the expressions
+    permuted so that sorted order is the intended order keeps every result in its place."""
+    if len(results) <= 10:
+        return list(results)
+    names = sorted(f"__return_{j}" for j in range(len(results)))
+    permuted = [None] * len(results)
+    for p, name in enumerate(names):
+        permuted[int(name[len("__return_"):])] = results[p]
+    return permuted
+
+
 class ProgramBuilder:
     """Collects a program's arguments, body lines and results, then makes an SDFG of them.
 
@@ -65,7 +78,7 @@ class ProgramBuilder:
         ident = self.fresh(name)
         self.args.append((ident, tuple(int(s) for s in shape), np.dtype(dtype)))
         if value is not None:
-            self.bound[ident] = np.ascontiguousarray(value, dtype=dtype).reshape(shape)
+            self.bound[ident] = np.array(np.reshape(value, shape), dtype=dtype, order="C", copy=True)
         return ident
 
     def line(self, code: str):
@@ -78,7 +91,7 @@ class ProgramBuilder:
         sig = ", ".join(f"{n}: {dace_type(d)}" + (f"[{', '.join(map(str, s))}]" if s else "") for n, s, d in self.args)
         body = [f"    {l}" for l in self.lines] or ["    pass"]
         if self.results:
-            body.append(f"    return {', '.join(self.results)}")
+            body.append(f"    return {', '.join(_dace_return_order(self.results))}")
         return ("import math\nimport numpy as np\nimport dace\n\n\n"
                 f"def {self.name}({sig}):\n" + "\n".join(body) + "\n")
 

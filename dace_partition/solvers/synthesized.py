@@ -15,7 +15,6 @@ job has more ranks than the mesh, since the synthesized plan runs on MPI_COMM_WO
 import json
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import dace
 
 from ..errors import UnsupportedPattern
 from .base import CommSpec, Solver

@@ -1,0 +1,495 @@
+"""Traced ATen graphs (``make_fx`` output, backward and optimizer included) to NumPy-level DaCe code.
+
+Every value of the graph is an *expression view*: a scalar expression over elements of materialized
+arrays, each read through an index map (logical axis per stored axis, or a constant 0). Elementwise ops,
+broadcasts, transposes and size-one reshapes only build new expressions; an array is written (one explicit
+map with one tasklet) only where a library op (``@``, reductions) needs one, where a value has several
+users, or for the outputs. So ``p - lr * t(t(g))`` is one map, and every map keeps the tensor's axes
+(the batch axis included) as its parameters, which a data-parallel schedule splits.
+"""
+import operator
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..errors import FrontendError
+from .codegen import ProgramBuilder
+from .numpy_ops import np_dtype, shape_code
+
+Shape = Tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Operand:
+    name: str
+    index: Tuple[Optional[int], ...]  # per stored axis: the logical axis it follows, or None (index 0)
+
+
+@dataclass(frozen=True)
+class Value:
+    """``expr`` uses ``{k}`` for ``operands[k]``; a materialized array is ``"{0}"`` over itself."""
+    shape: Shape
+    dtype: np.dtype
+    expr: str
+    operands: Tuple[Operand, ...]
+
+    def remap(self, shape: Shape, axis_of: Callable[[int], Optional[int]]) -> "Value":
+        ops = tuple(Operand(o.name, tuple(None if a is None else axis_of(a) for a in o.index)) for o in self.operands)
+        return Value(tuple(shape), self.dtype, self.expr, ops)
+
+    def array(self) -> Optional[str]:
+        """The array holding exactly this value in this layout, if there is one."""
+        if self.expr == "{0}" and self.operands[0].index == (tuple(range(len(self.shape))) or (None, )):
+            return self.operands[0].name
+        return None
+
+
+def array_value(name: str, shape: Shape, dtype, stored: Optional[Sequence[Optional[int]]] = None) -> Value:
+    index = tuple(range(len(shape))) if stored is None else tuple(stored)
+    return Value(tuple(shape), np.dtype(dtype), "{0}", (Operand(name, index or (None, )), ))
+
+
+def constant(value, shape: Shape, dtype) -> Value:
+    return Value(tuple(shape), np.dtype(dtype), repr(float(value)) if np.dtype(dtype).kind == "f" else repr(value), ())
+
+
+def broadcast_to(v: Value, shape: Shape) -> Value:
+    lead = len(shape) - len(v.shape)
+    if lead < 0 or any(s != 1 and s != shape[lead + i] for i, s in enumerate(v.shape)):
+        raise ValueError(f"cannot broadcast {v.shape} to {shape}")
+    return v.remap(shape, lambda a: None if v.shape[a] == 1 and shape[lead + a] != 1 else lead + a)
+
+
+def combine(fn: Callable[..., str], values: Sequence[Value], shape: Shape, dtype) -> Value:
+    """Elementwise ``fn`` of ``values`` (broadcast to ``shape``) as one expression, operands shared."""
+    operands: List[Operand] = []
+    parts = []
+    for v in values:
+        v = broadcast_to(v, shape)
+        ks = []
+        for o in v.operands:
+            if o not in operands:
+                operands.append(o)
+            ks.append("{%d}" % operands.index(o))
+        parts.append("(" + v.expr.format(*ks) + ")")
+    return Value(tuple(shape), np.dtype(dtype), fn(*parts), tuple(operands))
+
+
+_FUNCTIONS = {"exp", "log", "sqrt", "rsqrt", "tanh", "pow", "max", "min", "abs", "sigmoid", "erf", "o"}
+
+
+def _lit(x) -> str:
+    return repr(float(x)) if isinstance(x, float) else repr(x)
+
+
+class Converter:
+    """Writes a traced ``torch.fx`` graph of ATen ops into a :class:`ProgramBuilder`."""
+
+    def __init__(self, builder: ProgramBuilder):
+        self.b = builder
+        self.env: Dict[object, object] = {}
+        self.node = None
+
+    def fresh(self, hint: str) -> str:
+        """A new identifier that does not shadow a function the tasklets call (``exp = ...`` would)."""
+        return self.b.fresh(f"{hint}_t" if hint.split("_")[0] in _FUNCTIONS else hint)
+
+    # -- arrays ---------------------------------------------------------------------------------------
+    def write(self, v: Value, hint: str = "t", uses_index: bool = False) -> Value:
+        """An explicit map writing ``v`` into a new array (``uses_index``: ``expr`` names map parameters)."""
+        out = self.fresh(hint)
+        shape = v.shape or (1, )
+        params = [f"i{k}" for k in range(len(shape))]
+        ins = []
+        for k, o in enumerate(v.operands):
+            idx = ", ".join("0" if a is None else params[a] for a in o.index)
+            ins.append(f"        in{k} << {o.name}[{idx}]")
+        self.b.line(f"{out} = np.empty({shape_code(shape)}, dtype={np_dtype(v.dtype)})")
+        self.b.line(f"for {', '.join(params)} in dace.map[{', '.join(f'0:{s}' for s in shape)}]:")
+        self.b.line("    with dace.tasklet:")
+        for line in ins:
+            self.b.line(line)
+        self.b.line(f"        o >> {out}[{', '.join(params)}]")
+        self.b.line(f"        o = {v.expr.format(*[f'in{k}' for k in range(len(v.operands))])}")
+        return array_value(out, v.shape, v.dtype)
+
+    def materialize(self, v: Value, hint: str = "t") -> str:
+        return v.array() or self.write(v, hint).operands[0].name
+
+    def reduce(self, v: Value, axes: Sequence[int], keepdim: bool, kind: str = "sum", hint: str = "red") -> Value:
+        """np.sum / np.max over ``axes`` (a Reduce library node); kept axes stay unsqueezed in the view."""
+        axes = sorted({a % len(v.shape) for a in axes}) if v.shape else []
+        src = self.materialize(v, hint + "_in")
+        out = self.fresh(hint)
+        fn = {"sum": "np.sum", "max": "np.max"}[kind]
+        kept = [a for a in range(len(v.shape)) if a not in axes]
+        self.b.line(f"{out} = {fn}({src}, axis={tuple(axes) if len(axes) > 1 else axes[0]})" if kept else
+                    f"{out} = {fn}({src})")
+        shape = tuple(1 if a in axes else s for a, s in enumerate(v.shape)) if keepdim else tuple(v.shape[a] for a in kept)
+        stored = [a if keepdim else i for i, a in enumerate(kept)]
+        return array_value(out, shape, v.dtype, stored if kept else [None])
+
+    def reshape(self, v: Value, shape: Shape) -> Value:
+        """A copy map over the common refinement of both shapes, so both sides index linearly (a DaCe
+        view of ``np.reshape`` would reach the partitioner as an ambiguous View node)."""
+        src = self.materialize(v, "view_in")
+        fine = _refine([s for s in v.shape if s != 1], [s for s in shape if s != 1])
+        if fine is None:
+            raise FrontendError(f"reshape {v.shape} -> {shape} at node '{self.node.name}' does not split or merge "
+                                "whole axes")
+        params = [f"r{k}" for k in range(len(fine))] or ["r0"]
+        out = self.fresh("view")
+        self.b.line(f"{out} = np.empty({shape_code(shape or (1, ))}, dtype={np_dtype(v.dtype)})")
+        self.b.line(f"for {', '.join(params)} in dace.map[{', '.join(f'0:{s}' for s in fine or [1])}]:")
+        self.b.line("    with dace.tasklet:")
+        self.b.line(f"        in0 << {src}[{_linear(v.shape, fine, params)}]")
+        self.b.line(f"        o >> {out}[{_linear(shape, fine, params)}]")
+        self.b.line("        o = in0")
+        return array_value(out, shape, v.dtype)
+
+    def matmul(self, a: Value, b: Value) -> Value:
+        x, y = self.materialize(a, "mm_a"), self.materialize(b, "mm_b")
+        out = self.fresh("mm")
+        self.b.line(f"{out} = {x} @ {y}")
+        return array_value(out, a.shape[:-1] + b.shape[-1:], a.dtype)
+
+    # -- graph ----------------------------------------------------------------------------------------
+    def arg(self, x):
+        if isinstance(x, (list, tuple)):
+            return type(x)(self.arg(y) for y in x)
+        return self.env[x] if hasattr(x, "op") and hasattr(x, "target") else x
+
+    def run(self, graph, inputs: Dict[object, Value]) -> List[Value]:
+        users = {n: len(n.users) for n in graph.nodes}
+        for node in graph.nodes:
+            self.node = node
+            if node.op == "placeholder":
+                self.env[node] = inputs[node]
+            elif node.op == "output":
+                return [self.env[x] for x in _flatten(node.args[0])]
+            elif node.op == "call_function":
+                if node.target is operator.getitem:
+                    self.env[node] = self.arg(node.args[0])[node.args[1]]
+                    continue
+                key = str(node.target)
+                fn = OPS.get(key) or OPS.get(key.rsplit(".", 1)[0])
+                if fn is None:
+                    raise FrontendError(f"unsupported ATen op '{key}' at node '{node.name}'")
+                try:
+                    out = fn(self, *self.arg(node.args), **self.arg(dict(node.kwargs)))
+                except FrontendError:
+                    raise
+                except (ValueError, TypeError, NotImplementedError) as e:
+                    raise FrontendError(f"cannot convert ATen op '{key}' at node '{node.name}': {e}") from e
+                if isinstance(out, Value) and users[node] > 1 and out.array() is None and out.operands:
+                    out = self.write(out, node.name)
+                self.env[node] = out
+            else:
+                raise FrontendError(f"unsupported graph node '{node.name}' ({node.op})")
+        raise FrontendError("graph has no output node")
+
+    def fail(self, why: str):
+        raise FrontendError(f"ATen op '{self.node.target}' at node '{self.node.name}': {why}")
+
+
+def _refine(a: List[int], b: List[int]) -> Optional[List[int]]:
+    """Axis sizes that both ``a`` and ``b`` are products of runs of, or None."""
+    a, b, out = list(a), list(b), []
+    while a and b:
+        g = min(a[0], b[0])
+        if a[0] % g or b[0] % g:
+            return None
+        out.append(g)
+        a[0] //= g
+        b[0] //= g
+        a, b = (a[1:] if a[0] == 1 else a), (b[1:] if b[0] == 1 else b)
+    return out if not a and not b else None
+
+
+def _linear(shape: Shape, fine: List[int], params: List[str]) -> str:
+    """Index of an array of ``shape`` at refinement indices ``params`` (runs of ``fine`` form its axes)."""
+    idx, k = [], 0
+    for s in shape or (1, ):
+        if s == 1:
+            idx.append("0")
+            continue
+        terms, size = [], 1
+        while size < s:
+            terms.append(params[k])
+            size *= fine[k]
+            k += 1
+        stride, parts = 1, []
+        for p, f in reversed(list(zip(terms, fine[k - len(terms):k]))):
+            parts.append(p if stride == 1 else f"{stride} * {p}")
+            stride *= f
+        idx.append(" + ".join(reversed(parts)))
+    return ", ".join(idx)
+
+
+def _flatten(x):
+    if isinstance(x, (list, tuple)):
+        return [y for z in x for y in _flatten(z)]
+    return [x]
+
+
+# -- operator table ----------------------------------------------------------------------------------
+OPS: Dict[str, Callable] = {}
+
+
+def op(*names):
+    def deco(fn):
+        for n in names:
+            OPS["aten." + n] = fn
+        return fn
+
+    return deco
+
+
+def _result_dtype(*xs):
+    ds = [x.dtype for x in xs if isinstance(x, Value)]
+    return np.result_type(*ds) if ds else np.dtype(np.float32)
+
+
+def _as_value(x, dtype) -> Value:
+    return x if isinstance(x, Value) else constant(x, (), dtype)
+
+
+def binary(fn):
+    def impl(c, a, b, alpha=1, **_):
+        dtype = _result_dtype(a, b)
+        a, b = _as_value(a, dtype), _as_value(b, dtype)
+        if alpha != 1:
+            b = combine(lambda y: f"{_lit(alpha)} * {y}", [b], b.shape, dtype)
+        shape = tuple(np.broadcast_shapes(a.shape, b.shape))
+        return combine(fn, [a, b], shape, dtype)
+
+    return impl
+
+
+def unary(fn):
+    return lambda c, a, *_, **__: combine(fn, [a], a.shape, a.dtype)
+
+
+for _n, _f in {"add": "{} + {}", "sub": "{} - {}", "mul": "{} * {}", "div": "{} / {}"}.items():
+    op(f"{_n}.Tensor", f"{_n}.Scalar")(binary(_f.format))
+op("rsub.Scalar", "rsub.Tensor")(lambda c, a, b, alpha=1: binary("{} - {}".format)(c, b, a) if alpha == 1 else
+                                  c.fail("alpha"))
+op("neg.default")(unary(lambda x: f"-{x}"))
+op("exp.default")(unary(lambda x: f"exp({x})"))
+op("log.default")(unary(lambda x: f"log({x})"))
+op("sqrt.default")(unary(lambda x: f"sqrt({x})"))
+op("rsqrt.default")(unary(lambda x: f"1.0 / sqrt({x})"))
+op("tanh.default")(unary(lambda x: f"tanh({x})"))
+op("sigmoid.default")(unary(lambda x: f"1.0 / (1.0 + exp(-{x}))"))
+op("relu.default")(unary(lambda x: f"({x} if {x} > 0.0 else 0.0)"))
+op("threshold_backward.default")(lambda c, g, x, th: combine(lambda a, b: f"({a} if {b} > {_lit(th)} else 0.0)",
+                                                             [g, x], g.shape, g.dtype))
+op("pow.Tensor_Scalar")(lambda c, a, e: combine(lambda x: f"({x} * {x})" if e == 2 else f"{x} ** {_lit(e)}",
+                                                [a], a.shape, a.dtype))
+op("pow.Scalar")(lambda c, base, e: combine(lambda x: f"{_lit(base)} ** {x}", [e], e.shape, e.dtype))
+op("detach.default", "clone.default", "alias.default", "lift_fresh_copy.default")(lambda c, a, *_, **__: a)
+
+
+@op("_to_copy.default")
+def _to_copy(c, a, dtype=None, **_):
+    if dtype is None:
+        return a
+    import torch
+    nd = torch.empty((), dtype=dtype).numpy().dtype
+    return combine(lambda x: x, [a], a.shape, nd)
+
+
+@op("copy.default")
+def _copy(c, dst, src, *_):
+    return combine(lambda x: x, [src], dst.shape, dst.dtype)
+
+
+def _like(value):
+    return lambda c, a, *args, **kw: constant(value if value is not None else args[0], a.shape, a.dtype)
+
+
+op("ones_like.default")(_like(1.0))
+op("zeros_like.default")(_like(0.0))
+op("full_like.default")(_like(None))
+
+
+@op("scalar_tensor.default")
+def _scalar_tensor(c, s, dtype=None, **_):
+    return constant(s, (), np.float32)
+
+
+@op("t.default")
+def _t(c, a):
+    return _permute(c, a, list(range(len(a.shape)))[::-1])
+
+
+@op("transpose.int")
+def _transpose(c, a, d0, d1):
+    perm = list(range(len(a.shape)))
+    d0, d1 = d0 % len(perm), d1 % len(perm)
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return _permute(c, a, perm)
+
+
+@op("permute.default")
+def _permute(c, a, dims):
+    dims = [d % len(a.shape) for d in dims]
+    return a.remap(tuple(a.shape[d] for d in dims), dims.index)
+
+
+@op("expand.default")
+def _expand(c, a, sizes):
+    lead = len(sizes) - len(a.shape)
+    shape = tuple(a.shape[i - lead] if s == -1 else s for i, s in enumerate(sizes))
+    return broadcast_to(a, shape)
+
+
+@op("view.default", "_unsafe_view.default", "reshape.default", "squeeze.dim", "squeeze.default",
+    "unsqueeze.default")
+def _view(c, a, shape=None, *_):
+    name = str(c.node.target)
+    if "squeeze" in name:
+        shape = tuple(c.node.meta["val"].shape)
+    shape = list(shape)
+    if -1 in shape:
+        known = int(np.prod([s for s in shape if s != -1]))
+        shape[shape.index(-1)] = int(np.prod(a.shape)) // max(known, 1)
+    shape = tuple(int(s) for s in shape)
+    old = [i for i, s in enumerate(a.shape) if s != 1]
+    new = [i for i, s in enumerate(shape) if s != 1]
+    if [a.shape[i] for i in old] == [shape[i] for i in new]:  # only length-one axes differ
+        return a.remap(shape, lambda ax: new[old.index(ax)] if ax in old else None)
+    return c.reshape(a, shape)
+
+
+@op("mm.default", "bmm.default", "matmul.default")
+def _mm(c, a, b):
+    return c.matmul(a, b)
+
+
+@op("addmm.default")
+def _addmm(c, bias, a, b, beta=1, alpha=1):
+    prod = c.matmul(a, b)
+    return combine(lambda z, y: f"{_lit(alpha)} * {y} + {_lit(beta)} * {z}" if (alpha, beta) != (1, 1) else f"{y} + {z}",
+                   [bias, prod], prod.shape, prod.dtype)
+
+
+@op("sum.dim_IntList", "sum.default", "mean.dim", "mean.default")
+def _sum(c, a, dims=None, keepdim=False, dtype=None):
+    dims = list(range(len(a.shape))) if not dims else list(dims)
+    out = c.reduce(a, dims, keepdim)
+    if "mean" in str(c.node.target):
+        n = int(np.prod([a.shape[d] for d in dims]))
+        out = combine(lambda x: f"{x} / {_lit(float(n))}", [out], out.shape, out.dtype)
+    return out
+
+
+@op("amax.default")
+def _amax(c, a, dims=(), keepdim=False):
+    return c.reduce(a, list(dims) or list(range(len(a.shape))), keepdim, "max")
+
+
+def _stable_exp(c, x: Value, dim: int):
+    x = array_value(c.materialize(x, "sm_in"), x.shape, x.dtype)
+    mx = c.reduce(x, [dim], True, "max", "sm_max")
+    e = c.write(combine(lambda a, m: f"exp({a} - {m})", [x, mx], x.shape, x.dtype), "sm_exp")
+    return x, mx, e, c.reduce(e, [dim], True, "sum", "sm_sum")
+
+
+@op("_log_softmax.default")
+def _log_softmax(c, x, dim, half_to_float=False):
+    x, mx, _, s = _stable_exp(c, x, dim)
+    return combine(lambda a, m, t: f"{a} - {m} - log({t})", [x, mx, s], x.shape, x.dtype)
+
+
+@op("_softmax.default")
+def _softmax(c, x, dim, half_to_float=False):
+    _, _, e, s = _stable_exp(c, x, dim)
+    return combine(lambda a, t: f"{a} / {t}", [e, s], x.shape, x.dtype)
+
+
+@op("_log_softmax_backward_data.default")
+def _log_softmax_backward(c, go, out, dim, dtype=None):
+    s = c.reduce(go, [dim], True, "sum", "lsm_gsum")
+    return combine(lambda g, y, t: f"{g} - exp({y}) * {t}", [go, out, s], go.shape, go.dtype)
+
+
+@op("_softmax_backward_data.default")
+def _softmax_backward(c, go, out, dim, dtype=None):
+    s = c.reduce(combine(lambda g, y: f"{g} * {y}", [go, out], go.shape, go.dtype), [dim], True, "sum", "sm_gsum")
+    return combine(lambda g, y, t: f"{y} * ({g} - {t})", [go, out, s], go.shape, go.dtype)
+
+
+def _check_nll(c, x, weight, reduction, ignore_index):
+    if weight is not None:
+        c.fail("class weights are not supported")
+    if len(x.shape) != 2 or reduction not in (1, 2):
+        c.fail("only (batch, classes) inputs with reduction 'mean' or 'sum' are supported")
+
+
+@op("nll_loss_forward.default")
+def _nll_forward(c, x, target, weight, reduction, ignore_index):
+    """Labels equal to ``ignore_index`` are not supported (every label must be a class): total weight is
+    the batch size."""
+    _check_nll(c, x, weight, reduction, ignore_index)
+    picked = combine(lambda a, t: f"({a} if {t} == i1 else 0.0)", [x, target.remap(x.shape, lambda a: 0)],
+                     x.shape, x.dtype)
+    total = c.reduce(c.write(picked, "nll_pick", uses_index=True), [0, 1], False, "sum", "nll_sum")
+    n = float(x.shape[0]) if reduction == 1 else 1.0
+    return combine(lambda t: f"-{t} / {_lit(n)}", [total], (), x.dtype), constant(float(x.shape[0]), (), x.dtype)
+
+
+@op("nll_loss_backward.default")
+def _nll_backward(c, go, x, target, weight, reduction, ignore_index, total_weight):
+    _check_nll(c, x, weight, reduction, ignore_index)
+    tw = total_weight if reduction == 1 else constant(1.0, (), x.dtype)
+    g = combine(lambda a, w, t: f"(-{a} / {w} if {t} == i1 else 0.0)",
+                [go, tw, target.remap(x.shape, lambda a: 0)], x.shape, x.dtype)
+    return c.write(g, "nll_grad", uses_index=True)
+
+
+def _norm_axes(x, normalized_shape):
+    k = len(normalized_shape)
+    return list(range(len(x.shape) - k, len(x.shape))), int(np.prod(normalized_shape))
+
+
+@op("native_layer_norm.default")
+def _layer_norm(c, x, normalized_shape, weight, bias, eps):
+    axes, n = _norm_axes(x, normalized_shape)
+    mean = c.write(combine(lambda s: f"{s} / {_lit(float(n))}", [c.reduce(x, axes, True, "sum", "ln_sum")],
+                           tuple(1 if a in axes else s for a, s in enumerate(x.shape)), x.dtype), "ln_mean")
+    sq = combine(lambda a, m: f"({a} - {m}) * ({a} - {m})", [x, mean], x.shape, x.dtype)
+    var = c.reduce(sq, axes, True, "sum", "ln_var")
+    rstd = c.write(combine(lambda v: f"1.0 / sqrt({v} / {_lit(float(n))} + {_lit(float(eps))})", [var], mean.shape,
+                           x.dtype), "ln_rstd")
+    out = combine(lambda a, m, r: f"({a} - {m}) * {r}", [x, mean, rstd], x.shape, x.dtype)
+    if weight is not None:
+        out = combine(lambda y, w: f"{y} * {w}", [out, weight], x.shape, x.dtype)
+    if bias is not None:
+        out = combine(lambda y, b: f"{y} + {b}", [out, bias], x.shape, x.dtype)
+    return out, mean, rstd
+
+
+@op("native_layer_norm_backward.default")
+def _layer_norm_backward(c, go, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+    axes, n = _norm_axes(x, normalized_shape)
+    batch_axes = [a for a in range(len(x.shape)) if a not in axes]
+    xhat = c.write(combine(lambda a, m, r: f"({a} - {m}) * {r}", [x, mean, rstd], x.shape, x.dtype), "ln_xhat")
+    g = go if weight is None else c.write(combine(lambda a, w: f"{a} * {w}", [go, weight], x.shape, x.dtype), "ln_g")
+    s1 = c.reduce(g, axes, True, "sum", "ln_gsum")
+    s2 = c.reduce(combine(lambda a, h: f"{a} * {h}", [g, xhat], x.shape, x.dtype), axes, True, "sum", "ln_gxsum")
+    dx = combine(lambda r, a, t1, h, t2: f"{r} / {_lit(float(n))} * ({_lit(float(n))} * {a} - {t1} - {h} * {t2})",
+                 [rstd, g, s1, xhat, s2], x.shape, x.dtype) if output_mask[0] else None
+    dw = db = None
+    if weight is not None and output_mask[1]:
+        dw = c.reduce(combine(lambda a, h: f"{a} * {h}", [go, xhat], x.shape, x.dtype), batch_axes, False, "sum",
+                      "ln_dw")
+    if bias is not None and output_mask[2]:
+        db = c.reduce(go, batch_axes, False, "sum", "ln_db")
+    return dx, dw, db
+
+
+def convert(graph, builder: ProgramBuilder, inputs: Dict[object, Value]) -> List[Value]:
+    """Converts ``graph`` (placeholders bound to ``inputs``) and returns the output values."""
+    return Converter(builder).run(graph, inputs)

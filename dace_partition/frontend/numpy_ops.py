@@ -1,0 +1,322 @@
+"""NumPy-level code for operators that DaCe's Python frontend has no single function for.
+
+Shared by the front ends: each function takes identifiers (and a ``fresh(hint)`` callable for temporaries)
+and returns lines of code for the generated program body. Everything is written with statically known
+shapes, so every loop becomes a DaCe map whose parameters are the tensor's axes (batch and head axes
+included), which a schedule can then partition. The code avoids what DaCe turns into *views* (reshapes,
+``keepdims``, specialised ``np.einsum``): the partitioner cannot place a view inside a kernel.
+"""
+import math
+import re
+from typing import Callable, List, Sequence, Tuple
+
+import numpy as np
+
+Shape = Tuple[int, ...]
+
+ERF = "erf(in0)"
+SIGMOID = "1.0 / (1.0 + exp(-in0))"
+GELU = f"0.5 * in0 * (1.0 + erf(in0 * {1 / math.sqrt(2.0)!r}))"
+GELU_TANH = f"0.5 * in0 * (1.0 + tanh({math.sqrt(2.0 / math.pi)!r} * (in0 + 0.044715 * in0 * in0 * in0)))"
+
+
+def np_dtype(dtype) -> str:
+    """``np.float32``-style spelling of a dtype for generated code."""
+    name = np.dtype(dtype).name
+    return "np.bool_" if name == "bool" else f"np.{name}"
+
+
+def shape_code(shape: Sequence[int]) -> str:
+    shape = tuple(int(s) for s in shape)
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+
+
+def literal(value, dtype) -> str:
+    """A scalar constant as an expression of the right type (a bare Python float would be float64)."""
+    value = np.asarray(value).reshape(()).item()
+    if np.dtype(dtype) == np.bool_:
+        return repr(bool(value))
+    if np.issubdtype(np.dtype(dtype), np.integer):
+        return f"{np_dtype(dtype)}({int(value)})"
+    return f"{np_dtype(dtype)}({float(value)!r})"
+
+
+def keep_shape(shape: Shape, axes: Sequence[int]) -> Shape:
+    """``shape`` with the reduced ``axes`` kept as length-one axes (NumPy's ``keepdims=True``)."""
+    return tuple(1 if i in axes else s for i, s in enumerate(shape))
+
+
+def broadcast_index(in_shape: Shape, out_shape: Shape, params: Sequence[str]) -> str:
+    """Subscript reading an operand of ``in_shape`` broadcast to ``out_shape`` at map indices ``params``."""
+    lead = len(out_shape) - len(in_shape)
+    idx = ["0" if s == 1 and out_shape[lead + i] != 1 else params[lead + i] for i, s in enumerate(in_shape)]
+    return "[" + ", ".join(idx) + "]" if idx else "[0]"
+
+
+def _operand_index(op, out_shape, params) -> str:
+    """``(name, shape)`` broadcasts NumPy-style; ``(name, shape, dims)`` reads axis ``k`` of the operand at
+    output axis ``dims[k]`` (a reduced array against the unreduced output, without a reshape view)."""
+    if len(op) == 3:
+        return "[" + ", ".join("0" if s == 1 else params[d] for s, d in zip(op[1], op[2])) + "]"
+    return broadcast_index(tuple(op[1]) or (1, ), out_shape, params)
+
+
+def _connectors(expr: str) -> str:
+    """Expressions are written over ``in0, in1, ...``; the tasklet's connectors carry a leading underscore,
+    which no array identifier has (see :func:`.codegen.identifier`), so they never shadow an array."""
+    return re.sub(r"\bin(\d+)\b", r"_in\1", expr)
+
+
+def _map_head(params, shape) -> List[str]:
+    return [f"for {', '.join(params)} in dace.map[{', '.join(f'0:{s}' for s in shape)}]:", "    with dace.tasklet:"]
+
+
+def elementwise(out: str, out_shape: Shape, dtype, operands: Sequence[tuple], expr: str) -> List[str]:
+    """An explicit map computing ``expr`` (a C-callable scalar expression over ``in0``, ``in1``, ...) per
+    output element, with NumPy broadcasting of the operands (see :func:`_operand_index`). Used for
+    functions NumPy-level DaCe lacks (erf), to fuse scalar chains into one map, and wherever DaCe would
+    otherwise make a view."""
+    out_shape = tuple(out_shape) or (1, )
+    params = [f"_i{k}" for k in range(len(out_shape))]
+    lines = [f"{out} = np.empty({shape_code(out_shape)}, dtype={np_dtype(dtype)})"] + _map_head(params, out_shape)
+    for k, op in enumerate(operands):
+        lines.append(f"        _in{k} << {op[0]}{_operand_index(op, out_shape, params)}")
+    lines += [f"        _o >> {out}[{', '.join(params)}]", f"        _o = {_connectors(expr)}"]
+    return lines
+
+
+def copy_slice(out: str, out_shape: Shape, dtype, x: str, starts: Sequence[int], steps: Sequence[int]) -> List[str]:
+    """``out = x[start::step, ...]`` as a map over the output's axes (NumPy-level DaCe cannot copy views)."""
+    params = [f"_i{k}" for k in range(len(out_shape))]
+    idx = [p if (a, s) == (0, 1) else f"{p} + {a}" if s == 1 else f"{p} * {s} + {a}"
+           for p, a, s in zip(params, starts, steps)]
+    return ([f"{out} = np.empty({shape_code(out_shape)}, dtype={np_dtype(dtype)})"] + _map_head(params, out_shape) +
+            [f"        _v << {x}[{', '.join(idx)}]", f"        _o >> {out}[{', '.join(params)}]", "        _o = _v"])
+
+
+def split_reshape(in_shape: Shape, out_shape: Shape):
+    """For a reshape that only splits axes (and adds or drops length-one axes), the input index of every
+    input axis as ``[(output axis, stride), ...]``; None for reshapes that merge axes."""
+    groups, j = [], 0
+    for s in in_shape:
+        group, size = [], 1
+        while j < len(out_shape) and size * out_shape[j] <= s and (size < s or out_shape[j] == 1):
+            if out_shape[j] != 1:
+                group.append(j)
+            size *= out_shape[j]
+            j += 1
+            if size == s and (j >= len(out_shape) or out_shape[j] != 1):
+                break
+        if size != s:
+            return None
+        strides, st = [], 1
+        for a in reversed(group):
+            strides.append((a, st))
+            st *= out_shape[a]
+        groups.append(list(reversed(strides)))
+    if any(out_shape[k] != 1 for k in range(j, len(out_shape))):
+        return None
+    return groups
+
+
+def reshape_copy(out: str, out_shape: Shape, dtype, x: str, groups) -> List[str]:
+    """A split-only reshape (see :func:`split_reshape`) as an affine copy map, so that a schedule can
+    split it like any map (``np.reshape`` would be a view)."""
+    out_shape = tuple(out_shape) or (1, )
+    params = [f"_i{k}" for k in range(len(out_shape))]
+    idx = [" + ".join(f"{params[a]} * {st}" if st != 1 else params[a] for a, st in g) or "0" for g in groups]
+    return (
+        [f"{out} = np.empty({shape_code(out_shape)}, dtype={np_dtype(dtype)})"] + _map_head(params, out_shape) +
+        [f"        _v << {x}[{', '.join(idx) or '0'}]", f"        _o >> {out}[{', '.join(params)}]", "        _o = _v"])
+
+
+def contraction(out: str, dtype, terms: Sequence[str], operands: Sequence[Tuple[str, Shape]], rhs: str,
+                sizes: dict) -> List[str]:
+    """An einsum as two explicit maps: zero the output (parameters ``_z*``), then one map over every index
+    letter (parameters ``_i_<letter>``) that accumulates products with write-conflict resolution ``+``.
+    Unlike ``np.einsum`` (which DaCe specialises into GEMMs on reshaped or transposed views), every axis
+    (batch, head, contraction) is a parameter of one map that a schedule can split; length-one operand
+    axes broadcast. :func:`nest_contractions` then puts each pair into a nested SDFG of its own."""
+    letters = []
+    for t in list(terms) + [rhs]:
+        letters += [c for c in t if c not in letters]
+    params = {c: f"_i_{c}" for c in letters}
+    out_shape = tuple(sizes[c] for c in rhs) or (1, )
+    zero = [f"_z{k}" for k in range(len(out_shape))]
+    lines = [f"{out} = np.empty({shape_code(out_shape)}, dtype={np_dtype(dtype)})"] + _map_head(zero, out_shape)
+    lines += [f"        _o >> {out}[{', '.join(zero)}]", "        _o = 0"]
+    lines += _map_head([params[c] for c in letters], [sizes[c] for c in letters])
+    for k, (t, (name, shape)) in enumerate(zip(terms, operands)):
+        idx = ", ".join("0" if s == 1 and sizes[c] != 1 else params[c] for c, s in zip(t, shape))
+        lines.append(f"        _in{k} << {name}[{idx or '0'}]")
+    lines.append(f"        _o >> {out}(1, lambda a, b: a + b)[{', '.join(params[c] for c in rhs) or '0'}]")
+    lines.append(f"        _o = {' * '.join(f'_in{k}' for k in range(len(terms)))}")
+    return lines
+
+
+def _scope_parts(state, entry):
+    from dace.sdfg import nodes
+    exit_ = state.exit_node(entry)
+    inner = [n for n in state.scope_subgraph(entry).nodes() if isinstance(n, nodes.Tasklet)]
+    return exit_, inner
+
+
+def nest_contractions(sdfg, prefix: str = "einsum") -> int:
+    """Moves every zero/accumulate map pair made by :func:`contraction` into a nested SDFG (``no_inline``).
+
+    The partitioner then schedules the pair as one kernel, as it does DaCe's own GEMM expansion: the
+    accumulator is zeroed on the ranks that accumulate into it, instead of being zeroed as a kernel of
+    its own and shipped to those ranks. The nested maps are called ``<prefix>_<k>.zero`` and
+    ``<prefix>_<k>.contract``. Returns how many were nested."""
+    import copy
+    import dace
+    from dace import nodes
+    from dace.memlet import Memlet
+
+    def scopes(kind):
+        out = []
+        for st in sdfg.states():
+            for n in st.nodes():
+                if isinstance(n, nodes.MapEntry) and st.entry_node(n) is None and n.map.params and \
+                        all(p.startswith(kind) for p in n.map.params):
+                    out.append((st, n))
+        return out
+
+    zeros = {}
+    for st, entry in scopes("_z"):
+        exit_, _ = _scope_parts(st, entry)
+        for e in st.out_edges(exit_):
+            zeros.setdefault(e.data.data, []).append((st, entry))
+    count = 0
+    for st, entry in scopes("_i_"):
+        exit_, tasklets = _scope_parts(st, entry)
+        outs = [e for e in st.out_edges(exit_) if e.data.wcr is not None]
+        if len(outs) != 1 or len(tasklets) != 1 or not zeros.get(outs[0].data.data):
+            continue
+        out_edge, tasklet = outs[0], tasklets[0]
+        out_name = out_edge.data.data
+        zst, zentry = zeros[out_name].pop(0)
+        zexit, ztasklets = _scope_parts(zst, zentry)
+        inner = dace.SDFG(f"{prefix}_{count}")
+        reads = [e for e in st.in_edges(entry) if e.data.data is not None]
+        for name in sorted({e.data.data for e in reads} | {out_name}):
+            desc = sdfg.arrays[name]  # views (reshapes) outside are plain arrays inside
+            inner.add_array(name, desc.shape, desc.dtype, storage=desc.storage, strides=desc.strides)
+        s0 = inner.add_state("zero")
+        zt = ztasklets[0]
+        s0.add_mapped_tasklet("zero", dict(zip(zentry.map.params, [f"{b}:{e + 1}" for b, e, _ in zentry.map.range])),
+                              {}, zt.code.as_string,
+                              {c: copy.deepcopy(e.data) for e in zst.out_edges(zt) for c in [e.src_conn]},
+                              external_edges=True)
+        s1 = inner.add_state_after(s0, "contract")
+        s1.add_mapped_tasklet("contract", dict(zip(entry.map.params, [f"{b}:{e + 1}" for b, e, _ in entry.map.range])),
+                              {e.dst_conn: copy.deepcopy(e.data) for e in st.in_edges(tasklet)}, tasklet.code.as_string,
+                              {e.src_conn: copy.deepcopy(e.data) for e in st.out_edges(tasklet)}, external_edges=True)
+        node = st.add_nested_sdfg(inner, sdfg, {e.data.data for e in reads}, {out_name})
+        node.no_inline = True
+        done = set()
+        for e in reads:
+            if e.data.data not in done:
+                done.add(e.data.data)
+                st.add_edge(e.src, e.src_conn, node, e.data.data, Memlet.from_array(e.data.data, sdfg.arrays[e.data.data]))
+        st.add_edge(node, out_name, out_edge.dst, out_edge.dst_conn, Memlet.from_array(out_name, sdfg.arrays[out_name]))
+        st.remove_nodes_from(st.scope_subgraph(entry).nodes())
+        zwritten = [e.dst for e in zst.out_edges(zexit)]
+        zst.remove_nodes_from(zst.scope_subgraph(zentry).nodes())
+        zst.remove_nodes_from([n for n in zwritten if zst.degree(n) == 0])
+        count += 1
+    return count
+
+
+def matmul_terms(a_shape: Shape, b_shape: Shape) -> Tuple[str, str, str, dict]:
+    """Einsum terms of NumPy's ``matmul`` (broadcast batch axes, 1-D operands) for :func:`contraction`:
+    (a term, b term, output term, sizes)."""
+    letters = "abcdefghijlopqrstuvwxyz"  # m: rows of a, k: contracted, n: columns of b
+    if a_shape[-1] != b_shape[-2 if len(b_shape) > 1 else 0]:
+        raise ValueError(f"matmul of shapes {tuple(a_shape)} and {tuple(b_shape)}: inner sizes differ")
+    ab, bb = a_shape[:-2], b_shape[:-2]
+    nb = max(len(ab), len(bb))
+    batch = tuple(np.broadcast_shapes(ab, bb)) if nb else ()
+    bl = letters[:nb]
+    sizes = dict(zip(bl, batch), k=a_shape[-1])
+    ta = bl[nb - len(ab):] + ("m" if len(a_shape) > 1 else "") + "k"
+    tb = bl[nb - len(bb):] + "k" + ("n" if len(b_shape) > 1 else "")
+    if len(a_shape) > 1:
+        sizes["m"] = a_shape[-2]
+    if len(b_shape) > 1:
+        sizes["n"] = b_shape[-1]
+    to = bl + ("m" if len(a_shape) > 1 else "") + ("n" if len(b_shape) > 1 else "")
+    return ta, tb, to, sizes
+
+
+def _reduced(shape: Shape, axes) -> Tuple[Shape, List[int]]:
+    """Shape after reducing ``axes`` and, per remaining axis, its axis in the unreduced shape."""
+    dims = [i for i in range(len(shape)) if i not in axes]
+    return tuple(shape[i] for i in dims) or (1, ), dims or [0]
+
+
+def reduce(fresh: Callable[[str], str], out: str, x: str, shape: Shape, axes: Sequence[int], keepdims: bool,
+           kind: str, dtype) -> List[str]:
+    """ReduceSum / ReduceMean / ReduceMax / ReduceMin over ``axes`` (a DaCe Reduce library node); the mean's
+    division and ``keepdims`` are one map instead of a reshape view."""
+    axes = tuple(sorted(a % len(shape) for a in axes))
+    fn = {"sum": "np.sum", "mean": "np.sum", "max": "np.max", "min": "np.min"}[kind]
+    kept, dims = _reduced(shape, axes)
+    ax = axes if len(axes) > 1 else axes[0]
+    if not keepdims and kind != "mean":
+        return [f"{out} = {fn}({x}, axis={ax})"]
+    red = fresh("red")
+    expr = f"in0 / {int(np.prod([shape[a] for a in axes]))}" if kind == "mean" else "in0"
+    if keepdims:
+        return [f"{red} = {fn}({x}, axis={ax})"] + elementwise(out, keep_shape(shape, axes), dtype,
+                                                                [(red, kept, dims)], expr)
+    return [f"{red} = {fn}({x}, axis={ax})"] + elementwise(out, kept, dtype, [(red, kept)], expr)
+
+
+def softmax(fresh: Callable[[str], str], out: str, x: str, shape: Shape, axes: Sequence[int], dtype,
+            log: bool = False) -> List[str]:
+    """Numerically stable (log-)softmax over ``axes``: max, shifted exp, sum, normalise."""
+    axes = tuple(sorted(a % len(shape) for a in axes))
+    ax = axes if len(axes) > 1 else axes[0]
+    rs, dims = _reduced(shape, axes)
+    mx, ex, s = (fresh(h) for h in ("smax", "sexp", "ssum"))
+    lines = [f"{mx} = np.max({x}, axis={ax})"]
+    lines += elementwise(ex, shape, dtype, [(x, shape), (mx, rs, dims)], "exp(in0 - in1)")
+    lines += [f"{s} = np.sum({ex}, axis={ax})"]
+    if log:
+        lines += elementwise(out, shape, dtype, [(x, shape), (mx, rs, dims), (s, rs, dims)], "in0 - in1 - log(in2)")
+    else:
+        lines += elementwise(out, shape, dtype, [(ex, shape), (s, rs, dims)], "in0 / in1")
+    return lines
+
+
+def layer_norm(fresh: Callable[[str], str], out: str, x: str, shape: Shape, axis: int, eps: float, dtype,
+               scale=None, bias=None, mean_out=None, rstd_out=None) -> List[str]:
+    """Layer normalisation over axes ``axis..end`` with optional ``scale`` / ``bias`` (identifiers with
+    their shapes, broadcast against the normalised axes); ``mean_out`` / ``rstd_out`` also keep the
+    statistics (ONNX's optional outputs), with the normalised axes kept as length one."""
+    axis %= len(shape)
+    axes = tuple(range(axis, len(shape)))
+    ax = axes if len(axes) > 1 else axes[0]
+    rs, dims = _reduced(shape, axes)
+    n = int(np.prod(shape[axis:]))
+    s, mean, d, sq, v, rstd = (fresh(h) for h in ("ln_sum", "ln_mean", "ln_dev", "ln_sq", "ln_var", "ln_rstd"))
+    lines = [f"{s} = np.sum({x}, axis={ax})"]
+    lines += elementwise(mean, rs, dtype, [(s, rs)], f"in0 / {n}")
+    lines += elementwise(d, shape, dtype, [(x, shape), (mean, rs, dims)], "in0 - in1")
+    lines += elementwise(sq, shape, dtype, [(d, shape)], "in0 * in0")
+    lines += [f"{v} = np.sum({sq}, axis={ax})"]
+    lines += elementwise(rstd, rs, dtype, [(v, rs)], f"1.0 / sqrt(in0 / {n} + {float(eps)!r})")
+    ops, expr = [(d, shape), (rstd, rs, dims)], "in0 * in1"
+    if scale is not None:
+        ops.append(scale)
+        expr = f"({expr}) * in{len(ops) - 1}"
+    if bias is not None:
+        ops.append(bias)
+        expr = f"{expr} + in{len(ops) - 1}"
+    lines += elementwise(out, shape, dtype, ops, expr)
+    ks = keep_shape(shape, axes)
+    for name, src in ((mean_out, mean), (rstd_out, rstd)):
+        if name:
+            lines += elementwise(name, ks, dtype, [(src, rs, dims)], "in0")
+    return lines

@@ -1,0 +1,640 @@
+"""``from_onnx``: an ONNX graph with static shapes as a NumPy-level DaCe program.
+
+Each ONNX node becomes a few lines of NumPy code (see :mod:`.numpy_ops`), so the partitioner sees the
+same maps and library nodes as for a hand-written ``@dace.program``. Everything computable at import
+time (shape arithmetic, constants, ``Shape`` of static tensors) is folded with ONNX's reference
+evaluator and never reaches the program. Initializers that feed computation become bound arguments
+(weights), so a schedule can partition them like any input.
+
+The generated code keeps every axis a map parameter: MatMul, Gemm and Einsum are one accumulating map
+over all index letters (``einsum_<k>.contract_map``, nested with its zeroing ``einsum_<k>.zero_map``),
+elementwise operators are maps over the output axes, and reshapes that only split axes are copy maps.
+Reshapes that merge axes stay NumPy reshapes (DaCe views), which run correctly but cannot be inside a
+partitioned kernel: leave the maps that touch them unscheduled.
+"""
+import os
+from typing import Dict, List, Optional, Tuple, Union
+
+import numpy as np
+
+import dace
+
+from ..errors import FrontendError
+from . import numpy_ops as ops
+from .codegen import ProgramBuilder
+
+Shape = Tuple[int, ...]
+
+
+class Const:
+    """A tensor whose value is known at import time."""
+
+    def __init__(self, value: np.ndarray, name: str):
+        self.value, self.name = np.asarray(value), name
+        self.shape, self.dtype = tuple(self.value.shape), self.value.dtype
+
+
+class Tensor:
+    """A tensor computed by the program: its identifier in the generated code."""
+
+    def __init__(self, ident: str, shape: Shape, dtype, view: bool = False):
+        self.ident, self.shape, self.dtype, self.view = ident, tuple(int(s) for s in shape), np.dtype(dtype), view
+
+
+class _Importer:
+
+    def __init__(self, model, name: str):
+        import onnx
+        self.model = model
+        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+        self.b = ProgramBuilder(name)
+        self.contractions = 0
+        self.values: Dict[str, Union[Const, Tensor]] = {}
+        self.materialized: Dict[str, str] = {}
+        self.node = None
+        self.onnx = onnx
+
+    # -- values --------------------------------------------------------------------------------------
+
+    def error(self, msg: str) -> FrontendError:
+        where = f" in node '{self.node.name or self.node.output[0]}' ({self.node.op_type})" if self.node else ""
+        return FrontendError(f"{msg}{where}")
+
+    def get(self, name: str):
+        if name == "":
+            return None
+        if name not in self.values:
+            raise self.error(f"tensor '{name}' is not defined")
+        return self.values[name]
+
+    def const(self, name: str, what: str) -> np.ndarray:
+        v = self.get(name)
+        if not isinstance(v, Const):
+            raise self.error(f"{what} '{name}' must be a constant (dynamic shapes are not supported)")
+        return v.value
+
+    def data(self, v) -> str:
+        """Identifier of an array operand; a constant becomes a bound argument (once per constant)."""
+        if isinstance(v, Tensor):
+            return v.ident
+        if v.name not in self.materialized:
+            shape = v.shape or (1, )
+            self.materialized[v.name] = self.b.argument(v.name, shape, v.dtype, v.value.reshape(shape))
+        return self.materialized[v.name]
+
+    def dshape(self, v) -> Shape:
+        """Shape of the operand as generated code holds it (scalars are length-one arrays)."""
+        return v.shape or (1, )
+
+    def new(self, hint: str, shape, dtype, view=False) -> Tensor:
+        return Tensor(self.b.fresh(hint), shape, dtype, view)
+
+    def attrs(self, node) -> dict:
+        return {a.name: self.onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+    # -- graph ---------------------------------------------------------------------------------------
+
+    def run(self):
+        g = self.model.graph
+        from onnx import numpy_helper
+        inits = {t.name: t for t in g.initializer}
+        for t in g.initializer:
+            self.values[t.name] = Const(numpy_helper.to_array(t), t.name)
+        for vi in g.input:
+            if vi.name in inits:
+                continue
+            shape, dtype = self.static_type(vi)
+            self.values[vi.name] = Tensor(self.b.argument(vi.name, shape or (1, ), dtype), shape, dtype)
+        for node in g.node:
+            self.node = node
+            self.translate(node)
+        self.node = None
+        results = []
+        for vo in g.output:
+            results.append(self.output(self.get(vo.name), results))
+        for r in results:
+            self.b.result(r)
+
+    def static_type(self, vi) -> Tuple[Shape, np.dtype]:
+        t = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type"):
+            raise FrontendError(f"graph input '{vi.name}' is not a tensor")
+        if not t.HasField("shape"):
+            raise FrontendError(f"graph input '{vi.name}' has no shape; only static shapes are supported")
+        dims = []
+        for d in t.shape.dim:
+            if not d.HasField("dim_value"):
+                raise FrontendError(f"graph input '{vi.name}' has a dynamic dimension "
+                                    f"'{d.dim_param or '?'}'; only static shapes are supported")
+            dims.append(int(d.dim_value))
+        return tuple(dims), np.dtype(self.onnx.helper.tensor_dtype_to_np_dtype(t.elem_type))
+
+    def output(self, v, earlier: List[str]) -> str:
+        """Identifier of a graph output; views, arguments, constants and tensors returned twice are copied,
+        so that every result is an array of its own."""
+        if isinstance(v, Const):
+            src = self.data(v)
+        elif v.view or any(a[0] == v.ident for a in self.b.args) or v.ident in earlier:
+            src = v.ident
+        else:
+            return v.ident
+        out = self.b.fresh("out")
+        shape = v.shape or (1, )
+        self._lines(ops.copy_slice(out, shape, v.dtype, src, [0] * len(shape), [1] * len(shape)))
+        return out
+
+    def translate(self, node):
+        if node.domain not in ("", "ai.onnx"):
+            raise self.error(f"operator '{node.domain}::{node.op_type}' is not supported")
+        handler = getattr(self, f"op_{node.op_type}", None)
+        inputs = [self.get(n) for n in node.input]
+        foldable = node.op_type not in ("RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                                        "Multinomial", "Bernoulli")
+        if foldable and all(v is None or isinstance(v, Const) for v in inputs) and node.op_type != "Constant":
+            outs = self.fold(node, inputs)
+        elif handler is None:
+            raise self.error(f"operator '{node.op_type}' is not supported")
+        else:
+            outs = handler(node, inputs, self.attrs(node))
+        for name, v in zip(node.output, outs):
+            if name:
+                self.values[name] = v
+
+    def fold(self, node, inputs) -> List[Const]:
+        """Evaluates a node on constant inputs with ONNX's reference implementation."""
+        from onnx import helper
+        from onnx.reference import ReferenceEvaluator
+        feeds = {n: v.value for n, v in zip(node.input, inputs) if n}
+        vin = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+               for n, a in feeds.items()]
+        vout = [helper.make_empty_tensor_value_info(n) for n in node.output if n]
+        graph = helper.make_graph([node], "fold", vin, vout)
+        model = helper.make_model(graph, opset_imports=list(self.model.opset_import))
+        try:
+            res = ReferenceEvaluator(model).run(None, feeds)
+        except Exception as e:
+            raise self.error(f"cannot evaluate constant operator '{node.op_type}': {e}") from None
+        names = [n for n in node.output if n]
+        it = iter(Const(np.asarray(r), n) for r, n in zip(res, names))
+        return [next(it) if n else None for n in node.output]
+
+    # -- elementwise ---------------------------------------------------------------------------------
+
+    _C_OPS = {"{} + {}": "+", "{} - {}": "-", "{} * {}": "*", "{} / {}": "/", "{} < {}": "<", "{} > {}": ">",
+              "{} == {}": "==", "{} <= {}": "<=", "{} >= {}": ">="}
+
+    def _binary(self, inputs, fn, dtype=None) -> Tensor:
+        """``a op b`` with NumPy broadcasting; a scalar constant is inlined into an explicit map (a NumPy-level
+        scalar operand would become a transient scalar, which the partitioner cannot distribute)."""
+        a, b = inputs
+        shape = tuple(np.broadcast_shapes(a.shape, b.shape))
+        dtype = np.dtype(dtype or np.result_type(a.dtype, b.dtype))
+        scalar = [isinstance(v, Const) and v.value.size == 1 and len(v.shape) <= len(o.shape)
+                  for v, o in ((a, b), (b, a))]
+        if any(scalar):
+            k = scalar.index(True)
+            lit = repr(np.asarray(inputs[k].value).reshape(()).item())
+            expr = f"in0 {self._C_OPS[fn]} {lit}" if k == 1 else f"{lit} {self._C_OPS[fn]} in0"
+            return self._map([inputs[1 - k]], expr, dtype, shape)
+        out = self.new("t", shape, dtype)
+        self.b.line(f"{out.ident} = {fn.format(self.data(a), self.data(b))}")
+        return out
+
+    def op_Add(self, node, inputs, at):
+        return [self._binary(inputs, "{} + {}")]
+
+    def op_Sub(self, node, inputs, at):
+        return [self._binary(inputs, "{} - {}")]
+
+    def op_Mul(self, node, inputs, at):
+        return [self._binary(inputs, "{} * {}")]
+
+    def op_Div(self, node, inputs, at):
+        if np.issubdtype(inputs[0].dtype, np.integer):
+            return [self._map(inputs, "in0 / in1")]  # C division truncates, as ONNX's integer Div does
+        return [self._binary(inputs, "{} / {}")]
+
+    def op_Pow(self, node, inputs, at):
+        base, exp = inputs
+        if isinstance(exp, Const) and exp.value.size == 1 and float(exp.value.reshape(())) == 2.0:
+            return [self._map([base], "in0 * in0", base.dtype)]
+        return [self._map(inputs, "in0 ** in1", base.dtype)]
+
+    def _compare(self, inputs, op):
+        return [self._binary(inputs, "{} " + op + " {}", np.dtype(np.bool_))]
+
+    def op_Equal(self, node, inputs, at):
+        return self._compare(inputs, "==")
+
+    def op_Less(self, node, inputs, at):
+        return self._compare(inputs, "<")
+
+    def op_Greater(self, node, inputs, at):
+        return self._compare(inputs, ">")
+
+    def op_LessOrEqual(self, node, inputs, at):
+        return self._compare(inputs, "<=")
+
+    def op_GreaterOrEqual(self, node, inputs, at):
+        return self._compare(inputs, ">=")
+
+    def op_Max(self, node, inputs, at):
+        return [self._map(inputs, self._fold_expr(len(inputs), "max"))]
+
+    def op_Min(self, node, inputs, at):
+        return [self._map(inputs, self._fold_expr(len(inputs), "min"))]
+
+    @staticmethod
+    def _fold_expr(n, fn):
+        expr = "in0"
+        for k in range(1, n):
+            op = ">" if fn == "max" else "<"
+            expr = f"(({expr}) if ({expr}) {op} in{k} else in{k})"
+        return expr
+
+    def _map(self, inputs, expr, dtype=None, shape=None) -> Tensor:
+        """An explicit elementwise map (with broadcasting) for ``expr`` over ``in0``, ``in1``, ..."""
+        shape = shape or tuple(np.broadcast_shapes(*[v.shape for v in inputs]))
+        dtype = np.dtype(dtype or np.result_type(*[v.dtype for v in inputs]))
+        out = self.new("t", shape, dtype)
+        operands = [(self.data(v), self.dshape(v)) for v in inputs]
+        for l in ops.elementwise(out.ident, shape, dtype, operands, expr):
+            self.b.line(l)
+        return out
+
+    def _unary(self, inputs, fn) -> Tensor:
+        x = inputs[0]
+        out = self.new("t", x.shape, x.dtype)
+        self.b.line(f"{out.ident} = {fn.format(self.data(x))}")
+        return out
+
+    def op_Relu(self, node, inputs, at):
+        return [self._map(inputs, "(in0 if in0 > 0 else 0)")]
+
+    def op_Sqrt(self, node, inputs, at):
+        return [self._unary(inputs, "np.sqrt({})")]
+
+    def op_Exp(self, node, inputs, at):
+        return [self._unary(inputs, "np.exp({})")]
+
+    def op_Log(self, node, inputs, at):
+        return [self._unary(inputs, "np.log({})")]
+
+    def op_Tanh(self, node, inputs, at):
+        return [self._unary(inputs, "np.tanh({})")]
+
+    def op_Abs(self, node, inputs, at):
+        return [self._unary(inputs, "np.abs({})")]
+
+    def op_Neg(self, node, inputs, at):
+        return [self._unary(inputs, "-{}")]
+
+    def op_Not(self, node, inputs, at):
+        return [self._map(inputs, "not in0")]
+
+    def op_Reciprocal(self, node, inputs, at):
+        return [self._map(inputs, "1.0 / in0")]
+
+    def op_Erf(self, node, inputs, at):
+        return [self._map(inputs, ops.ERF)]
+
+    def op_Sigmoid(self, node, inputs, at):
+        return [self._map(inputs, ops.SIGMOID)]
+
+    def op_Gelu(self, node, inputs, at):
+        approx = at.get("approximate", b"none")
+        approx = approx.decode() if isinstance(approx, bytes) else approx
+        if approx not in ("none", "tanh"):
+            raise self.error(f"Gelu approximation '{approx}' is not supported")
+        return [self._map(inputs, ops.GELU if approx == "none" else ops.GELU_TANH)]
+
+    def op_Where(self, node, inputs, at):
+        return [self._map(inputs, "in1 if in0 else in2", np.result_type(inputs[1].dtype, inputs[2].dtype))]
+
+    def op_Cast(self, node, inputs, at):
+        from onnx import helper
+        x = inputs[0]
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(at["to"]))
+        if dtype == x.dtype:
+            return [x]
+        expr = "in0 != 0" if dtype == np.bool_ else "in0"
+        return [self._map([x], expr, dtype)]
+
+    def op_Expand(self, node, inputs, at):
+        x = inputs[0]
+        shape = tuple(np.broadcast_shapes(x.shape, tuple(int(s) for s in self.const(node.input[1], "shape"))))
+        out = self.new("t", shape, x.dtype)
+        for l in ops.elementwise(out.ident, shape, x.dtype, [(self.data(x), self.dshape(x))], "in0"):
+            self.b.line(l)
+        return [out]
+
+    def op_Identity(self, node, inputs, at):
+        return [inputs[0]]
+
+    def op_Dropout(self, node, inputs, at):
+        if len(node.output) > 1 and node.output[1]:
+            raise self.error("Dropout's mask output is not supported")
+        if len(node.input) > 2 and node.input[2] and bool(self.const(node.input[2], "training_mode")):
+            raise self.error("Dropout in training mode is not supported")
+        return [inputs[0]]
+
+    def op_Constant(self, node, inputs, at):
+        from onnx import numpy_helper
+        a = node.attribute[0]
+        if a.name == "value":
+            val = numpy_helper.to_array(a.t)
+        elif a.name in ("value_float", "value_int"):
+            val = np.array(self.onnx.helper.get_attribute_value(a), dtype=np.float32 if "float" in a.name else np.int64)
+        elif a.name in ("value_floats", "value_ints"):
+            val = np.array(self.onnx.helper.get_attribute_value(a),
+                           dtype=np.float32 if "float" in a.name else np.int64)
+        else:
+            raise self.error(f"Constant with attribute '{a.name}' is not supported")
+        return [Const(val, node.output[0])]
+
+    def op_Shape(self, node, inputs, at):
+        shape = np.array(inputs[0].shape, dtype=np.int64)
+        start, end = at.get("start", 0), at.get("end", None)
+        return [Const(shape[start:end], node.output[0])]
+
+    def op_Size(self, node, inputs, at):
+        return [Const(np.array(int(np.prod(inputs[0].shape)), dtype=np.int64), node.output[0])]
+
+    # -- linear algebra ------------------------------------------------------------------------------
+
+    def _contract(self, terms, inputs, rhs, sizes) -> Tensor:
+        dtype = np.result_type(*[v.dtype for v in inputs])
+        shape = tuple(sizes[c] for c in rhs)
+        out = self.new("t", shape, dtype)
+        self._lines(ops.contraction(out.ident, dtype, terms, [(self.data(v), self.dshape(v)) for v in inputs], rhs,
+                                    sizes))
+        self.contractions += 1
+        return out
+
+    def op_MatMul(self, node, inputs, at):
+        a, b = inputs
+        try:
+            ta, tb, to, sizes = ops.matmul_terms(a.shape, b.shape)
+        except ValueError as e:
+            raise self.error(str(e)) from None
+        return [self._contract([ta, tb], [a, b], to, sizes)]
+
+    def op_Gemm(self, node, inputs, at):
+        a, b = inputs[:2]
+        c = inputs[2] if len(inputs) > 2 else None
+        alpha, beta = float(at.get("alpha", 1.0)), float(at.get("beta", 1.0))
+        ta = "ki" if at.get("transA", 0) else "ik"
+        tb = "jk" if at.get("transB", 0) else "kj"
+        sizes = {**dict(zip(ta, a.shape)), **dict(zip(tb, b.shape))}
+        out = self._contract([ta, tb], [a, b], "ij", sizes)
+        if c is None or beta == 0.0:
+            return [out if alpha == 1.0 else self._map([out], f"in0 * {alpha!r}", out.dtype)]
+        if alpha == 1.0 and beta == 1.0:
+            return [self._binary([out, c], "{} + {}")]
+        return [self._map([out, c], f"in0 * {alpha!r} + in1 * {beta!r}", out.dtype)]
+
+    def op_Einsum(self, node, inputs, at):
+        eq = at["equation"]
+        eq = (eq.decode() if isinstance(eq, bytes) else eq).replace(" ", "")
+        lhs, arrow, rhs = eq.partition("->")
+        terms = lhs.split(",")
+        if "..." in eq:
+            used = set(eq) - set(".,->")
+            free = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in used]
+            nell = max(len(v.shape) - (len(t) - 3) for t, v in zip(terms, inputs) if "..." in t)
+            ell = "".join(free[:nell])
+            terms = [t.replace("...", ell[nell - (len(v.shape) - (len(t) - 3)):]) for t, v in zip(terms, inputs)]
+            rhs = rhs.replace("...", ell)
+        if not arrow:
+            counts = {c: "".join(terms).count(c) for c in "".join(terms)}
+            rhs = "".join(sorted(c for c, k in counts.items() if k == 1))
+        sizes = {}
+        for t, v in zip(terms, inputs):
+            if len(t) != len(v.shape):
+                raise self.error(f"einsum term '{t}' does not match operand shape {v.shape}")
+            for c, n in zip(t, v.shape):
+                sizes[c] = max(sizes.get(c, 1), n)
+        return [self._contract(terms, inputs, rhs, sizes)]
+
+    # -- normalisation and reductions ----------------------------------------------------------------
+
+    def _lines(self, lines):
+        for l in lines:
+            self.b.line(l)
+
+    def _softmax(self, node, inputs, at, log):
+        x = inputs[0]
+        axis = at.get("axis", -1 if self.opset >= 13 else 1) % len(x.shape)
+        axes = (axis, ) if self.opset >= 13 else tuple(range(axis, len(x.shape)))
+        out = self.new("softmax", x.shape, x.dtype)
+        self._lines(ops.softmax(self.b.fresh, out.ident, self.data(x), x.shape, axes, x.dtype, log))
+        return [out]
+
+    def op_Softmax(self, node, inputs, at):
+        return self._softmax(node, inputs, at, False)
+
+    def op_LogSoftmax(self, node, inputs, at):
+        return self._softmax(node, inputs, at, True)
+
+    def op_LayerNormalization(self, node, inputs, at):
+        x, scale = inputs[:2]
+        bias = inputs[2] if len(inputs) > 2 else None
+        axis = at.get("axis", -1) % len(x.shape)
+        out = self.new("ln", x.shape, x.dtype)
+        stat = tuple(x.shape[:axis]) + (1, ) * (len(x.shape) - axis)
+        extra = [self.new(h, stat, np.float32) if len(node.output) > k and node.output[k] else None
+                 for k, h in ((1, "ln_mean"), (2, "ln_rstd"))]
+        self._lines(ops.layer_norm(self.b.fresh, out.ident, self.data(x), x.shape, axis, at.get("epsilon", 1e-5),
+                                   x.dtype, (self.data(scale), self.dshape(scale)),
+                                   None if bias is None else (self.data(bias), self.dshape(bias)),
+                                   extra[0] and extra[0].ident, extra[1] and extra[1].ident))
+        return [out] + [e for e in extra if e is not None]
+
+    def _reduce(self, node, inputs, at, kind):
+        x = inputs[0]
+        if len(node.input) > 1 and node.input[1]:
+            axes = [int(a) for a in self.const(node.input[1], "axes").reshape(-1)]
+        else:
+            axes = list(at.get("axes", []))
+        if not axes:
+            if at.get("noop_with_empty_axes", 0):
+                return [x]
+            axes = list(range(len(x.shape)))
+        keep = bool(at.get("keepdims", 1))
+        axes = sorted({a % len(x.shape) for a in axes})
+        shape = ops.keep_shape(x.shape, axes) if keep else tuple(s for i, s in enumerate(x.shape) if i not in axes)
+        out = self.new("red", shape, x.dtype)
+        self._lines(ops.reduce(self.b.fresh, out.ident, self.data(x), x.shape, axes, keep, kind, x.dtype))
+        return [out]
+
+    def op_ReduceSum(self, node, inputs, at):
+        return self._reduce(node, inputs, at, "sum")
+
+    def op_ReduceMean(self, node, inputs, at):
+        return self._reduce(node, inputs, at, "mean")
+
+    def op_ReduceMax(self, node, inputs, at):
+        return self._reduce(node, inputs, at, "max")
+
+    def op_ReduceMin(self, node, inputs, at):
+        return self._reduce(node, inputs, at, "min")
+
+    # -- shapes and data movement --------------------------------------------------------------------
+
+    def _view(self, x, shape) -> Tensor:
+        shape = tuple(int(s) for s in shape)
+        if int(np.prod(shape)) != int(np.prod(x.shape)):
+            raise self.error(f"cannot reshape {x.shape} to {shape}")
+        groups = ops.split_reshape(x.shape, shape)
+        if groups is not None:  # an affine copy map, which schedules can split
+            out = self.new("view", shape, x.dtype)
+            self._lines(ops.reshape_copy(out.ident, shape, x.dtype, self.data(x), groups))
+            return out
+        out = self.new("view", shape, x.dtype, view=True)
+        self.b.line(f"{out.ident} = np.reshape({self.data(x)}, {ops.shape_code(shape or (1, ))})")
+        return out
+
+    def op_Reshape(self, node, inputs, at):
+        x = inputs[0]
+        shape = [int(s) for s in self.const(node.input[1], "shape")]
+        if not at.get("allowzero", 0):
+            shape = [x.shape[i] if s == 0 else s for i, s in enumerate(shape)]
+        if -1 in shape:
+            rest = int(np.prod([s for s in shape if s != -1]))
+            shape[shape.index(-1)] = int(np.prod(x.shape)) // max(rest, 1)
+        return [self._view(x, shape)]
+
+    def op_Flatten(self, node, inputs, at):
+        x = inputs[0]
+        axis = at.get("axis", 1) % (len(x.shape) + 1) if at.get("axis", 1) != len(x.shape) else len(x.shape)
+        return [self._view(x, (int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:]))))]
+
+    def _axes(self, node, at):
+        if len(node.input) > 1 and node.input[1]:
+            return [int(a) for a in self.const(node.input[1], "axes").reshape(-1)]
+        return list(at.get("axes", []))
+
+    def op_Squeeze(self, node, inputs, at):
+        x = inputs[0]
+        axes = {a % len(x.shape) for a in self._axes(node, at)} or {i for i, s in enumerate(x.shape) if s == 1}
+        if any(x.shape[a] != 1 for a in axes):
+            raise self.error(f"cannot squeeze axes {sorted(axes)} of shape {x.shape}")
+        return [self._view(x, [s for i, s in enumerate(x.shape) if i not in axes])]
+
+    def op_Unsqueeze(self, node, inputs, at):
+        x = inputs[0]
+        rank = len(x.shape) + len(self._axes(node, at))
+        axes = {a % rank for a in self._axes(node, at)}
+        it = iter(x.shape)
+        return [self._view(x, [1 if i in axes else next(it) for i in range(rank)])]
+
+    def op_Transpose(self, node, inputs, at):
+        x = inputs[0]
+        perm = list(at.get("perm", reversed(range(len(x.shape)))))
+        shape = tuple(x.shape[p] for p in perm)
+        out = self.new("tr", shape, x.dtype)
+        if perm == sorted(perm):
+            self._lines(ops.copy_slice(out.ident, shape, x.dtype, self.data(x), [0] * len(shape), [1] * len(shape)))
+        else:
+            self.b.line(f"{out.ident} = np.transpose({self.data(x)}, {tuple(perm)})")
+        return [out]
+
+    def _slice(self, x, axis, start, stop, hint="slice") -> Tensor:
+        starts = [start if i == axis else 0 for i in range(len(x.shape))]
+        shape = tuple(stop - start if i == axis else s for i, s in enumerate(x.shape))
+        out = self.new(hint, shape, x.dtype)
+        self._lines(ops.copy_slice(out.ident, shape, x.dtype, self.data(x), starts, [1] * len(shape)))
+        return out
+
+    def op_Split(self, node, inputs, at):
+        x = inputs[0]
+        axis = at.get("axis", 0) % len(x.shape)
+        n = len(node.output)
+        if len(node.input) > 1 and node.input[1]:
+            sizes = [int(s) for s in self.const(node.input[1], "split")]
+        elif "split" in at:
+            sizes = list(at["split"])
+        else:
+            k = -(-x.shape[axis] // n)
+            sizes = [min(k, x.shape[axis] - i * k) for i in range(n)]
+        if sum(sizes) != x.shape[axis] or len(sizes) != n:
+            raise self.error(f"split sizes {sizes} do not fit axis {axis} of shape {x.shape}")
+        outs, start = [], 0
+        for s in sizes:
+            outs.append(self._slice(x, axis, start, start + s, "split"))
+            start += s
+        return outs
+
+    def op_Slice(self, node, inputs, at):
+        x = inputs[0]
+        starts = self.const(node.input[1], "starts").reshape(-1)
+        ends = self.const(node.input[2], "ends").reshape(-1)
+        axes = self.const(node.input[3], "axes").reshape(-1) if len(node.input) > 3 and node.input[3] \
+            else np.arange(len(starts))
+        steps = self.const(node.input[4], "steps").reshape(-1) if len(node.input) > 4 and node.input[4] \
+            else np.ones(len(starts), np.int64)
+        first, step, shape = [0] * len(x.shape), [1] * len(x.shape), list(x.shape)
+        for s, e, a, st in zip(starts, ends, axes, steps):
+            a = int(a) % len(x.shape)
+            if int(st) < 0:
+                raise self.error("Slice with a negative step is not supported")
+            r = range(*slice(int(s), int(e), int(st)).indices(x.shape[a]))
+            first[a], step[a], shape[a] = r.start, r.step, len(r)
+        out = self.new("slice", shape, x.dtype)
+        self._lines(ops.copy_slice(out.ident, shape, x.dtype, self.data(x), first, step))
+        return [out]
+
+    def op_Concat(self, node, inputs, at):
+        axis = at["axis"] % len(inputs[0].shape)
+        shape = list(inputs[0].shape)
+        shape[axis] = sum(v.shape[axis] for v in inputs)
+        out = self.new("cat", shape, np.result_type(*[v.dtype for v in inputs]))
+        self.b.line(f"{out.ident} = np.concatenate([{', '.join(self.data(v) for v in inputs)}], axis={axis})")
+        return [out]
+
+    def op_Gather(self, node, inputs, at):
+        x = inputs[0]
+        idx = self.const(node.input[1], "indices").astype(np.int64)
+        axis = at.get("axis", 0) % len(x.shape)
+        n = x.shape[axis]
+        flat = [int(i) % n for i in idx.reshape(-1)]
+        shape = x.shape[:axis] + idx.shape + x.shape[axis + 1:]
+        if not flat:
+            raise self.error("Gather with no indices is not supported")
+        if flat == list(range(flat[0], flat[0] + len(flat))):
+            part = self._slice(x, axis, flat[0], flat[0] + len(flat), "gather")
+        else:
+            parts = [self._slice(x, axis, i, i + 1, "gather") for i in flat]
+            cat_shape = list(x.shape)
+            cat_shape[axis] = len(flat)
+            part = self.new("gather", cat_shape, x.dtype)
+            self.b.line(f"{part.ident} = np.concatenate([{', '.join(p.ident for p in parts)}], axis={axis})")
+        return [self._view(part, shape)]
+
+
+def _load(model_or_path):
+    import onnx
+    if isinstance(model_or_path, (str, os.PathLike)):
+        return onnx.load(os.fspath(model_or_path))
+    if isinstance(model_or_path, bytes):
+        return onnx.load_from_string(model_or_path)
+    if hasattr(model_or_path, "model_proto"):  # torch.onnx.ONNXProgram
+        return model_or_path.model_proto
+    return model_or_path
+
+
+def from_onnx(model_or_path, name: Optional[str] = None) -> dace.SDFG:
+    """Translates an ONNX model (``ModelProto``, file path, serialized bytes or ``torch.onnx.ONNXProgram``)
+    with static shapes into an SDFG whose arguments are the graph inputs and the initializers that feed
+    computation (bound to their values with :func:`dace_partition.launch.bind`, so callers pass only the
+    graph inputs). Raises :class:`~dace_partition.errors.FrontendError` for unsupported operators and
+    dynamic shapes."""
+    model = _load(model_or_path)
+    name = name or model.graph.name or "onnx_model"
+    imp = _Importer(model, name)
+    imp.run()
+    sdfg = imp.b.to_sdfg()
+    if ops.nest_contractions(sdfg) != imp.contractions:
+        raise FrontendError(f"internal error: not every einsum of '{name}' could be nested")
+    sdfg.validate()
+    return sdfg

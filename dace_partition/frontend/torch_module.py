@@ -1,0 +1,59 @@
+"""``from_torch``: an ``nn.Module``'s forward as an SDFG, through the ONNX (dynamo) exporter.
+
+The exporter gives a static-shape ONNX graph in which the module's parameters are initializers;
+:func:`.onnx_import.from_onnx` turns those into bound SDFG arguments, so the program is called with
+``forward``'s own arguments only, while a schedule can still partition every weight.
+"""
+import contextlib
+import io
+import logging
+import os
+import warnings
+from typing import Optional
+
+import numpy as np
+
+import dace
+
+from ..errors import FrontendError
+from .onnx_import import from_onnx
+
+
+def _as_tensor(value):
+    import torch
+    return value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
+
+
+def export(module, example_inputs):
+    """``torch.onnx.export(..., dynamo=True)`` as a ``ModelProto``, quietly and without network access
+    (the exporter is local; its chatter about optional packages is silenced)."""
+    import torch
+    args = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs, )
+    args = tuple(_as_tensor(a) for a in args)
+    os.environ.setdefault("TORCH_ONNX_DISABLE_TELEMETRY", "1")
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "onnxscript")]
+    levels = [l.level for l in loggers]
+    try:
+        for l in loggers:
+            l.setLevel(logging.ERROR)
+        with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+            warnings.simplefilter("ignore")
+            program = torch.onnx.export(module, args, dynamo=True, verbose=False, report=False)
+    except Exception as e:
+        raise FrontendError(f"torch.onnx.export of {type(module).__name__} failed: {e}") from e
+    finally:
+        for l, lev in zip(loggers, levels):
+            l.setLevel(lev)
+    return program.model_proto
+
+
+def from_torch(module, example_inputs, name: Optional[str] = None) -> dace.SDFG:
+    """Traces ``module(*example_inputs)`` to ONNX and imports it (see :func:`.onnx_import.from_onnx`).
+
+    The SDFG's inputs keep ``forward``'s argument names; the parameters (and constants the exporter
+    folded from them, such as transposed weights) are SDFG arguments bound to their current values with
+    :func:`dace_partition.launch.bind`. Shapes are those of ``example_inputs``. Put the module in
+    ``eval()`` mode first if it has dropout or batch-norm layers.
+    """
+    model = export(module, example_inputs)
+    return from_onnx(model, name=name or type(module).__name__)
