@@ -62,6 +62,7 @@ class KernelPlan:
     inner: List[InnerTiling] = field(default_factory=list)
     body_constraints: Dict[str, subsets.Range] = field(default_factory=dict)
     principal: Optional[str] = None
+    replica_dim: Optional[int] = None  # grid dimension of identical copies (``replicate``), if any
 
     @property
     def size(self):
@@ -163,7 +164,33 @@ def plan_map_kernel(sdfg: SDFG, kernel: Kernel, grid: Tuple[int, ...]) -> Kernel
     rng = tile_range(entry.map.range, grid, coords)
     plan = KernelPlan(kernel, grid, coords, principal=kernel.maps[0].name)
     plan.accesses = map_accesses(sdfg, kernel.state, entry, rng)
+    if len(grid) > len(entry.map.params):
+        plan.replica_dim = len(grid) - 1
+        plan.accesses = copies_write_whole_values(plan)
     return plan
+
+
+def copies_write_whole_values(plan: KernelPlan) -> List[Access]:
+    """Accesses of a replicated kernel: along the replica dimension every copy computes the whole value
+    of a write-conflicted output (it is not a partial result), so the copies start from the prior
+    value (read in) and one of them writes the result back. A kernel that also splits a reduction
+    would hold partial results and copies at once; that is refused."""
+    out = []
+    for a in plan.accesses:
+        if a.direction != "out" or a.op is None:
+            out.append(a)
+            continue
+        used = {str(f) for b, e, _ in a.subset for f in sympy.sympify(b).free_symbols | sympy.sympify(e).free_symbols}
+        partial = [d for d, (g, c) in enumerate(zip(plan.grid, plan.coords))
+                   if g > 1 and d != plan.replica_dim and c not in used]
+        if partial:
+            raise UnsupportedPattern(a.array, a.subset, f"the kernel is replicated and also splits a reduction (grid "
+                                     f"dims {tuple(partial)}): its partial results and its copies cannot be told "
+                                     "apart; replicate a kernel that does not split the reduction")
+        if a.accumulates:
+            out.append(Access(a.array, "in", a.subset))
+        out.append(Access(a.array, "out", a.subset))
+    return out
 
 
 def _find_entry(body: SDFG, m: nodes.Map):
@@ -175,12 +202,28 @@ def _find_entry(body: SDFG, m: nodes.Map):
 
 
 def plan_nested_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, ...]]) -> KernelPlan:
-    """Grids for all inner maps of a nested SDFG / library node, checked for consistency (def. 4.6.1)."""
+    """Grids for all inner maps of a nested SDFG / library node, checked for consistency (def. 4.6.1).
+
+    A replicated principal grid (one entry more than the map has parameters, from ``replicate``) is
+    planned without its replica dimension, which is appended at the end: no constraint depends on it.
+    """
     infos = kernel.maps
     scheduled = [m for m in infos if m.name in grids]
     if not infos:
         raise ScheduleError(f"'{kernel.label}' has no maps to partition")
     principal = max(scheduled, key=lambda m: len(m.params))
+    replicated = [m for m in scheduled if len(grids[m.name]) > len(m.params)]
+    if replicated:
+        if replicated != [principal]:
+            raise ScheduleError(f"inside '{kernel.label}', only the map with the most parameters "
+                                f"('{principal.name}') may be given a replicate() grid")
+        copies = grids[principal.name][-1]
+        plan = plan_nested_kernel(sdfg, kernel, {**grids, principal.name: grids[principal.name][:-1]})
+        plan.grid = tuple(plan.grid) + (copies, )
+        plan.coords = tuple(plan.coords) + (f"__dp{kernel.index}_r{len(plan.grid) - 1}", )
+        plan.replica_dim = len(plan.grid) - 1
+        plan.accesses = copies_write_whole_values(plan)
+        return plan
     grid = grids[principal.name]
     coords = coord_symbols(kernel.index, grid)
     plan = KernelPlan(kernel, grid, coords, principal=principal.name)

@@ -251,9 +251,6 @@ def replicate(grid, copies: int) -> Replicated:
 def check_grid(info: MapInfo, grid) -> Tuple[int, ...]:
     """The process grid of a scheduled map: one entry per parameter (a replicated grid has one more)."""
     if isinstance(grid, Replicated):
-        if info.kernel.kind != "map":
-            raise ScheduleError(f"replicate() is given for '{info.name}', a map inside "
-                                f"'{info.kernel.label}'; only top-level maps can be replicated")
         tiles = check_grid(info, grid.grid)
         return tiles + (grid.copies, ) if grid.copies > 1 else tiles
     if isinstance(grid, int) and not isinstance(grid, bool):

@@ -151,3 +151,12 @@ def test_build_error_on_rank0_raises_on_every_rank():
     assert "did not raise" not in res.stdout
     assert "building 't_build_error' failed on rank 0" in res.stdout
     assert time.time() - t < 240
+
+
+def test_replicating_a_split_reduction_is_refused():
+    """Copies and partial results of one kernel could not be told apart."""
+    sdfg = P.matmul.to_sdfg()
+    with pytest.raises(dp.UnsupportedPattern, match="replicated and also splits a reduction"):
+        dp.lower(sdfg, {"_MatMult_.gemm_map": dp.replicate((1, 1, 2), 2)})
+    with pytest.raises(dp.ScheduleError, match="copies must be a positive integer"):
+        dp.replicate((1, 1, 2), 0)
