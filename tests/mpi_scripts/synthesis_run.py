@@ -25,6 +25,15 @@ PROBLEMS = [
     ({"a": 2, "b": 2, "c": 2}, (4, 4, 4, 2), [(), (), (), ()], [("c",), (), ("a", "b"), ()]),
     ({"a": 2, "b": 2, "c": 2}, (4, 4, 2, 3, 4, 4), [(), ("b",), ("c",), (), ("a",), ()],
      [("a",), (), (), (), ("c",), ("b",)]),                                      # fused alltoall
+    # issue 17: layouts where XLA uses one all-to-all; the search now finds a fused alltoall edge
+    ({"a": 2, "b": 2, "c": 2}, (4, 4, 2, 4, 2, 4), [(), ("a",), (), (), (), ("c",)],
+     [("a",), (), (), ("c",), (), ()]),
+    ({"a": 2, "b": 2, "c": 2}, (4, 6, 4, 2), [(), ("b",), ("c",), ()], [("b",), (), (), ("c",)]),
+    ({"a": 2, "b": 2, "c": 2}, (4, 4, 4, 4, 2, 2), [("a",), (), ("b",), (), ("c",), ()],
+     [(), ("a",), (), ("b",), (), ("c",)]),                                      # three pairs at once
+    # the permutation moves only devices that lack their tile (replicas pick their slices / chunks)
+    ({"a": 2, "b": 2, "c": 2}, (8, 4), [(), ("c",)], [("c", "b"), ("a",)]),
+    ({"a": 2, "b": 2, "c": 2}, (16, 3), [("c", "a", "b"), ()], [("b",), ()]),
 ]
 
 

@@ -23,6 +23,9 @@ PROBLEMS = [
     ({"a": 2, "b": 4}, (8, 8, 6), [("b",), ("a",), ()], [(), ("b", "a"), ()], np.float32),
     # allgathers (outermost dim) only
     ({"x": 2, "y": 2, "z": 2}, (8, 6, 4), [("x", "y"), ("z",), ()], [(), (), ()], np.float64),
+    # one alltoall moving three (axis, source dim -> target dim) pairs, found as one search edge
+    ({"a": 2, "b": 2, "c": 2}, (4, 4, 6, 4, 2, 2), [("a",), (), ("b",), (), ("c",), ()],
+     [(), ("a",), (), ("b",), (), ("c",)], np.int64),
 ]
 
 

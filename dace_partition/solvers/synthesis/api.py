@@ -46,7 +46,10 @@ def synthesize(mesh: Mapping[str, int], shape: Optional[Sequence[int]] = None,
     ``max(src tile, dst tile)`` elements per device, uses dynslice, alltoall,
     allgather and at most one allpermute (placed before the final
     allgathers), and minimises bytes sent per device over all such sequences
-    up to that permutation.  ``budget`` bounds how many lowerings are tried
+    up to that permutation.  An alltoall may move several axis groups between
+    disjoint pairs of dimensions in one collective (costing one tile, as XLA's
+    all-to-all does); a permutation is charged only for the devices whose tile
+    changes owner (``Plan.bytes_per_device``; ``Plan.cost`` keeps Fig. 11).  ``budget`` bounds how many lowerings are tried
     while looking for one that needs no permutation.  When the best lowering
     still needs the permutation, up to ``alternatives`` other paths of the same
     weak cost are lowered too and the cheapest concrete plan is kept.
@@ -81,7 +84,8 @@ def synthesize(mesh: Mapping[str, int], shape: Optional[Sequence[int]] = None,
 
 
 def _score(steps) -> Tuple[int, int, int]:
-    return (sum(s.cost for s in steps), sum(s.op == "allpermute" for s in steps), len(steps))
+    """Bytes actually sent (permutations: moving devices only), then permutations, then steps."""
+    return (sum(s.sent_elements for s in steps), sum(s.op == "allpermute" for s in steps), len(steps))
 
 
 def naive_plan(mesh: Mapping[str, int], shape: Optional[Sequence[int]] = None,

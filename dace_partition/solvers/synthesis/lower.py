@@ -9,6 +9,13 @@ non-gather step the placement is compared with what the target needs before
 its final allgathers; if they differ, a single ``allpermute`` is inserted
 there (cheaper than after the gathers, sec. 7.3).
 
+The permutation is then made as small as device maps allow
+(:func:`place_permutation`): replicas choose which slice a preceding dynslice
+keeps, and the final allgathers accept their chunks in any order, so devices
+that already hold their tile keep it and send nothing.  A fused weak alltoall
+(several dimension pairs) is lowered to one alltoall per pair, which
+:func:`fuse_alltoalls` turns back into one collective.
+
 Axis choices are biased towards the target type so the permutation is
 usually not needed.  A small depth-first search over the best few choices per
 step (bounded by ``budget`` complete lowerings) keeps the first lowering that
@@ -23,9 +30,10 @@ import numpy as np
 
 from .factor_mesh import Assignment, FactorMesh, Spec, match
 from .plan import Step
-from .search import WeakOp
+from .search import WeakOp, pairings
 
-COp = tuple  # ("relabel", spec) | ("dynslice", i, axes) | ("allgather", i, axes) | ("alltoall", i, j, axes) | ("allpermute", spec)
+COp = tuple  # ("relabel", spec) | ("remap", loc) | ("dynslice", i, axes) | ("allgather", i, axes) | ("alltoall", i, j, axes)
+#             | ("allpermute", spec[, loc])
 
 
 def _set(spec: Spec, i: int, axes) -> Spec:
@@ -82,26 +90,48 @@ class Lowering:
                     ops.append(("relabel", _set(spec, i, tuple(rest) + combo)))
                 ops.append(("allgather", i, combo))
                 out.append(((bad, int(relabel)), ops))
+        elif op.op == "alltoall" and op.counts:
+            # fused: choose axes per move (disjoint dims, so choices are independent), relabel once
+            # (and which target each move of equal size takes: every pairing reaches the same weak type)
+            for variant in pairings(op):
+                moves = variant.moves
+                per_move = [self._alltoall_choices(spec, i, j, primes)[: self.per_step] for i, j, primes in moves]
+                for choice in itertools.product(*per_move):
+                    new_spec = spec
+                    for (i, j, _), (_, rest, order) in zip(moves, choice):
+                        new_spec = _set(new_spec, i, rest + order)
+                    relabel = new_spec != spec
+                    ops: List[COp] = [("relabel", new_spec)] if relabel else []
+                    ops += [("alltoall", i, j, order) for (i, j, _), (_, _, order) in zip(moves, choice)]
+                    out.append(((sum(c[0] for c in choice), int(relabel)), ops))
         elif op.op == "alltoall":
             i, j = op.dims
-            for combo in self._combos(spec[i], op.primes):
-                rest = tuple(a for a in spec[i] if a not in combo)
-                orders = {combo}
-                orders.add(tuple(sorted(combo, key=lambda a: (self.place[a][1] if self.place.get(a, (-1,))[0] == j else 99, a))))
-                for order in orders:
-                    relabel = rest + order != spec[i]
-                    base = len(spec[j])
-                    score = sum(self._where(a, j, base + k) for k, a in enumerate(order))
-                    score += sum(2 for a in order if self.place.get(a, (-1,))[0] == i)
-                    ops = []
-                    if relabel:
-                        ops.append(("relabel", _set(spec, i, rest + order)))
-                    ops.append(("alltoall", i, j, order))
-                    out.append(((score, int(relabel)), ops))
+            for score, rest, order in self._alltoall_choices(spec, i, j, op.primes):
+                relabel = rest + order != spec[i]
+                ops = []
+                if relabel:
+                    ops.append(("relabel", _set(spec, i, rest + order)))
+                ops.append(("alltoall", i, j, order))
+                out.append(((score, int(relabel)), ops))
         else:
             raise ValueError(op.op)
         out.sort(key=lambda t: t[0])
         return out[: self.per_step]
+
+    def _alltoall_choices(self, spec: Spec, i: int, j: int, primes: Tuple[int, ...]):
+        """``(score, rest, order)``: axes of ``spec[i]`` to move to ``j`` (``order``) and those that stay."""
+        out = []
+        for combo in self._combos(spec[i], primes):
+            rest = tuple(a for a in spec[i] if a not in combo)
+            orders = {combo}
+            orders.add(tuple(sorted(combo, key=lambda a: (self.place[a][1] if self.place.get(a, (-1,))[0] == j else 99, a))))
+            for order in orders:
+                base = len(spec[j])
+                score = sum(self._where(a, j, base + k) for k, a in enumerate(order))
+                score += sum(2 for a in order if self.place.get(a, (-1,))[0] == i)
+                out.append((score, rest, order))
+        out.sort(key=lambda t: (t[0], int(t[1] + t[2] != spec[i])))   # stable: same order as candidates()
+        return out
 
     # --- applying concrete ops to placements ------------------------------------
     @staticmethod
@@ -109,8 +139,13 @@ class Lowering:
         kind = cop[0]
         if kind == "relabel":
             return st.relabel(cop[1])
+        if kind == "remap":
+            new = Assignment(st.fm, st.shape, st.spec, cop[1])
+            assert np.array_equal(new.phys_blocks(), st.phys_blocks()), "remap must not move data"
+            return new
         if kind == "allpermute":
-            return Assignment(st.fm, st.shape, cop[1], np.arange(st.fm.ndev))
+            loc = cop[2] if len(cop) > 2 else np.arange(st.fm.ndev)
+            return Assignment(st.fm, st.shape, cop[1], loc)
         spec = st.spec
         if kind == "dynslice":
             _, i, axes = cop
@@ -132,7 +167,7 @@ class Lowering:
         if not tail:
             if st.same_placement(self.target):
                 return 0, []
-            return st.localsize, [("allpermute", dst)]
+            return permutation_cost(st, self.target), [("allpermute", dst)]
         # Axes the final gathers remove must be replicated in dst.  Prefer the
         # ones the current placement already has at the minor end of that dim.
         dst_used = {a for axes in dst for a in axes}
@@ -162,7 +197,7 @@ class Lowering:
         pre_asg = Assignment(self.fm, self.shape, pre_spec, np.arange(self.fm.ndev))
         if not st.same_placement(pre_asg):
             ops.append(("allpermute", pre_spec))
-            cost = st.localsize
+            cost = permutation_cost(st, pre_asg)
         for i, combo in chosen:
             ops.append(("allgather", i, combo))
         return cost, ops
@@ -197,6 +232,31 @@ class Lowering:
 
         rec(0, start, [], 0)
         return best[0][1]
+
+
+def permutation(st: Assignment, new: Assignment) -> Tuple[np.ndarray, np.ndarray]:
+    """``(src_of, dst_of)`` of the permutation taking placement ``st`` to ``new``.
+
+    ``src_of[r]`` is a rank that holds, under ``st``, the block rank ``r`` must
+    hold under ``new``; ranks that already hold their block keep it (so they
+    neither send nor receive).
+    """
+    ndev = st.fm.ndev
+    src_of = match(new.phys_blocks(), st.phys_blocks(), st.nblocks, np.arange(ndev))
+    dst_of = np.empty_like(src_of)
+    dst_of[src_of] = np.arange(ndev)
+    return src_of, dst_of
+
+
+def permutation_cost(st: Assignment, new: Assignment) -> int:
+    """Elements a permutation sends per device on average: one tile per device whose tile changes owner.
+
+    This is Appendix B's derivation (total elements moved over the number of
+    devices) with the devices that keep their tile left out, rounded up.
+    """
+    src_of, _ = permutation(st, new)
+    movers = int(np.count_nonzero(src_of != np.arange(len(src_of))))
+    return -(-st.localsize * movers // len(src_of))
 
 
 def merge_weak_dynslices(path: Sequence[WeakOp]) -> List[WeakOp]:
@@ -255,14 +315,138 @@ def fuse_alltoalls(ops: List[COp]) -> List[COp]:
     return out
 
 
+def _match_within_classes(rank_class: np.ndarray, dev_class: np.ndarray, dev_key: np.ndarray,
+                          want_key: np.ndarray, prefer: np.ndarray) -> np.ndarray:
+    """A device map ``loc`` (rank -> logical device) with ``dev_class[loc[r]] == rank_class[r]`` that
+    maximises the ranks with ``dev_key[loc[r]] == want_key[r]``.
+
+    Within a class every rank wants one key and each device offers one, so
+    serving wishes greedily while devices with that key are left is optimal.
+    Ranks left over keep ``prefer[r]`` where it is free.
+    """
+    n = len(rank_class)
+    loc = np.full(n, -1, dtype=np.int64)
+    free: Dict[Tuple[int, int], List[int]] = {}
+    for d in range(n):
+        free.setdefault((int(dev_class[d]), int(dev_key[d])), []).append(d)
+    taken = np.zeros(n, dtype=bool)
+    for r in range(n):
+        lst = free.get((int(rank_class[r]), int(want_key[r])))
+        if lst:
+            p = int(prefer[r])
+            d = p if p in lst else lst[-1]
+            lst.remove(d)
+            loc[r] = d
+            taken[d] = True
+    rest: Dict[int, List[int]] = {}
+    for d in range(n):
+        if not taken[d]:
+            rest.setdefault(int(dev_class[d]), []).append(d)
+    for r in np.nonzero(loc < 0)[0]:
+        lst = rest[int(rank_class[r])]
+        p = int(prefer[r])
+        d = p if p in lst else lst[-1]
+        lst.remove(d)
+        loc[r] = d
+    return loc
+
+
+def place_permutation(start: Assignment, ops: Sequence[COp]) -> List[COp]:
+    """Make the one permutation move as few tiles as possible by choosing device maps that cost nothing.
+
+    Two freedoms are used (sec. 6's device maps, applied to the permutation):
+
+    * *after it*: the final allgathers only need each group of ranks that ends
+      with one target block to hold that block's chunks, one each, in any
+      order; so the placement the permutation produces may use any device map
+      that keeps every rank's target block (ranks holding the chunk they would
+      be sent keep it);
+    * *before it*: a run of dynslices right before the permutation slices
+      replicated data, and replicas may swap roles for free, so each rank can
+      keep the chunk it must hold after the permutation when it has it.
+
+    Ranks that end up already holding their tile neither send nor receive; if
+    all do, the permutation is dropped.
+    """
+    ops = merge_dynslices(list(ops))
+    k = next((n for n, c in enumerate(ops) if c[0] == "allpermute"), None)
+    if k is None:
+        return ops
+    states = [start]
+    for c in ops[:k]:
+        states.append(Lowering.apply(states[-1], c))
+    run = k
+    while run > 0 and ops[run - 1][0] == "dynslice":
+        run -= 1
+    fm, shape = start.fm, start.shape
+    ndev = fm.ndev
+    ident = np.arange(ndev)
+    pre_spec = ops[k][1]
+    dst_spec = list(pre_spec)
+    for c in ops[k + 1:]:
+        assert c[0] == "allgather"
+        _, i, axes = c
+        dst_spec[i] = dst_spec[i][: len(dst_spec[i]) - len(axes)]
+    dst_blocks = fm.blocks(tuple(dst_spec))
+    dst_class = _key(dst_blocks, tuple(fm.prod(a) for a in dst_spec))
+    pre_nb = tuple(fm.prod(a) for a in pre_spec)
+    pre_key = _key(fm.blocks(pre_spec), pre_nb)
+
+    def slice_map(want: np.ndarray) -> np.ndarray:
+        """Device map before the dynslice run so that rank r ends the run with block key ``want[r]``."""
+        st_d = states[run]
+        d_nb = st_d.nblocks
+        d_key = _key(fm.blocks(st_d.spec), d_nb)
+        p_spec = states[k].spec
+        p_key = _key(fm.blocks(p_spec), pre_nb)
+        return _match_within_classes(d_key[st_d.loc], d_key, p_key, want, st_d.loc)
+
+    loc_d = None
+    before = states[k]
+    if run < k:
+        loc_d = slice_map(pre_key)              # against the plain target placement first
+        before = _replay(states[run], loc_d, ops[run:k])
+    # device map after the permutation: classes are target blocks, keys the held pre-gather chunk
+    have = _key(before.phys_blocks(), pre_nb)
+    loc_pre = _match_within_classes(dst_class, dst_class, pre_key, have, ident)
+    if run < k:
+        loc_d = slice_map(pre_key[loc_pre])
+        before = _replay(states[run], loc_d, ops[run:k])
+    after = Assignment(fm, shape, pre_spec, loc_pre)
+    out = list(ops[:run])
+    if loc_d is not None and not np.array_equal(loc_d, states[run].loc):
+        out.append(("remap", loc_d))
+    out += ops[run:k]
+    if not before.same_placement(after):
+        out.append(("allpermute", pre_spec, loc_pre))
+    elif before.spec != pre_spec:
+        out.append(("relabel", pre_spec))       # same placement: re-describe it, nothing moves
+    out += ops[k + 1:]
+    return out
+
+
+def _key(blocks: np.ndarray, nblocks: Sequence[int]) -> np.ndarray:
+    k = np.zeros(blocks.shape[0], dtype=np.int64)
+    for i, n in enumerate(nblocks):
+        k = k * int(n) + blocks[:, i]
+    return k
+
+
+def _replay(st: Assignment, loc: np.ndarray, ops: Sequence[COp]) -> Assignment:
+    st = Lowering.apply(st, ("remap", loc))
+    for c in ops:
+        st = Lowering.apply(st, c)
+    return st
+
+
 def build_steps(start: Assignment, ops: Sequence[COp], itemsize: int) -> List[Step]:
     """Turn concrete ops into executable steps, computing groups against the live placement."""
     steps: List[Step] = []
     st = start
     fm = start.fm
-    for cop in fuse_alltoalls(merge_dynslices(list(ops))):
+    for cop in fuse_alltoalls(place_permutation(start, ops)):
         kind = cop[0]
-        if kind == "relabel":
+        if kind in ("relabel", "remap"):
             st = Lowering.apply(st, cop)
             continue
         if kind == "alltoall":
@@ -289,11 +473,11 @@ def build_steps(start: Assignment, ops: Sequence[COp], itemsize: int) -> List[St
                               group_of=g, member_of=m, cartesian=st.is_identity()))
         elif kind == "allpermute":
             # src_of[r]: a rank currently holding the block r must hold afterwards
-            src_of = match(new.phys_blocks(), st.phys_blocks(), st.nblocks, np.arange(fm.ndev))
-            dst_of = np.empty_like(src_of)
-            dst_of[src_of] = np.arange(fm.ndev)
+            src_of, dst_of = permutation(st, new)
+            movers = int(np.count_nonzero(src_of != np.arange(fm.ndev)))
             steps.append(Step("allpermute", (), (), st.tile, new.tile, st.localsize, itemsize, new,
-                              src_of=src_of, dst_of=dst_of, cartesian=True))
+                              src_of=src_of, dst_of=dst_of, cartesian=True,
+                              sent=-(-st.localsize * movers // fm.ndev)))
         st = new
     return steps
 

@@ -5,7 +5,11 @@ Allgather and alltoall run over sub-communicators made with ``Comm.Split``
 plain sub-mesh is exactly the communicator ``Cart_sub`` would give.  The
 moved dimension is brought outermost by a local stack/concatenate (the local
 transposes), dynslice is a local copy, and the permutation is one
-``Sendrecv`` per rank.  mpi4py is imported lazily so the package does not
+``Sendrecv`` per rank (ranks that keep their tile skip it).  A fused alltoall
+(``len(step.moves) > 1``) is still one ``Alltoall`` over the product of its
+axes: each rank cuts its tile into chunks over all target dimensions at once
+(mixed radix, first move major) and reassembles the received chunks along all
+source dimensions.  mpi4py is imported lazily so the package does not
 depend on it.
 """
 from __future__ import annotations

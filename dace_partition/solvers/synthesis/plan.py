@@ -38,6 +38,13 @@ class Step:
     pairs one after the other, ``(src0, dst0, src1, dst1, ...)``, with
     ``moves`` giving ``(src, dst, group size)`` per pair.  ``axes`` are the mesh axes the
     step acts on, major-to-minor; factors of a split axis print as ``a.0``.
+
+    Two traffic figures: ``cost`` is the paper's Fig. 11 model (a permutation
+    charges every device a full tile), ``sent`` what the step really moves,
+    averaged over the devices.  They differ only for ``allpermute``, where
+    devices whose tile does not change owner send nothing (Appendix B's
+    derivation with only the moving devices counted); :attr:`bytes` and
+    :attr:`Plan.bytes_per_device` use ``sent``.
     """
     op: str
     dims: Tuple[int, ...]
@@ -55,6 +62,7 @@ class Step:
     dst_of: Optional[np.ndarray] = field(default=None, repr=False)
     moves: Tuple[Tuple[int, int, int], ...] = field(default=(), repr=False)  # alltoall: (src_dim, dst_dim, n)
     cartesian: bool = True         # groups are plain sub-meshes (Cart_sub would do)
+    sent: Optional[int] = None     # elements sent, averaged over devices; None: equal to cost
 
     @property
     def n(self) -> int:
@@ -66,8 +74,23 @@ class Step:
         return 1
 
     @property
+    def sent_elements(self) -> int:
+        """Elements sent per device on average (``cost`` except for a partial permutation)."""
+        return self.cost if self.sent is None else self.sent
+
+    @property
+    def movers(self) -> int:
+        """Devices that send data in this step (all of them except in a partial permutation)."""
+        if self.op == "dynslice":
+            return 0
+        if self.op == "allpermute":
+            return int(np.count_nonzero(self.src_of != np.arange(len(self.src_of))))
+        return len(self.group_of)
+
+    @property
     def bytes(self) -> int:
-        return self.cost * self.itemsize
+        """Bytes sent per device on average (the permutation counts only devices whose tile changes owner)."""
+        return self.sent_elements * self.itemsize
 
     def __str__(self) -> str:
         if self.op == "alltoall":
@@ -78,6 +101,8 @@ class Step:
             where = f"dim {self.dims[0]}"
         axes = "(" + ", ".join(self.axes) + ")" if self.op != "allpermute" else "-"
         note = "" if self.cartesian else "  [device-map relabelled]"
+        if self.op == "allpermute":
+            note += f"  [{self.movers} of {len(self.src_of)} devices move]"
         return (f"{self.op:<10} {where:<15} axes {axes:<12} tile {list(self.tile_in)} -> {list(self.tile_out)}"
                 f"  sends {_fmt_bytes(self.bytes)}/device{note}")
 
@@ -99,12 +124,19 @@ class Plan:
 
     @property
     def bytes_per_device(self) -> int:
-        """Bytes each device sends over the whole plan (paper's cost model x itemsize)."""
+        """Bytes sent per device over the whole plan: Fig. 11 x itemsize, except that the
+        permutation counts only the devices whose tile changes owner (averaged over devices)."""
         return sum(s.bytes for s in self.steps)
 
     @property
     def cost(self) -> int:
+        """Elements per device under the paper's Fig. 11 model (every permutation a full tile)."""
         return sum(s.cost for s in self.steps)
+
+    @property
+    def sent_elements(self) -> int:
+        """Elements sent per device on average (``bytes_per_device / itemsize``)."""
+        return sum(s.sent_elements for s in self.steps)
 
     @property
     def peak_elements(self) -> int:

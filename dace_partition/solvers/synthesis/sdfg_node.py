@@ -4,7 +4,11 @@
 (its tile under the target layout).  Its expansion calls :func:`.synthesize` at code-generation time and
 emits a C++ tasklet that executes the plan with MPI over ``MPI_COMM_WORLD`` (device id = world rank):
 allgather/alltoall on ``MPI_Comm_split`` groups with the local transposes, dynslice as a local copy, the
-permutation with ``MPI_Sendrecv``.  The tasklet uses two scratch buffers of the plan's peak tile
+permutation with ``MPI_Sendrecv`` (ranks that keep their tile skip it).  A fused alltoall is one
+``MPI_Alltoall`` over the product of its axes: its moves are emitted as the tables ``mi``/``mj``/``mn``
+(source dim, target dim, group size per move) and the helper cuts and joins chunks over all of them at
+once.  Device maps that differ from the identity need nothing special, since every group, chunk and
+partner is emitted per rank.  The tasklet uses two scratch buffers of the plan's peak tile
 (``Plan.peak_elements``), never more.  Helpers live in ``runtime/include/dace_partition_redistribute.h``.
 
     node = Redistribute("r", mesh={"a": 2, "b": 2, "c": 2}, shape=(8, 88, 12),
