@@ -10,13 +10,15 @@ $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0  # the CPU build first, so nothing pulls the CUDA wheels
-	$(PY) -m pip install -q -e ".[mpich,test,torch]"
+	$(PY) -m pip install -q -e ".[mpich,mkl,test,torch]"
 	touch $@
 
-.PHONY: install demo test test-slow
+.PHONY: install demo test test-slow bench
+
 install: $(VENV)/.installed
 
 demo: $(VENV)/.installed
+	$(PY) -m dace_partition info
 	$(VENV)/bin/mpiexec -n $(RANKS) $(PY) -m mpi4py examples/quickstart.py
 
 test: $(VENV)/.installed
@@ -24,3 +26,8 @@ test: $(VENV)/.installed
 
 test-slow: $(VENV)/.installed
 	$(PY) -m pytest -q -m slow tests
+
+bench: $(VENV)/.installed
+	$(PY) -m pip install -q -e ".[bench]"
+	$(PY) benchmarks/vs_peers.py  # dace-partition vs mpi4py, JAX, NumPy: README table
+

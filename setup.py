@@ -20,8 +20,11 @@ setup(
     ],
     extras_require={
         "mpich": ["mpich"],
+        # BLAS for the rank-local kernels (dace_partition/toolchain.py makes DaCe find it)
+        "mkl": ["mkl-devel; platform_machine=='x86_64' or platform_machine=='AMD64'",
+                "mkl-include; platform_machine=='x86_64' or platform_machine=='AMD64'"],
         "test": ["pytest", "pytest-timeout", "hypothesis"],
-        "bench": ["jax[cpu]"],
+        "bench": ["jax[cpu]==0.7.1"],  # vs_peers.py and redistribution.py compare with JAX (this one runs with numpy<2)
         # The CPU build: this machine's pip finds torch 2.13.0+cpu locally; elsewhere install it first with
         # pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
         "torch": ["torch==2.13.0", "onnx", "onnxscript", "onnxruntime"],

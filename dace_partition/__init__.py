@@ -14,10 +14,11 @@ from .lowering import LoweringReport, lower, ranks_needed, report
 from .schedule import MapInfo, Replicated, maps, replicate
 from .solvers.base import CommSpec, Solver
 from .solvers.registry import register as register_solver
+from .toolchain import info
 
 __all__ = [
     "maps", "replicate", "layout", "scatter", "gather", "Layout", "Replicated", "lower", "compile", "run", "load", "report", "ranks_needed", "MapInfo", "LoweringReport", "Program",
     "ScheduleError", "UnsupportedPattern", "FrontendError", "RunError", "Solver", "CommSpec", "register_solver",
-    "bind", "from_onnx", "from_torch", "from_torch_train_step"
+    "bind", "from_onnx", "from_torch", "from_torch_train_step", "info"
 ]
 __version__ = "0.1.0"

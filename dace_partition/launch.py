@@ -4,6 +4,7 @@ Only one process ever builds a program (rank 0, or the process that calls ``run`
 the same shared library. Inputs are given on rank 0 and broadcast as *metadata* only (shapes, dtypes,
 symbol values): the data itself moves through the program's own MPI calls.
 """
+import ctypes
 import glob
 import hashlib
 import os
@@ -73,7 +74,8 @@ def mpi_environment(env=None) -> Dict[str, str]:
     if "MPI_HOME" not in env and os.path.exists(os.path.join(bindir, "mpicc")):
         env["MPI_HOME"] = prefix
     env.setdefault("OMP_NUM_THREADS", "1")
-    return env
+    from .toolchain import runtime_environment
+    return runtime_environment(env)
 
 
 def _prepare_build_environment():
@@ -102,8 +104,9 @@ def build(sdfg: SDFG) -> str:
         return _save_bound(sdfg, cached[1])
     _prepare_build_environment()
     from .cuda_build import cuda_config, uses_gpu
+    from .toolchain import blas_build
     # The saved program.sdfg need not carry the expansion history (the ranks only load the library).
-    with dace.config.temporary_config():
+    with dace.config.temporary_config(), blas_build():
         dace.Config.set("store_history", value=False)
         if uses_gpu(sdfg):
             with cuda_config():  # CUDA 13 fixes for DaCe 1.0.2 (arch, C++17, CUB 3); see cuda_build.py
@@ -131,40 +134,167 @@ def _wait(comm, poll=0.02):
         time.sleep(poll)
 
 
+class CallSignature:
+    """What a call of one program must look like, worked out once: argument names and descriptors, the
+    symbols that size them, and (per set of symbol values) every array's shape and strides. Checking a
+    call is then a few comparisons, with nothing of DaCe's symbolic machinery on the per-call path."""
+
+    def __init__(self, sdfg: SDFG):
+        self.args = {k: v for k, v in sdfg.arglist().items() if not k.startswith("__return")}
+        self.free = {str(s) for s in sdfg.free_symbols}
+        self.arrays = {k: d for k, d in self.args.items() if isinstance(d, dace.data.Array)}
+        self.scalars = [k for k in self.args if k not in self.arrays]
+        self.dtypes = {k: np.dtype(d.dtype.as_numpy_dtype()) for k, d in self.arrays.items()}
+        self.symbol_names = sorted(self.free)
+        self._layouts = {}
+
+    def layout(self, symbols: Dict[str, int]):
+        """{array: (shape, strides in bytes)} for these symbol values (cached)."""
+        key = tuple(sorted(symbols.items()))
+        lay = self._layouts.get(key)
+        if lay is None:
+            lay = {}
+            for name, desc in self.arrays.items():
+                shape = tuple(int(dace.symbolic.evaluate(s, symbols)) for s in desc.shape)
+                strides = tuple(int(dace.symbolic.evaluate(s, symbols)) * self.dtypes[name].itemsize
+                                for s in desc.strides)
+                lay[name] = (shape, strides)
+            self._layouts[key] = lay
+        return lay
+
+    def check(self, kwargs) -> tuple:
+        """Raises ValueError naming the argument when a call is wrong; returns the call's key (shapes,
+        scalar values and symbols), equal for calls that the other ranks can mirror without new metadata."""
+        unknown = [k for k in kwargs if k not in self.args and k not in self.free]
+        if unknown:
+            raise ValueError(f"unknown argument(s) {unknown}; the program takes {sorted(self.args)}")
+        symbols = _syms(kwargs)
+        lay = self.layout(symbols)
+        for name in self.args:
+            if name not in kwargs:
+                raise ValueError(f"missing argument '{name}'")
+        shapes = []
+        for name, (shape, strides) in lay.items():
+            arr = kwargs[name]
+            if not isinstance(arr, np.ndarray):
+                raise ValueError(f"argument '{name}' must be a NumPy array (or tensor), got {type(arr).__name__}")
+            if arr.shape != shape:
+                raise ValueError(f"argument '{name}' has shape {arr.shape}, expected {shape}")
+            if arr.dtype != self.dtypes[name]:
+                raise ValueError(f"argument '{name}' has dtype {arr.dtype}, expected {self.dtypes[name]}")
+            if arr.size > 1 and arr.strides != strides:
+                raise ValueError(f"argument '{name}' has strides {arr.strides}, expected {strides} (pass a "
+                                 "contiguous copy, e.g. np.ascontiguousarray)")
+            shapes.append((shape, arr.dtype.str))
+        scalars = tuple(_scalar(kwargs[k]) for k in self.scalars)
+        return tuple(shapes), scalars, tuple(symbols.get(k) for k in self.symbol_names)
+
+    def describe(self, kwargs) -> Dict[str, tuple]:
+        """What the other ranks need to mirror a call given on rank 0 (shapes, dtypes, scalar values)."""
+        out = {}
+        for name in self.args:
+            if name in self.arrays:
+                out[name] = ("array", (kwargs[name].shape, kwargs[name].dtype.str))
+            else:
+                out[name] = ("value", _scalar(kwargs[name]))
+        for name in self.free:
+            if name in kwargs and name not in out:
+                out[name] = ("value", int(kwargs[name]))
+        return out
+
+
+def _scalar(v):
+    return v.item() if hasattr(v, "item") else v
+
+
+class _Caller:
+    """Calls a compiled program through DaCe's ``fast_call``: the argument tuple is built by DaCe once per
+    call key; later calls with the same key only swap in the arrays' data pointers.
+
+    The program's persistent buffers (rank-local arrays) are sized for the symbol values of its first
+    call; when they change, the program is finalized and initialized again (on every rank, since every
+    rank sees the same keys)."""
+
+    def __init__(self, compiled):
+        self.compiled = compiled
+        self.key = None
+        self.symbols = None
+        self.template = None
+        self.positions = ()
+        self.initargs = ()
+
+    def __call__(self, kwargs, key):
+        c = self.compiled
+        if key != self.key:
+            symbols = key[2]
+            if c._initialized and symbols != self.symbols:
+                c.finalize()
+            argtuple, initargs = c._construct_args(dict(kwargs))
+            sig = list(c._sig)
+            self.key, self.symbols, self.initargs = key, symbols, initargs
+            if len(argtuple) == len(sig):
+                self.template = list(argtuple)
+                self.positions = tuple((i, name) for i, name in enumerate(sig)
+                                       if isinstance(kwargs.get(name), np.ndarray))
+            else:  # constants folded out of the signature: keep DaCe's own path
+                self.template = None
+            return c.fast_call(argtuple, initargs, do_gpu_check=True)
+        if self.template is None:
+            argtuple, initargs = c._construct_args(dict(kwargs))
+            return c.fast_call(argtuple, initargs, do_gpu_check=True)
+        args = self.template
+        for i, name in self.positions:
+            args[i] = ctypes.c_void_p(kwargs[name].__array_interface__["data"][0])
+        return c.fast_call(tuple(args), self.initargs, do_gpu_check=c.has_gpu_code)
+
+
 class Program:
-    """A lowered program loaded on every rank of an MPI job. Call it on every rank; pass inputs on rank 0."""
+    """A lowered program loaded on every rank of an MPI job. Call it on every rank; pass inputs on rank 0.
+
+    Per call, rank 0 checks its arguments against a signature computed once and broadcasts one integer
+    (whether the other ranks can repeat the last call's metadata); only a call with new shapes, scalars
+    or symbol values broadcasts metadata."""
+
+    _SAME, _NEW, _ERROR = 0, 1, 2
 
     def __init__(self, compiled, comm, bound=None):
         self.compiled = compiled
         self.sdfg = compiled.sdfg
         self.comm = comm
         self.bound = bound or {}
-
-    @property
-    def layouts(self):
-        """Tiles of the arguments, for a program lowered with ``io="distributed"`` (else empty)."""
+        self.signature = CallSignature(self.sdfg)
+        self._caller = _Caller(compiled)
+        self._flag = np.zeros(1, dtype=np.int64)
+        self._key = None
+        self._mirror = None  # on ranks other than 0: the arguments of the last call, as placeholders
         from .distributed_io import layouts
-        return layouts(self.sdfg)
+        self.layouts = layouts(self.sdfg)  # tiles of the arguments for io="distributed" (else empty)
 
     def __call__(self, **kwargs):
         if self.layouts:
             return self._call_distributed(kwargs)
-        comm = self.comm
-        meta = None
+        comm, flag = self.comm, self._flag
         if comm.rank == 0:
             kwargs = _with_bound(self.bound, kwargs)
             try:
-                meta = ("ok", describe_inputs(self.sdfg, kwargs))
+                key = self.signature.check(kwargs)
+                flag[0] = self._SAME if key == self._key else self._NEW
             except Exception as e:  # reported on every rank, so no rank waits forever
-                meta = ("error", f"{type(e).__name__}: {e}")
-        meta = comm.bcast(meta, root=0)  # metadata only; the wait is as short as rank 0's checks
-        if meta[0] == "error":
-            raise ValueError(f"rank 0 rejected the inputs: {meta[1]}")
+                flag[0], error = self._ERROR, f"{type(e).__name__}: {e}"
+        comm.Bcast(flag, root=0)
+        if flag[0] == self._ERROR:
+            error = comm.bcast(error if comm.rank == 0 else None, root=0)
+            raise ValueError(f"rank 0 rejected the inputs: {error}")
+        if flag[0] == self._NEW:
+            meta = comm.bcast(self.signature.describe(kwargs) if comm.rank == 0 else None, root=0)
+            if comm.rank != 0:
+                self._mirror = {name: (np.empty(v[0], dtype=v[1]) if kind == "array" else v)
+                                for name, (kind, v) in meta.items()}
+                key = self.signature.check(self._mirror)
+            self._key = key
         if comm.rank != 0:
-            kwargs = {}
-            for name, (kind, value) in meta[1].items():
-                kwargs[name] = np.empty(value[0], dtype=value[1]) if kind == "array" else value
-        result = self.compiled(**kwargs)
+            kwargs = self._mirror
+        result = self._caller(kwargs, self._key)
         return result if comm.rank == 0 else None
 
     def _call_distributed(self, kwargs):
@@ -176,44 +306,26 @@ class Program:
         for k, v in self.bound.items():  # bound weights are whole arrays: each rank takes its tile
             if k not in kwargs:
                 kwargs[k] = lays[k].scatter(v, self.comm.rank, **syms) if k in lays else v
+        error, flag = None, self._flag
         try:
-            describe_inputs(self.sdfg, kwargs)
-            error = None
+            key = self.signature.check(kwargs)
+            flag[0] = 0
         except Exception as e:
-            error = f"rank {self.comm.rank}: {type(e).__name__}: {e}"
-        errors = [e for e in self.comm.allgather(error) if e]
-        if errors:
+            error, flag[0] = f"rank {self.comm.rank}: {type(e).__name__}: {e}", 1
+        from mpi4py import MPI
+        self.comm.Allreduce(MPI.IN_PLACE, flag, op=MPI.MAX)
+        if flag[0]:
+            errors = [e for e in self.comm.allgather(error) if e]
             raise ValueError("inputs rejected: " + "; ".join(errors))
-        return self.compiled(**kwargs)
+        return self._caller(kwargs, key)
 
 
 def describe_inputs(sdfg: SDFG, kwargs) -> Dict[str, tuple]:
     """Checks the arguments given on rank 0 and returns what the other ranks need to call the program."""
-    args = sdfg.arglist()
-    symbols = {k: v for k, v in kwargs.items() if k in sdfg.free_symbols}
-    unknown = [k for k in kwargs if k not in args and k not in sdfg.free_symbols]
-    if unknown:
-        raise ValueError(f"unknown argument(s) {unknown}; the program takes {sorted(args)}")
-    out = {}
-    for name, desc in args.items():
-        if name.startswith("__return"):
-            continue
-        if name not in kwargs:
-            raise ValueError(f"missing argument '{name}'")
-        val = kwargs[name]
-        if isinstance(desc, dace.data.Array):
-            arr = np.asarray(val)
-            shape = tuple(int(dace.symbolic.evaluate(s, {**symbols, **_syms(kwargs)})) for s in desc.shape)
-            if arr.shape != shape:
-                raise ValueError(f"argument '{name}' has shape {arr.shape}, expected {shape}")
-            if arr.dtype != desc.dtype.as_numpy_dtype():
-                raise ValueError(f"argument '{name}' has dtype {arr.dtype}, expected {desc.dtype.as_numpy_dtype()}")
-            out[name] = ("array", (arr.shape, arr.dtype.str))
-        else:
-            out[name] = ("value", val.item() if hasattr(val, "item") else val)
-    for name, val in symbols.items():
-        out[name] = ("value", int(val))
-    return out
+    sig = CallSignature(sdfg)
+    kwargs = {k: (np.asarray(v) if k in sig.arrays else v) for k, v in kwargs.items()}
+    sig.check(kwargs)
+    return sig.describe(kwargs)
 
 
 def _syms(kwargs):
@@ -246,7 +358,10 @@ def compile(sdfg: SDFG, comm=None) -> Program:
 def load(build_folder: str, comm=None) -> Program:
     from mpi4py import MPI
     from dace.sdfg.utils import load_precompiled_sdfg
+    from .toolchain import runtime_environment
     comm = comm or MPI.COMM_WORLD
+    for k, v in runtime_environment({}).items():  # before the library's first BLAS call
+        os.environ.setdefault(k, v)
     bound = {}
     path = os.path.join(build_folder, _BOUND_FILE)
     if os.path.exists(path):

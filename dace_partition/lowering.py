@@ -85,6 +85,8 @@ class LoweringReport:
     kernels: List[KernelReport] = field(default_factory=list)
     io: str = "root"
     traffic: list = field(default_factory=list)  # every remaining DistributedMemlet
+    persistent_bytes: object = 0  # rank-local buffers per rank, allocated once (int, or a formula)
+    blas: str = ""  # the BLAS of the rank-local kernels
 
     def bytes_per_rank(self) -> Optional[List[int]]:
         """Bytes each rank receives from other ranks in one call of the program (None: run-time sizes)."""
@@ -105,7 +107,12 @@ class LoweringReport:
 
     def __str__(self):
         head = f"dace-partition lowering of '{self.program}' (needs {self.ranks_needed} MPI rank(s), io={self.io})"
-        lines = [head] + [str(k) for k in self.kernels]
+        lines = [head]
+        if self.blas:
+            lines.append(f"  local BLAS: {self.blas}")
+        lines.append(f"  rank-local buffers: {self.persistent_bytes} B per rank, allocated once when the program "
+                     "starts")
+        lines += [str(k) for k in self.kernels]
         lines.append(f"  communication ({len(self.traffic)} DistributedMemlet(s), bytes received from other ranks):")
         lines += [str(t) for t in self.traffic]
         per = self.bytes_per_rank()
@@ -143,7 +150,7 @@ def _exit_code(sdfg: SDFG) -> str:
 
 
 def lower(sdfg: SDFG, schedule, *, solvers=None, fuse: bool = True, device: str = "cpu", io: str = "root",
-          verbose: bool = False) -> SDFG:
+          threads: Optional[int] = 1, verbose: bool = False) -> SDFG:
     """Transforms ``sdfg`` in place into an SPMD program and returns it.
 
     ``schedule`` maps maps (names from :func:`maps`, ``MapInfo``, ``Map`` or ``MapEntry`` objects) to
@@ -156,6 +163,11 @@ def lower(sdfg: SDFG, schedule, *, solvers=None, fuse: bool = True, device: str 
     ``io="root"`` (default): the program takes and returns whole arrays on rank 0. ``io="distributed"``:
     every rank passes and gets back only its tiles of the arguments the partitioned kernels touch
     (see :func:`dace_partition.layout`), and nothing passes through rank 0.
+
+    ``threads=1`` (default, one rank per core): every rank runs its kernels in one thread, so maps are
+    sequential loops and write conflicts (reductions) are plain updates instead of atomics.
+    ``threads=None`` keeps DaCe's OpenMP maps for hybrid MPI + OpenMP runs (``OMP_NUM_THREADS`` threads
+    per rank). Matrix products run on BLAS either way (see :mod:`dace_partition.toolchain`).
     """
     if is_lowered(sdfg):
         raise ScheduleError(f"SDFG '{sdfg.name}' has already been lowered")
@@ -163,10 +175,17 @@ def lower(sdfg: SDFG, schedule, *, solvers=None, fuse: bool = True, device: str 
         raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
     if io not in ("root", "distributed"):
         raise ValueError(f"io must be 'root' or 'distributed', got {io!r}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
     grids = resolve(discover(sdfg), schedule)
     order = resolve_solvers(solvers)
     _lower(copy.deepcopy(sdfg), grids, order, device, fuse, io)  # dry run: errors surface before the SDFG changes
     rep = _lower(sdfg, grids, order, device, fuse, io)
+    if device == "cpu":
+        from .toolchain import blas
+        rep.blas = str(blas())
+        if threads == 1:
+            _single_threaded(sdfg)
     _REPORTS[sdfg] = rep
     if verbose:
         print(rep)
@@ -271,6 +290,7 @@ def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str =
         sdfg.append_init_code(f'dace_partition::init_grid({plan.kernel.index}, "{plan.principal}", {{{dims}}});\n')
     from .traffic import measure
     rep.traffic = measure(sdfg, rep.ranks_needed)
+    rep.persistent_bytes = _make_local_buffers_persistent(sdfg)
     sdfg.append_exit_code("dace_partition::free_grids();\n")
     sdfg.append_exit_code(_MARK.format(rep.ranks_needed))
     return rep
@@ -295,6 +315,33 @@ def _localize(sdfg: SDFG, rep: LoweringReport, plans):
                                             ["MPI_Alltoallv(world, packed)"], None, [], dict(info.redistributed)[k]))
             elif old:
                 kr.notes.append(f"reads the tiles of rank-local argument '{name}': no communication")
+
+
+def _single_threaded(sdfg: SDFG):
+    """One thread per rank: library nodes other than BLAS calls are expanded (their maps included), and
+    every CPU map becomes a sequential loop, so DaCe emits no OpenMP and no atomic updates."""
+    from dace.libraries.blas import nodes as blas_nodes
+    keep = (DistributedMemlet, blas_nodes.Gemm, blas_nodes.Gemv, blas_nodes.BatchedMatMul, blas_nodes.Dot,
+            blas_nodes.Ger, blas_nodes.Axpy)
+    expand_all(sdfg, keep=keep)
+    parallel = (dace.ScheduleType.Default, dace.ScheduleType.CPU_Multicore)
+    for n, _ in sdfg.all_nodes_recursive():
+        if isinstance(n, nodes.MapEntry) and n.map.schedule in parallel:
+            n.map.schedule = dace.ScheduleType.Sequential
+
+
+def _make_local_buffers_persistent(sdfg: SDFG):
+    """Rank-local buffers are allocated once, when the program starts, and freed at exit: allocating
+    them in every call costs a page fault per 4 KiB touched. Their sizes depend only on the program's
+    arguments' symbols (a rank's block is at most rank 0's). Returns their bytes per rank (an int, or a
+    formula in the program's symbols)."""
+    total = 0
+    for name, desc in sdfg.arrays.items():
+        if name.startswith("__dp") and desc.transient and isinstance(desc, dace.data.Array):
+            desc.lifetime = dace.AllocationLifetime.Persistent
+            total = total + desc.total_size * desc.dtype.bytes
+    total = dace.symbolic.simplify(total)
+    return int(total) if not getattr(total, "free_symbols", None) else total
 
 
 def _scalars_to_arrays(sdfg: SDFG, names):

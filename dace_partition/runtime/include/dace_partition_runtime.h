@@ -130,10 +130,13 @@ inline void init_grid(int id, const char *name, std::vector<int> dims) {
     check(MPI_Cart_coords(g.cart, crank, (int)dims.size(), g.coords.data()), "MPI_Cart_coords");
 }
 
+inline void free_plans();
+
 inline void free_grids() {
     int fin = 0;
     MPI_Finalized(&fin);
     if (fin) return;
+    free_plans();
     for (Grid &g : grids()) {
         for (auto &kv : g.subs)
             if (kv.second != MPI_COMM_NULL) MPI_Comm_free(&kv.second);
@@ -243,8 +246,12 @@ struct Plan {
     unsigned part_mask = 0, repl_mask = 0;
     MPI_Comm part = MPI_COMM_NULL, repl = MPI_COMM_NULL;
     bool repl_root = true;
-    int repl_size = 1;
+    int repl_size = 1, part_size = 1, part_rank = 0;
     long long count = 1;
+    long long root_disp = 0;  // element displacement of the root's own block in the global array
+    // On the partition root: one block datatype and every rank's displacement, built once.
+    MPI_Datatype block = MPI_DATATYPE_NULL;
+    std::vector<int> counts, displs;
 };
 
 inline Plan make_plan(Grid &g, const std::vector<DimMap> &dm) {
@@ -258,6 +265,8 @@ inline Plan make_plan(Grid &g, const std::vector<DimMap> &dm) {
     for (size_t d = 0; d < g.dims.size(); ++d)
         if (((p.repl_mask >> d) & 1u) && g.coords[d] != 0) p.repl_root = false;
     MPI_Comm_size(p.repl, &p.repl_size);
+    MPI_Comm_size(p.part, &p.part_size);
+    MPI_Comm_rank(p.part, &p.part_rank);
     for (const DimMap &d : dm) p.count *= d.block;
     if (p.count > std::numeric_limits<int>::max()) fail("a rank-local block of %lld elements exceeds the MPI count range", p.count);
     return p;
@@ -265,8 +274,7 @@ inline Plan make_plan(Grid &g, const std::vector<DimMap> &dm) {
 
 // Element displacement of the block held by every rank of the partition sub-grid (called on its root).
 inline void displacements(Grid &g, const Plan &p, const std::vector<DimMap> &dm, std::vector<int> &displs) {
-    int n;
-    MPI_Comm_size(p.part, &n);
+    int n = p.part_size;
     std::vector<int> kept;
     for (size_t d = 0; d < g.dims.size(); ++d)
         if ((p.part_mask >> d) & 1u) kept.push_back((int)d);
@@ -286,33 +294,108 @@ inline void displacements(Grid &g, const Plan &p, const std::vector<DimMap> &dm,
     }
 }
 
-// On the root of the partition sub-grid: the block datatype and every rank's displacement (elements).
-inline MPI_Datatype root_layout(Grid &g, const Plan &p, const std::vector<DimMap> &dm, MPI_Datatype base,
-                                std::vector<int> &counts, std::vector<int> &displs) {
-    displacements(g, p, dm, displs);
-    counts.assign(displs.size(), 1);
-    return block_type(base, dm);
+// Plans of every scatter and gather site, keyed by grid, element type and block map: built at the first
+// call (sizes may depend on the program's symbols) and kept until the program exits, so a call makes
+// only its MPI calls.
+struct PlanKey {
+    int gid;
+    MPI_Datatype base;
+    std::vector<long long> dims;
+    bool operator<(const PlanKey &o) const {
+        if (gid != o.gid) return gid < o.gid;
+        if (base != o.base) return std::less<MPI_Datatype>()(base, o.base);
+        return dims < o.dims;
+    }
+};
+
+inline std::map<PlanKey, Plan> &plans() {
+    static std::map<PlanKey, Plan> m;
+    return m;
+}
+
+inline void free_plans() {
+    for (auto &kv : plans())
+        if (kv.second.block != MPI_DATATYPE_NULL) MPI_Type_free(&kv.second.block);
+    plans().clear();
+}
+
+inline Plan &cached_plan(int gid, MPI_Datatype base, const std::vector<DimMap> &dm) {
+    PlanKey key{gid, base, {}};
+    key.dims.reserve(dm.size() * 5);
+    for (const DimMap &d : dm) {
+        key.dims.push_back(d.offset);
+        key.dims.push_back(d.coef);
+        key.dims.push_back(d.grid_dim);
+        key.dims.push_back(d.block);
+        key.dims.push_back(d.stride);
+    }
+    auto it = plans().find(key);
+    if (it != plans().end()) return it->second;
+    Grid &g = grid(gid);
+    Plan p = make_plan(g, dm);
+    for (const DimMap &d : dm) p.root_disp += d.offset * d.stride;
+    if (p.repl_root && p.part_rank == 0) {
+        displacements(g, p, dm, p.displs);
+        p.counts.assign(p.displs.size(), 1);
+        p.block = block_type(base, dm);
+    }
+    return plans().emplace(key, std::move(p)).first->second;
+}
+
+// Copies the block described by `dm` out of (into) the global array on this rank, element by element
+// along the innermost dimension: the root's own part of a broadcast, which needs no MPI.
+template <typename T>
+void copy_block(const T *global, T *local, const std::vector<DimMap> &dm, long long disp, bool to_local) {
+    int nd = (int)dm.size();
+    if (nd == 0) {
+        if (to_local) local[0] = global[disp];
+        return;
+    }
+    long long inner = dm[nd - 1].block, istride = dm[nd - 1].stride;
+    long long outer = 1;
+    for (int j = 0; j < nd - 1; ++j) outer *= dm[j].block;
+    std::vector<long long> idx(nd > 1 ? nd - 1 : 1, 0);
+    for (long long o = 0; o < outer; ++o) {
+        long long off = disp;
+        for (int j = 0; j < nd - 1; ++j) off += idx[j] * dm[j].stride;
+        T *l = local + o * inner;
+        const T *gp = global + off;
+        if (istride == 1)
+            std::copy(gp, gp + inner, l);
+        else
+            for (long long i = 0; i < inner; ++i) l[i] = gp[i * istride];
+        for (int j = nd - 2; j >= 0; --j) {
+            if (++idx[j] < dm[j].block) break;
+            idx[j] = 0;
+        }
+    }
 }
 
 // Root (world rank 0) -> grid: MPI_Scatterv over the partition sub-grid, then MPI_Bcast over the
-// replication sub-grid. With `identity_fill`, replicas other than the first get the reduction identity
-// instead (an accumulated output: its prior value must be counted once).
+// replication sub-grid. A block that every rank holds whole (a replicated operand) is broadcast from
+// the global array itself, and the root copies its own part after the broadcast has left. With
+// `identity_fill`, replicas other than the first get the reduction identity instead (an accumulated
+// output: its prior value must be counted once).
 template <typename T>
-void scatter(int gid, const T *global, T *local, std::vector<DimMap> dm, int identity_fill, int op) {
+void scatter(int gid, const T *global, T *local, const std::vector<DimMap> &dm, int identity_fill, int op) {
     Grid &g = grid(gid);
     if (!g.member) return;
-    Plan p = make_plan(g, dm);
     MPI_Datatype base = mpi_type(local);
+    Plan &p = cached_plan(gid, base, dm);
+    if (p.part_size == 1 && p.repl_size > 1 && !identity_fill) {
+        if (p.repl_root) {
+            check(MPI_Bcast(const_cast<T *>(global) + p.root_disp, 1, p.block, 0, p.repl), "MPI_Bcast");
+            copy_block(global, local, dm, p.root_disp, true);
+        } else {
+            check(MPI_Bcast(local, (int)p.count, base, 0, p.repl), "MPI_Bcast");
+        }
+        return;
+    }
     if (p.repl_root) {
-        int prank;
-        MPI_Comm_rank(p.part, &prank);
-        std::vector<int> counts, displs;
-        MPI_Datatype st = MPI_DATATYPE_NULL;
-        if (prank == 0) st = root_layout(g, p, dm, base, counts, displs);
-        check(MPI_Scatterv(global, counts.data(), displs.data(), prank == 0 ? st : base, local, (int)p.count, base, 0,
-                           p.part),
+        bool root = p.part_rank == 0;
+        check(MPI_Scatterv(global, root ? p.counts.data() : nullptr, root ? p.displs.data() : nullptr,
+                           root ? p.block : base, local, (int)p.count, base, 0, p.part),
               "MPI_Scatterv");
-        if (st != MPI_DATATYPE_NULL) MPI_Type_free(&st);
     }
     if (p.repl_size > 1) {
         if (identity_fill) {
@@ -329,13 +412,13 @@ void scatter(int gid, const T *global, T *local, std::vector<DimMap> dm, int ide
 // Grid -> root: MPI_Reduce over the replication sub-grid (only for a conflicted write; otherwise the
 // first replica's block is the result), then MPI_Gatherv over the partition sub-grid into the global array.
 template <typename T>
-void gather(int gid, const T *local_in, T *global, std::vector<DimMap> dm, int op) {
+void gather(int gid, const T *local_in, T *global, const std::vector<DimMap> &dm, int op) {
     // The local block is dead after this call, so the reduction may overwrite it.
     T *local = const_cast<T *>(local_in);
     Grid &g = grid(gid);
     if (!g.member) return;
-    Plan p = make_plan(g, dm);
     MPI_Datatype base = mpi_type(local);
+    Plan &p = cached_plan(gid, base, dm);
     if (op != OP_NONE && p.repl_size > 1) {
         if (p.repl_root)
             check(MPI_Reduce(MPI_IN_PLACE, local, (int)p.count, base, mpi_op(op), 0, p.repl), "MPI_Reduce");
@@ -343,15 +426,10 @@ void gather(int gid, const T *local_in, T *global, std::vector<DimMap> dm, int o
             check(MPI_Reduce(local, nullptr, (int)p.count, base, mpi_op(op), 0, p.repl), "MPI_Reduce");
     }
     if (!p.repl_root) return;
-    int prank;
-    MPI_Comm_rank(p.part, &prank);
-    std::vector<int> counts, displs;
-    MPI_Datatype rt = MPI_DATATYPE_NULL;
-    if (prank == 0) rt = root_layout(g, p, dm, base, counts, displs);
-    check(MPI_Gatherv(local, (int)p.count, base, global, counts.data(), displs.data(), prank == 0 ? rt : base, 0,
-                      p.part),
+    bool root = p.part_rank == 0;
+    check(MPI_Gatherv(local, (int)p.count, base, global, root ? p.counts.data() : nullptr,
+                      root ? p.displs.data() : nullptr, root ? p.block : base, 0, p.part),
           "MPI_Gatherv");
-    if (rt != MPI_DATATYPE_NULL) MPI_Type_free(&rt);
 }
 
 
