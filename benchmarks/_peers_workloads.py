@@ -32,6 +32,7 @@ class Workload:
     rtol: float = 1e-10
     outputs: Optional[Callable] = None  # (result, inputs after the call) -> what is compared
     heavy: bool = False  # fewer timed calls per run
+    reps: Optional[int] = None  # timed calls per run, when the workload sets its own (per-call overhead)
     extra: Dict[str, object] = field(default_factory=dict)
 
 
@@ -107,6 +108,13 @@ def axpy(scale=1):
                     lambda rng: {"x": rng.random(n), "y": rng.random(n)}, lambda x, y: 2.0 * x + y, mpi_root,
                     setup, lambda comm, t: 2.0 * t["x"] + t["y"],
                     lambda comm, t, out: _gather_rows(comm, out, n, (), np.float64), jax)
+
+
+def overhead(scale=1):
+    """Per-call overhead: ``2x + y`` on 8 elements, where a call is nothing but its fixed costs."""
+    wl = axpy(1 << 21)
+    wl.name, wl.label, wl.reps = "overhead", "per-call overhead: axpy on 8 float64", 300
+    return wl
 
 
 # ------------------------------------------------------------------------------------------ softmax
@@ -370,4 +378,4 @@ def attention(scale=1):
                     mpi_root, setup, dist, lambda comm, t, out: out if comm.rank == 0 else None, jax, rtol=1e-9)
 
 
-ALL = [axpy, softmax, jacobi, matmul, mlp, attention]
+ALL = [overhead, axpy, softmax, jacobi, matmul, mlp, attention]

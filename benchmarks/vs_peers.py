@@ -68,7 +68,7 @@ def build(wl, ranks, tag):
 
 
 def run_variant(wl, variant, data, folder, args, env):
-    reps = max(1, args.reps - 2) if wl.heavy else args.reps
+    reps = wl.reps or (max(1, args.reps - 2) if wl.heavy else args.reps)
     worker = [sys.executable, os.path.join(HERE, "_peers_worker.py"), wl.name, variant, data, folder or "",
               "--reps", str(reps), "--scale", str(args.scale), "--ranks", str(args.ranks)]
     if variant in MPI_VARIANTS:
@@ -179,7 +179,7 @@ def print_table(rows, ranks):
     print(" | ".join(head))
     for row in rows:
         best = min((x["time"] for x in row["variants"].values() if "time" in x), default=float("nan"))
-        print(" | ".join([row["workload"]] + [cell(row["variants"][v]) for v in VARIANTS] + [f"{best * 1e3:.1f}"]))
+        print(" | ".join([row["workload"]] + [cell(row["variants"][v]) for v in VARIANTS] + [f"{best * 1e3:.3g}"]))
     for row in rows:
         for v, x in row["variants"].items():
             if "refused" in x or "error" in x:

@@ -53,6 +53,8 @@ def as_array(value):
     """NumPy view of an argument (torch tensors included, without importing torch)."""
     if hasattr(value, "detach") and hasattr(value, "numpy"):
         return value.detach().cpu().numpy()
+    if isinstance(value, (list, tuple)):
+        return np.asarray(value)
     return value
 
 
@@ -215,8 +217,8 @@ class _Caller:
     call; when they change, the program is finalized and initialized again (on every rank, since every
     rank sees the same keys)."""
 
-    def __init__(self, compiled):
-        self.compiled = compiled
+    def __init__(self, program: "Program"):
+        self.program = program  # its ``compiled`` may be wrapped later (the PMPI counter does)
         self.key = None
         self.symbols = None
         self.template = None
@@ -224,7 +226,7 @@ class _Caller:
         self.initargs = ()
 
     def __call__(self, kwargs, key):
-        c = self.compiled
+        c = self.program.compiled
         if key != self.key:
             symbols = key[2]
             if c._initialized and symbols != self.symbols:
@@ -263,7 +265,7 @@ class Program:
         self.comm = comm
         self.bound = bound or {}
         self.signature = CallSignature(self.sdfg)
-        self._caller = _Caller(compiled)
+        self._caller = _Caller(self)
         self._flag = np.zeros(1, dtype=np.int64)
         self._key = None
         self._mirror = None  # on ranks other than 0: the arguments of the last call, as placeholders
