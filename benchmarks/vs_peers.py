@@ -71,11 +71,11 @@ def run_variant(wl, variant, data, folder, args, env):
     reps = wl.reps or (max(1, args.reps - 2) if wl.heavy else args.reps)
     worker = [sys.executable, os.path.join(HERE, "_peers_worker.py"), wl.name, variant, data, folder or "",
               "--reps", str(reps), "--scale", str(args.scale), "--ranks", str(args.ranks)]
+    from dace_partition.launch import mpiexec_command
     if variant in MPI_VARIANTS:
-        from dace_partition.launch import mpiexec_command
         cmd = mpiexec_command(args.ranks) + [sys.executable, "-m", "mpi4py"] + worker[1:]
-    else:
-        cmd = worker
+    else:  # through the launcher too: a child forked from this process would inherit its peak RSS
+        cmd = mpiexec_command(1) + worker
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
     line = next((l for l in proc.stdout.splitlines() if l.startswith("RESULT ")), None)
     if proc.returncode != 0 or line is None:
