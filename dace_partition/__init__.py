@@ -9,8 +9,10 @@
 from .errors import FrontendError, ScheduleError, UnsupportedPattern
 from .frontend import from_onnx, from_torch, from_torch_train_step
 from .distributed_io import Layout, gather, layout, scatter
-from .launch import Program, RunError, bind, compile, load, run
+from .ir import Cost, Distribution, Move, MoveKind, ReduceOp
+from .launch import Launcher, Program, RunError, bind, compile, load, run
 from .lowering import LoweringReport, lower, ranks_needed, report
+from .mpi_info import MpiInfo, mpi_info
 from .schedule import MapInfo, Replicated, maps, replicate
 from .solvers.base import CommSpec, Solver
 from .solvers.registry import register as register_solver
@@ -19,6 +21,7 @@ from .toolchain import info
 __all__ = [
     "maps", "replicate", "layout", "scatter", "gather", "Layout", "Replicated", "lower", "compile", "run", "load", "report", "ranks_needed", "MapInfo", "LoweringReport", "Program",
     "ScheduleError", "UnsupportedPattern", "FrontendError", "RunError", "Solver", "CommSpec", "register_solver",
-    "bind", "from_onnx", "from_torch", "from_torch_train_step", "info"
+    "Move", "Distribution", "Cost", "MoveKind", "ReduceOp",
+    "bind", "from_onnx", "from_torch", "from_torch_train_step", "info", "mpi_info", "MpiInfo", "Launcher"
 ]
 __version__ = "0.1.0"

@@ -1,69 +1,87 @@
-"""The DistributedMemlet library node (thesis def. 4.4.1): data movement between process grids.
+"""The DistributedMemlet library node (thesis def. 4.4.1): one :class:`~dace_partition.ir.Move` in the SDFG.
 
-``scatter`` moves rank 0 -> grid (before a kernel), ``gather`` moves grid -> rank 0 (after it): one side
-is a process grid (shape, runtime id, coordinate symbols) with a symbolic per-rank subset of the global
-array, the other is rank 0, which holds the global array. ``redistribute`` moves an intermediate from the
-local buffers of one grid (the ``src_*`` properties) straight to those of another (fusion, thesis 4.5).
+The node carries its Move in serializable properties: the source and destination distributions (an
+empty grid is rank 0, which holds the global array), the combine operator and whether the destination
+accumulates. Its input connector reads the source buffer, its output connector writes the destination
+buffer. The node communicates, so it declares side effects: no DaCe pass may drop or reorder it. Which
+solver expands it is its ``implementation``.
 """
 import dace
 import dace.library
 from dace import nodes
-from dace.properties import ListProperty, Property, SubsetProperty, make_properties
+from dace.properties import ListProperty, Property, ShapeProperty, SubsetProperty
 
-from .solvers.base import CommSpec
+from .ir import Distribution, Move, MoveKind, ReduceOp
+
+_SIDES = ("src", "dst")
 
 
 @dace.library.node
 class DistributedMemlet(nodes.LibraryNode):
     implementations = {}  # one per solver: see dace_partition.solvers.registry
-    default_implementation = "grid_mapped"
+    default_implementation = "blocks"
 
-    direction = Property(dtype=str, default="scatter", desc="'scatter' (rank 0 -> grid) or 'gather' (grid -> rank 0)")
     array = Property(dtype=str, default="", desc="Global array")
-    subset = SubsetProperty(allow_none=True, default=None, desc="Per-rank subset of the global array, in grid coordinate symbols")
-    grid = ListProperty(element_type=int, desc="Process grid shape")
-    grid_id = Property(dtype=int, default=0, desc="Runtime id of the process grid")
-    coords = ListProperty(element_type=str, desc="Grid coordinate symbol per dimension ('' for size-1 dims)")
-    op = Property(dtype=str, default=None, allow_none=True, desc="Write-conflict operator (sum/prod/min/max)")
-    identity_fill = Property(dtype=bool, default=False,
-                             desc="Accumulated output: its prior value must count once")
-    src_subset = SubsetProperty(allow_none=True, default=None, desc="redistribute: per-rank subset on the source")
-    src_grid = ListProperty(element_type=int, desc="redistribute: source process grid shape")
-    src_grid_id = Property(dtype=int, default=0, desc="redistribute: runtime id of the source grid")
-    src_coords = ListProperty(element_type=str, desc="redistribute: source grid coordinate symbols")
-    synthesis = Property(dtype=str, default="", desc="redistribute: the synthesizer problem (JSON: mesh, shape, "
-                         "source and target layouts) when both sides are block layouts of one mesh")
-    reduce_dims = ListProperty(element_type=int, desc="redistribute: partial results combined by MPI_Allreduce "
-                               "over these source grid dimensions (blocks equal on both sides)")
+    shape = ShapeProperty(default=[], desc="Shape of the global array")
+    itemsize = Property(dtype=int, default=0, desc="Bytes per element")
+    src_subset = SubsetProperty(allow_none=True, default=None, desc="Source: per-rank subset (grid coordinates)")
+    src_grid = ListProperty(element_type=int, desc="Source process grid shape (empty: rank 0)")
+    src_grid_id = Property(dtype=int, default=-1, desc="Source grid's runtime id")
+    src_coords = ListProperty(element_type=str, desc="Source grid coordinate symbols ('' for size-1 dims)")
+    src_pending = Property(dtype=str, default="", desc="Source replicas hold partial results of this operator")
+    dst_subset = SubsetProperty(allow_none=True, default=None, desc="Destination: per-rank subset")
+    dst_grid = ListProperty(element_type=int, desc="Destination process grid shape (empty: rank 0)")
+    dst_grid_id = Property(dtype=int, default=-1, desc="Destination grid's runtime id")
+    dst_coords = ListProperty(element_type=str, desc="Destination grid coordinate symbols")
+    op = Property(dtype=str, default="", desc="Write-conflict operator of gathered values (sum/prod/min/max)")
+    accumulates = Property(dtype=bool, default=False, desc="Accumulated output: its prior value must count once")
 
-    def __init__(self, name, direction="scatter", array="", subset=None, grid=(), grid_id=0, coords=(), op=None,
-                 identity_fill=False, **kwargs):
+    def __init__(self, name, move: Move = None, **kwargs):
         super().__init__(name, inputs={"_in"}, outputs={"_out"}, **kwargs)
-        self.direction, self.array, self.subset = direction, array, subset
-        self.grid, self.grid_id, self.coords = list(grid), grid_id, [c or "" for c in coords]
-        self.op, self.identity_fill = op, identity_fill
+        if move is not None:
+            self.set_move(move)
 
     @property
-    def source(self):
-        """Source grid shape (None = rank 0)."""
-        if self.direction == "redistribute":
-            return tuple(self.src_grid)
-        return None if self.direction == "scatter" else tuple(self.grid)
+    def has_side_effects(self) -> bool:
+        return True
+
+    def set_move(self, move: Move):
+        self.array = move.array
+        self.shape, self.itemsize = list(move.shape), move.itemsize
+        for side, dist in zip(_SIDES, (move.src, move.dst)):
+            setattr(self, f"{side}_subset", None if dist.is_root else dist.range)
+            setattr(self, f"{side}_grid", list(dist.grid))
+            setattr(self, f"{side}_grid_id", dist.grid_id)
+            setattr(self, f"{side}_coords", [c or "" for c in dist.coords])
+        self.src_pending = str(move.src.pending) if move.src.partial else ""
+        self.op = str(move.op) if move.op else ""
+        self.accumulates = move.accumulates
+
+    def distribution(self, side: str) -> Distribution:
+        grid = getattr(self, f"{side}_grid")
+        if not grid:
+            return Distribution()
+        pending = self.src_pending if side == "src" else None
+        return Distribution.on_grid(getattr(self, f"{side}_subset"), grid, getattr(self, f"{side}_coords"),
+                                    getattr(self, f"{side}_grid_id"), pending or None)
+
+    def move(self, sdfg=None) -> Move:
+        """The node's Move (a frozen value: compare, hash, cost it)."""
+        return Move(self.array, self.distribution("src"), self.distribution("dst"), tuple(self.shape),
+                    int(self.itemsize), ReduceOp.of(self.op or None), bool(self.accumulates))
 
     @property
-    def destination(self):
-        """Destination grid shape (None = rank 0)."""
-        return None if self.direction == "gather" else tuple(self.grid)
+    def kind(self) -> MoveKind:
+        if not self.src_grid:
+            return MoveKind.SCATTER
+        if not self.dst_grid:
+            return MoveKind.GATHER
+        return MoveKind.REDISTRIBUTE  # or ALLREDUCE: see Move.kind
 
-    def spec(self, gdesc) -> CommSpec:
-        return CommSpec(self.array, self.direction, self.subset, tuple(self.grid),
-                        tuple(c or None for c in self.coords), tuple(gdesc.shape), gdesc.dtype.bytes, self.op,
-                        self.identity_fill)
+    @property
+    def grid_id(self) -> int:
+        """The kernel this move serves: the destination grid, or the source grid of a gather."""
+        return self.src_grid_id if not self.dst_grid else self.dst_grid_id
 
     def __str__(self):
-        if self.direction == "redistribute":
-            return (f"{self.array}[{self.src_subset}] on grid {tuple(self.src_grid)} -> "
-                    f"{self.array}[{self.subset}] on grid {tuple(self.grid)}")
-        if self.direction == "scatter":
-            return f"{self.array} -> {self.array}[{self.subset}] on grid {tuple(self.grid)}"
-        return f"{self.array}[{self.subset}] on grid {tuple(self.grid)} -> {self.array}"
+        return f"{self.array}: {self.distribution('src')} -> {self.distribution('dst')}"

@@ -106,7 +106,8 @@ def test_entry_point_solvers_are_loaded(monkeypatch):
     monkeypatch.setattr(registry, "_entry_points_loaded", False)
     monkeypatch.setattr(registry.metadata, "entry_points", lambda group=None: [ep] if group else {})
     names = [s.name for s in registry.resolve_solvers(None)]
-    assert names[:2] == ["grid_mapped", "blocks"] and "tracing_blocks" in names
+    # built-ins first (specific before general), plug-ins after them
+    assert names[:4] == ["grid_mapped", "allreduce", "synthesized", "blocks"] and names[-1] == "tracing_blocks"
 
 
 def test_report_names_refusals():

@@ -11,9 +11,9 @@ from typing import List, Optional
 
 from dace.codegen.targets.cpp import sym2cpp
 
-from .base import CommSpec, Solver
-
-_OP_CODES = {None: 0, "sum": 1, "prod": 2, "min": 3, "max": 4}
+from ..ir import Cost, Move, MoveKind, op_code
+from ..ir.move import intersection, volume
+from .base import Solver, messages_between, received, scatter_gather_sizes
 
 
 def _arr(vals) -> str:
@@ -35,55 +35,99 @@ def _block_fn(subset, coords) -> str:
 
 class BlockSolver(Solver):
     name = "blocks"
+    kinds = frozenset(MoveKind)
 
-    def refuse(self, spec: CommSpec) -> Optional[str]:
-        for j, (b, e, s) in enumerate(spec.subset):
-            if s != 1:
-                return f"dimension {j} is strided (step {s}); rank-local arrays hold contiguous blocks"
+    def refuse(self, move: Move) -> Optional[str]:
+        why = super().refuse(move)
+        if why:
+            return why
+        for side in (move.src, move.dst):
+            for j, (b, e, s) in enumerate(side.subset):
+                if s != 1:
+                    return f"dimension {j} is strided (step {s}); rank-local arrays hold contiguous blocks"
         return None
 
-    def _combine(self, spec: CommSpec) -> bool:
-        return spec.direction == "gather" and spec.may_overlap()
+    @staticmethod
+    def _identity_fill(move: Move) -> bool:
+        """An accumulated output whose blocks overlap: every rank starts from the identity and the prior
+        value stays on rank 0 (merged back by the gather)."""
+        return move.kind == MoveKind.SCATTER and move.accumulates and move.dst.may_overlap()
 
-    def calls(self, spec: CommSpec) -> List[str]:
-        if spec.direction == "scatter":
-            if spec.accumulates and spec.may_overlap():
-                return ["identity fill (prior value added on rank 0)"]
-            return ["MPI_Alltoallw(grid, from rank 0)"]
-        if self._combine(spec):
-            return ["MPI_Gatherv(grid, packed)", f"merge on rank 0 ({spec.op or 'one writer'})"]
-        return ["MPI_Alltoallw(grid, to rank 0)"]
+    @staticmethod
+    def _combine(move: Move) -> bool:
+        return move.kind == MoveKind.GATHER and move.src.may_overlap()
 
-    def bytes_moved(self, spec: CommSpec) -> Optional[int]:
-        if spec.direction == "scatter" and spec.accumulates and spec.may_overlap():
-            return 0  # identity fill: the prior value stays on rank 0
-        return spec.bytes_moved()
+    def calls(self, move: Move):
+        kind = move.kind
+        if kind == MoveKind.SCATTER:
+            return ("identity fill (prior value added on rank 0)", ) if self._identity_fill(move) else \
+                ("MPI_Alltoallw(grid, from rank 0)", )
+        if kind == MoveKind.GATHER:
+            if self._combine(move):
+                return ("MPI_Gatherv(grid, packed)", f"merge on rank 0 ({move.op or 'one writer'})")
+            return ("MPI_Alltoallw(grid, to rank 0)", )
+        op = move.src.pending
+        return ("MPI_Alltoallv(world, packed)", ) + ((f"combine ({op})", ) if op else ())
 
-    def emit(self, spec: CommSpec, node, gdesc, ldesc) -> str:
-        fn = _block_fn(spec.subset, spec.coords)
+    def cost(self, move: Move) -> Cost:
+        calls = self.calls(move)
+        kind, world = move.kind, move.world
+        if kind in (MoveKind.SCATTER, MoveKind.GATHER):
+            blocks, sizes, first = scatter_gather_sizes(move)
+            if blocks is None:
+                return Cost(None, None, calls)
+            g = move.grid_side
+            per = [0] * world
+            if kind == MoveKind.SCATTER:
+                if not self._identity_fill(move):
+                    for w in range(1, g.size):
+                        if not (move.accumulates and not first[w]):
+                            per[w] = sizes[w]
+                return Cost(tuple(per), received(per), calls)
+            per[0] = sum(sizes[1:g.size])
+            return Cost(tuple(per), sum(1 for x in sizes[1:g.size] if x), calls)
+        src, dst = move.src.world_blocks(world), move.dst.world_blocks(world)
+        if src is None or dst is None:
+            return Cost(None, None, calls)
+        partial = move.src.partial
+        senders = [True] * world
+        if not partial:  # identical source blocks (replicas) send once
+            for w in range(world):
+                senders[w] = not any(src[v] == src[w] and volume(src[w][1]) > 0 for v in range(w))
+        per = tuple(sum(intersection(src[q], dst[me]) for q in range(world) if q != me and senders[q]) *
+                    move.itemsize for me in range(world))
+        return Cost(per, messages_between(src, dst, senders), calls)
 
-        nd = len(spec.subset)
+    def emit(self, move: Move, src_desc, dst_desc) -> str:
+        kind = move.kind
+        if kind not in (MoveKind.SCATTER, MoveKind.GATHER):
+            return self._emit_redistribute(move, src_desc, dst_desc)
+        g = move.grid_side
+        gdesc, ldesc = (src_desc, dst_desc) if kind == MoveKind.SCATTER else (dst_desc, src_desc)
+        fn = _block_fn(g.subset, g.coords)
+        nd = len(g.subset)
         decl = (f"const long long __gshape[] = {_arr(gdesc.shape)}; const long long __gstr[] = {_arr(gdesc.strides)};\n"
                 f"const long long __lshape[] = {_arr(ldesc.shape)}; const long long __lstr[] = {_arr(ldesc.strides)};\n")
         ctype = gdesc.dtype.ctype
-        op = _OP_CODES[spec.op]
-        if spec.direction == "scatter":
-            fill = 1 if (spec.accumulates and spec.may_overlap()) else 0
-            call = (f'dace_partition::scatter_blocks<{ctype}>({node.grid_id}, "{spec.array}", _in, _out, {nd}, '
+        op = op_code(move.op)
+        if kind == MoveKind.SCATTER:
+            fill = 1 if self._identity_fill(move) else 0
+            call = (f'dace_partition::scatter_blocks<{ctype}>({g.grid_id}, "{move.array}", _in, _out, {nd}, '
                     f"__gshape, __gstr, __lshape, __lstr, {fn}, {fill}, {op});")
         else:
-            combine = 1 if self._combine(spec) else 0
-            acc = 1 if spec.accumulates else 0
-            call = (f'dace_partition::gather_blocks<{ctype}>({node.grid_id}, "{spec.array}", _in, _out, {nd}, '
+            combine = 1 if self._combine(move) else 0
+            acc = 1 if move.accumulates else 0
+            call = (f'dace_partition::gather_blocks<{ctype}>({g.grid_id}, "{move.array}", _in, _out, {nd}, '
                     f"__gshape, __gstr, __lshape, __lstr, {fn}, {op}, {combine}, {acc});")
         return "{\n" + decl + call + "\n}"
 
-    def emit_redistribute(self, node, src_desc, dst_desc) -> str:
-        """Grid -> grid without rank 0 (see ``redistribute`` in the runtime header)."""
-        src_fn = _block_fn(node.src_subset, [c or None for c in node.src_coords])
-        dst_fn = _block_fn(node.subset, [c or None for c in node.coords])
-        op = _OP_CODES[node.op]
+    def _emit_redistribute(self, move: Move, src_desc, dst_desc) -> str:
+        """Grid -> grid without rank 0 (``redistribute`` in the runtime header); partial results are
+        combined on arrival."""
+        src_fn = _block_fn(move.src.subset, move.src.coords)
+        dst_fn = _block_fn(move.dst.subset, move.dst.coords)
+        op = op_code(move.src.pending)
         return ("{\n" f"const long long __sstr[] = {_arr(src_desc.strides)};\n"
                 f"const long long __dshape[] = {_arr(dst_desc.shape)}; const long long __dstr[] = {_arr(dst_desc.strides)};\n"
-                f'dace_partition::redistribute<{dst_desc.dtype.ctype}>("{node.array}", {len(node.subset)}, '
-                f"{node.src_grid_id}, {src_fn}, _in, __sstr, {node.grid_id}, {dst_fn}, _out, __dshape, __dstr, {op});\n}}")
+                f'dace_partition::redistribute<{dst_desc.dtype.ctype}>("{move.array}", {len(move.dst.subset)}, '
+                f"{move.src.grid_id}, {src_fn}, _in, __sstr, {move.dst.grid_id}, {dst_fn}, _out, __dshape, __dstr, {op});\n}}")

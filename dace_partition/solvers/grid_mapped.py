@@ -11,6 +11,7 @@ with at most two MPI calls: ``MPI_Scatterv`` with a per-rank block datatype over
 plus ``MPI_Bcast`` over the replication sub-grid (or, for writes, ``MPI_Reduce`` with the write-conflict
 operator over the replication sub-grid plus ``MPI_Gatherv``).
 """
+import functools
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
@@ -21,9 +22,8 @@ from dace import subsets
 from dace.codegen.targets.cpp import sym2cpp
 
 from ..errors import UnsupportedPattern
-from .base import CommSpec, Solver
-
-_OP_CODES = {None: 0, "sum": 1, "prod": 2, "min": 3, "max": 4}
+from ..ir import Cost, Distribution, Move, MoveKind, op_code
+from .base import Solver, received, scatter_gather_sizes
 _MPI_OPS = {"sum": "MPI_SUM", "prod": "MPI_PROD", "min": "MPI_MIN", "max": "MPI_MAX"}
 
 
@@ -118,53 +118,68 @@ def mpi_calls(mapping: GridMapping, direction: str, op: Optional[str]) -> List[s
             calls.append(f"MPI_Bcast(grid dims {repl})" if op is None else "identity fill on replicas")
     else:
         if repl and op is not None:
-            calls.append(f"MPI_Reduce({_MPI_OPS[op]}, grid dims {repl})")
+            calls.append(f"MPI_Reduce({_MPI_OPS[str(op)]}, grid dims {repl})")
         calls.append(f"MPI_Gatherv(grid dims {part})" if part else "copy on rank 0")
     return calls
+
+
+@functools.lru_cache(maxsize=4096)
+def match_distribution(array: str, dist: Distribution) -> GridMapping:
+    """:func:`match` of a grid distribution, once per distinct value."""
+    return match(array, dist.range, dist.grid, dist.coords)
 
 
 class GridMappedSolver(Solver):
     """Equal disjoint blocks per grid dimension: at most two MPI calls (see the module docstring)."""
     name = "grid_mapped"
+    kinds = frozenset({MoveKind.SCATTER, MoveKind.GATHER})
 
-    def refuse(self, spec: CommSpec) -> Optional[str]:
+    def refuse(self, move: Move) -> Optional[str]:
+        why = super().refuse(move)
+        if why:
+            return why
         try:
-            match(spec.array, spec.subset, spec.grid, spec.coords)
+            match_distribution(move.array, move.grid_side)
         except UnsupportedPattern as e:
             return e.reason
         return None
 
-    def calls(self, spec: CommSpec) -> List[str]:
-        mapping = match(spec.array, spec.subset, spec.grid, spec.coords)
-        op = spec.op if (spec.direction == "gather" or spec.accumulates) else None
-        return mpi_calls(mapping, spec.direction, op)
+    def cost(self, move: Move) -> Cost:
+        mapping = match_distribution(move.array, move.grid_side)
+        scatter = move.kind == MoveKind.SCATTER
+        calls = tuple(mpi_calls(mapping, "scatter" if scatter else "gather", move.op))
+        blocks, sizes, first = scatter_gather_sizes(move)
+        if blocks is None:
+            return Cost(None, None, calls)
+        g, world = move.grid_side, move.world
+        per = [0] * world
+        if scatter:  # Scatterv to the first replicas, Bcast to the others (an accumulated output: first only)
+            for w in range(1, g.size):
+                if not (move.accumulates and not first[w]):
+                    per[w] = sizes[w]
+        else:  # Reduce over the replicas (partial results), Gatherv of the first replicas' blocks
+            if move.op is not None and g.replicas > 1:
+                for w in range(g.size):
+                    if first[w]:
+                        per[w] += (g.replicas - 1) * sizes[w]
+            per[0] += sum(sizes[w] for w in range(1, g.size) if first[w])
+        msgs = received(per) if scatter else sum(1 for w in range(1, g.size) if first[w] and sizes[w]) + (
+            (g.replicas - 1) * sum(first) if move.op is not None and g.replicas > 1 else 0)
+        return Cost(tuple(per), msgs, calls)
 
-    def bytes_moved(self, spec: CommSpec) -> Optional[int]:
-        if spec.direction == "scatter":
-            # Bcast delivers every replica a copy; an accumulated output reaches only the first replica.
-            return spec.bytes_moved(distinct=spec.accumulates)
-        # Reduce: every replica sends; an un-conflicted write is sent by the first replica only.
-        return spec.bytes_moved(distinct=spec.op is None)
-
-    def emit(self, spec: CommSpec, node, gdesc, ldesc) -> str:
-        mapping = match(spec.array, spec.subset, spec.grid, spec.coords)
+    def emit(self, move: Move, src_desc, dst_desc) -> str:
+        scatter = move.kind == MoveKind.SCATTER
+        g = move.grid_side
+        gdesc = src_desc if scatter else dst_desc
+        mapping = match_distribution(move.array, g)
         ctype = gdesc.dtype.ctype
         dims = []
         for dm, stride in zip(mapping.dims, gdesc.strides):
             dims.append("{%s, %d, %d, %s, %s}" % (sym2cpp(dm.offset), dm.coef, dm.grid_dim, sym2cpp(dm.block),
                                                   sym2cpp(stride)))
         dimlist = "std::vector<dace_partition::DimMap>{%s}" % ", ".join(dims)
-        op = _OP_CODES[spec.op]
-        if spec.direction == "scatter":
-            return (f"dace_partition::scatter<{ctype}>({node.grid_id}, _in, _out, {dimlist}, "
-                    f"{1 if spec.accumulates else 0}, {op});")
-        return f"dace_partition::gather<{ctype}>({node.grid_id}, _in, _out, {dimlist}, {op});"
-
-    def emit_redistribute(self, node, src_desc, dst_desc) -> str:
-        """Partial sums into the same blocks on the same ranks: ``MPI_Allreduce`` on the reduction sub-grid."""
-        if not node.reduce_dims or node.op is None:
-            raise ValueError(f"grid_mapped redistributes only partial results into equal blocks ({node})")
-        keep = sum(1 << d for d in node.reduce_dims)
-        count = " * ".join(f"(long long)({sym2cpp(s)})" for s in dst_desc.shape) or "1"
-        return (f'dace_partition::allreduce<{dst_desc.dtype.ctype}>("{node.array}", {node.src_grid_id}, {keep}u, '
-                f"_in, _out, {count}, {_OP_CODES[node.op]});")
+        op = op_code(move.op)
+        if scatter:
+            return (f"dace_partition::scatter<{ctype}>({g.grid_id}, _in, _out, {dimlist}, "
+                    f"{1 if move.accumulates else 0}, {op});")
+        return f"dace_partition::gather<{ctype}>({g.grid_id}, _in, _out, {dimlist}, {op});"

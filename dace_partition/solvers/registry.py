@@ -1,6 +1,8 @@
 """Which solvers exist, in which order ``lower`` tries them, and how third parties add their own.
 
-Built in: ``grid_mapped`` (thesis ch. 5), then ``blocks`` (any rectangular per-rank block). Packages
+Built in, tried in this order for every move: ``grid_mapped`` (scatters and gathers of equal blocks,
+thesis ch. 5), ``allreduce`` (partial results into the same blocks), ``synthesized`` (grid-to-grid
+between block layouts of one mesh, 000_*.txt), ``blocks`` (any rectangular per-rank block). Packages
 register more under the entry-point group ``dace_partition.solvers`` (each entry point loads a
 :class:`~dace_partition.solvers.base.Solver` subclass or instance); they are tried after the built-ins
 unless ``lower(..., solvers=[...])`` says otherwise.
@@ -14,7 +16,9 @@ from dace.transformation.transformation import ExpandTransformation
 
 from ..distributed_memlet import DistributedMemlet
 from ..environment import DacePartitionMPI
-from .base import CommSpec, Solver
+from ..ir import Move
+from .allreduce import AllreduceSolver
+from .base import Solver
 from .blocks import BlockSolver
 from .grid_mapped import GridMappedSolver
 from .synthesized import SynthesizedSolver
@@ -32,18 +36,13 @@ def _expansion_for(solver: Solver):
 
         @staticmethod
         def expansion(node, parent_state, parent_sdfg):
-            ein = parent_state.in_edges(node)[0]
-            eout = parent_state.out_edges(node)[0]
-            if node.direction == "redistribute":
-                src, dst = parent_sdfg.arrays[ein.data.data], parent_sdfg.arrays[eout.data.data]
-                code = solver.emit_redistribute(node, src, dst)
-                ptr = dace.pointer(dst.dtype)
-                return dace.nodes.Tasklet(node.name, {"_in": ptr}, {"_out": ptr}, code, language=dace.Language.CPP)
-            gdesc = parent_sdfg.arrays[node.array]
-            ldesc = parent_sdfg.arrays[(eout if node.direction == "scatter" else ein).data.data]
-            code = solver.emit(node.spec(gdesc), node, gdesc, ldesc)
-            ptr = dace.pointer(gdesc.dtype)
-            return dace.nodes.Tasklet(node.name, {"_in": ptr}, {"_out": ptr}, code, language=dace.Language.CPP)
+            src = parent_sdfg.arrays[parent_state.in_edges(node)[0].data.data]
+            dst = parent_sdfg.arrays[parent_state.out_edges(node)[0].data.data]
+            code = solver.emit(node.move(parent_sdfg), src, dst)
+            ptr = dace.pointer(dst.dtype)
+            t = dace.nodes.Tasklet(node.name, {"_in": ptr}, {"_out": ptr}, code, language=dace.Language.CPP)
+            t.side_effects = True  # communicates: no pass may drop or reorder it
+            return t
 
     Expansion.__name__ = f"Expand_{solver.name}"
     return dace.library.expansion(Expansion)
@@ -97,17 +96,19 @@ def resolve_solvers(solvers: Optional[Sequence[Union[str, Solver]]]) -> List[Sol
     return out
 
 
-def choose(spec: CommSpec, solvers: Sequence[Solver]) -> Tuple[Optional[Solver], List[Tuple[str, str]]]:
-    """The first solver that accepts ``spec``, and the (name, reason) of each one that refused before it."""
+def choose(move: Move, solvers: Sequence[Solver]) -> Tuple[Optional[Solver], List[Tuple[str, str]]]:
+    """The first solver that accepts ``move``, and the (name, reason) of each one that refused before it."""
     refused = []
     for s in solvers:
-        reason = s.refuse(spec)
+        reason = s.refuse(move)
         if reason is None:
             return s, refused
         refused.append((s.name, reason))
     return None, refused
 
 
+# Specific before general: the first solver that accepts a move implements it.
 register(GridMappedSolver())
+register(AllreduceSolver())
+register(SynthesizedSolver())
 register(BlockSolver())
-register(SynthesizedSolver(), default=False)  # chosen by fusion for block layouts on one mesh

@@ -12,12 +12,13 @@ Everything else (uneven or overlapping blocks, partial results, grids of differe
 the general ``blocks`` redistribution. The generated code also falls back to it at run time when the
 job has more ranks than the mesh, since the synthesized plan runs on MPI_COMM_WORLD.
 """
+import functools
 import json
 from typing import Dict, List, Optional, Sequence, Tuple
 
-
 from ..errors import UnsupportedPattern
-from .base import CommSpec, Solver
+from ..ir import Cost, Distribution, Move, MoveKind
+from .base import Solver
 from .blocks import BlockSolver
 from .grid_mapped import match
 from .synthesis import synthesize
@@ -75,22 +76,33 @@ def _layout(subset, grid, coords, shape, axes, side: int) -> Optional[List[List[
     return out
 
 
-def block_layouts(src: CommSpec, dst: CommSpec) -> Optional[Dict[str, object]]:
-    """The synthesizer problem for a fused move ``src`` -> ``dst`` (blocks of one array on two grids),
-    or None when it is not a redistribution between block layouts of one mesh. The source holds final
-    values (the caller sends partial results elsewhere)."""
+def block_layouts(move: Move) -> Optional[Dict[str, object]]:
+    """The synthesizer problem for a grid-to-grid move (blocks of one array on two grids), or None when it is
+    not a redistribution between block layouts of one mesh."""
+    return _problem(move.src.combined(), move.dst.combined(), move.shape, move.itemsize)
+
+
+@functools.lru_cache(maxsize=1024)
+def _problem(src: Distribution, dst: Distribution, shape, itemsize) -> Optional[Dict[str, object]]:
     axes = common_mesh(src.grid, dst.grid)
     if axes is None:
         return None
-    a = _layout(src.subset, src.grid, src.coords, src.shape, axes, 0)
-    b = _layout(dst.subset, dst.grid, dst.coords, dst.shape, axes, 1)
+    a = _layout(src.range, src.grid, src.coords, shape, axes, 0)
+    b = _layout(dst.range, dst.grid, dst.coords, shape, axes, 1)
     if a is None or b is None:
         return None
-    return {"mesh": [[n, s] for n, s, _, _ in axes], "shape": [int(x) for x in src.shape], "src": a, "dst": b,
-            "itemsize": src.itemsize}
+    return {"mesh": [[n, s] for n, s, _, _ in axes], "shape": [int(x) for x in shape], "src": a, "dst": b,
+            "itemsize": itemsize}
 
 
 def plan_of(problem: Dict[str, object]):
+    """The synthesized plan of a problem, computed once per distinct problem."""
+    return _plan(json.dumps(problem, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(key: str):
+    problem = json.loads(key)
     return synthesize({n: s for n, s in problem["mesh"]}, problem["shape"], [tuple(x) for x in problem["src"]],
                       [tuple(x) for x in problem["dst"]], itemsize=problem["itemsize"])
 
@@ -114,20 +126,37 @@ def received_per_rank(plan) -> List[int]:
 
 
 class SynthesizedSolver(Solver):
-    """Implements fused grid-to-grid redistributions of block layouts; not in the default order for
-    root scatters/gathers (it refuses them)."""
+    """Grid-to-grid redistributions of final values between block layouts of one mesh."""
     name = "synthesized"
+    kinds = frozenset({MoveKind.REDISTRIBUTE})
     environments = [DacePartitionRedistribute]
 
-    def refuse(self, spec: CommSpec) -> Optional[str]:
-        return "moves only between two grids' block layouts (fusion), not from or to rank 0"
+    def refuse(self, move: Move) -> Optional[str]:
+        why = super().refuse(move)
+        if why:
+            return why
+        if move.src.partial:
+            return "the source holds partial results (the synthesizer moves final values)"
+        if block_layouts(move) is None:
+            return "the two sides are not block layouts (whole or evenly split dimensions) of one mesh"
+        return None
 
-    def calls(self, spec: CommSpec) -> List[str]:
-        return []
+    def cost(self, move: Move) -> Cost:
+        plan = plan_of(block_layouts(move))
+        calls = tuple(f"{st.op}(axes {','.join(st.axes) or '-'})" for st in plan.steps) or ("local copy", )
+        got = received_per_rank(plan)
+        per = tuple(got) + (0, ) * (move.world - len(got))
+        msgs = 0
+        for st in plan.steps:
+            if st.op in ("allgather", "alltoall"):
+                msgs += (st.n - 1) * plan.mesh.size
+            elif st.op == "allpermute":
+                msgs += sum(1 for r in range(plan.mesh.size) if int(st.src_of[r]) != r)
+        return Cost(per, msgs, calls)
 
-    def emit_redistribute(self, node, src_desc, dst_desc) -> str:
-        plan = plan_of(json.loads(node.synthesis))
+    def emit(self, move: Move, src_desc, dst_desc) -> str:
+        plan = plan_of(block_layouts(move))
         n = plan.mesh.size
-        fallback = BlockSolver().emit_redistribute(node, src_desc, dst_desc)
+        fallback = BlockSolver().emit(move, src_desc, dst_desc)
         return (f"if (dace_partition::world_size() == {n}) {{  // synthesized plan on the {n}-rank mesh\n"
                 f"{emit(plan)}\n}} else {{\n{fallback}\n}}")

@@ -1,0 +1,13 @@
+"""The lowering's intermediate values: frozen, hashable, printable.
+
+``Distribution`` (where an array's elements live), ``Move`` (one array between two distributions, with
+its derived ``MoveKind``), ``Cost`` (a solver's answer), ``Layout`` and ``ProgramRecord`` (what a built
+program needs at run time)."""
+from .distribution import ROOT, Distribution
+from .kinds import IoMode, MoveKind, ReduceOp, op_code
+from .layout import Layout
+from .move import Cost, Move, intersection, volume
+from .record import ProgramRecord, attach, record_of
+
+__all__ = ["ROOT", "Distribution", "IoMode", "MoveKind", "ReduceOp", "op_code", "Layout", "Cost", "Move",
+           "intersection", "volume", "ProgramRecord", "attach", "record_of"]

@@ -1,0 +1,224 @@
+"""``Distribution``: where the elements of one array live, as a frozen value.
+
+Either rank 0 holds the whole array (:data:`ROOT`), or a process grid holds it in blocks: the rank at grid
+coordinates ``c`` holds ``array[subset(c)]``, where ``subset`` is the symbolic constraint that constraint
+extraction derived (thesis 4.3), written in the grid's coordinate symbols. A grid dimension whose
+coordinate the subset does not use holds identical copies (replicas) — or, with ``pending`` set, partial
+results that still have to be combined with that operator (as JAX's ``PartitionSpec`` carries
+``unreduced`` axes). Blocks per rank are computed once per distinct value and cached.
+"""
+import functools
+import itertools
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import dace
+import sympy
+from dace import subsets
+
+from .kinds import ReduceOp
+
+Block = Tuple[Tuple[int, ...], Tuple[int, ...]]  # (start, count) per array dimension
+
+
+def _expr(x):
+    return sympy.sympify(x)
+
+
+def _free(x) -> set:
+    return {str(f) for f in _expr(x).free_symbols}
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """Rank 0 (``grid == ()``) or blocks on a process grid (module docstring)."""
+    grid: Tuple[int, ...] = ()
+    coords: Tuple[Optional[str], ...] = ()
+    subset: Tuple[Tuple[object, object, object], ...] = ()  # (begin, end inclusive, step) per dimension
+    grid_id: int = -1  # the runtime's id of the grid (the kernel index); -1 for rank 0
+    pending: Optional[ReduceOp] = None  # replicas hold partial results of this operator
+    _blocks_cache: Dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
+
+    @staticmethod
+    def on_grid(subset: subsets.Range, grid: Sequence[int], coords: Sequence[Optional[str]], grid_id: int,
+                pending=None) -> "Distribution":
+        coords = tuple(c or None for c in coords)
+        rng = tuple((_expr(b), _expr(e), _expr(s)) for b, e, s in subset)
+        dist = Distribution(tuple(int(g) for g in grid), coords, rng, int(grid_id), ReduceOp.of(pending))
+        if dist.pending is not None and dist.replicas == 1:
+            dist = dist.combined()
+        return dist
+
+    # -- what it is ---------------------------------------------------------------------------------
+    @property
+    def is_root(self) -> bool:
+        return not self.grid
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for g in self.grid:
+            n *= g
+        return n
+
+    @property
+    def range(self) -> subsets.Range:
+        """The subset as a (fresh) DaCe range."""
+        return subsets.Range([(b, e, s) for b, e, s in self.subset])
+
+    @functools.cached_property
+    def used_coords(self) -> frozenset:
+        return frozenset(n for b, e, _ in self.subset for n in _free(b) | _free(e))
+
+    @functools.cached_property
+    def splits(self) -> Tuple[Optional[int], ...]:
+        """Per array dimension, the grid dimension that splits it (None: whole on every rank)."""
+        out = []
+        for b, e, _ in self.subset:
+            used = _free(b) | _free(e)
+            out.append(next((d for d, c in enumerate(self.coords) if c and c in used), None))
+        return tuple(out)
+
+    @functools.cached_property
+    def replica_dims(self) -> Tuple[int, ...]:
+        """Grid dimensions (of size > 1) along which every rank holds the same block."""
+        return tuple(d for d, (g, c) in enumerate(zip(self.grid, self.coords)) if g > 1 and (not c or c not in
+                                                                                             self.used_coords))
+
+    @property
+    def replicas(self) -> int:
+        n = 1
+        for d in self.replica_dims:
+            n *= self.grid[d]
+        return n
+
+    @property
+    def partial(self) -> bool:
+        """Whether replicas hold partial results still to be combined."""
+        return self.pending is not None and self.replicas > 1
+
+    def combined(self) -> "Distribution":
+        """The same blocks after the partial results are combined."""
+        return Distribution(self.grid, self.coords, self.subset, self.grid_id, None)
+
+    def on(self, grid_id: int) -> "Distribution":
+        return Distribution(self.grid, self.coords, self.subset, grid_id, self.pending)
+
+    # -- blocks (computed once) ----------------------------------------------------------------------
+    def blocks(self) -> Optional[List[Block]]:
+        """(start, count) of every grid rank's block in row-major rank order; None when the blocks are only
+        known at run time (symbolic sizes)."""
+        if "blocks" not in self._blocks_cache:
+            self._blocks_cache["blocks"] = _blocks(self.grid, self.coords, self.subset)
+        return self._blocks_cache["blocks"]
+
+    def world_blocks(self, world: int) -> Optional[List[Block]]:
+        """Blocks of ranks 0..world-1 (ranks outside the grid hold nothing)."""
+        if self.is_root:
+            return None
+        blocks = self.blocks()
+        if blocks is None:
+            return None
+        empty = (tuple(0 for _ in self.subset), tuple(0 for _ in self.subset))
+        return blocks + [empty] * (world - len(blocks))
+
+    def first_replicas(self, world: int) -> List[bool]:
+        """Whether each world rank is the first of its replicas (coordinate 0 along the replica dims)."""
+        out = []
+        for w in range(world):
+            if w >= self.size:
+                out.append(False)
+                continue
+            rest, ok = w, True
+            for d in reversed(range(len(self.grid))):
+                pos = rest % self.grid[d]
+                rest //= self.grid[d]
+                if d in self.replica_dims and pos != 0:
+                    ok = False
+            out.append(ok)
+        return out
+
+    def may_overlap(self) -> bool:
+        """Whether two ranks' blocks may share elements (replicas, halos); True when unknown."""
+        blocks = self.blocks()
+        if blocks is None:
+            return True
+        boxes = [b for b in blocks if all(c > 0 for c in b[1])]
+        for (s1, c1), (s2, c2) in itertools.combinations(boxes, 2):
+            if all(a < b + n and b < a + m for a, m, b, n in zip(s1, c1, s2, c2)):
+                return True
+        return False
+
+    @functools.cached_property
+    def local_shape(self) -> Tuple[object, ...]:
+        """Shape of the rank-local buffer: the largest block (symbolic sizes: rank 0's block, the largest of
+        balanced tiles; the runtime checks every block against it)."""
+        blocks = self.blocks()
+        if blocks is not None:
+            if not blocks:
+                return tuple(1 for _ in self.subset)
+            return tuple(max(c[j] for _, c in blocks) for j in range(len(self.subset)))
+        zero = {dace.symbolic.symbol(c, dace.int32): 0 for c in self.coords if c}
+        zero.update({sympy.Symbol(c): 0 for c in self.coords if c})
+        return tuple(dace.symbolic.simplify(sympy.sympify(e - b + 1).subs(zero)) for b, e, _ in self.subset)
+
+    # -- comparisons -----------------------------------------------------------------------------------
+    def same_blocks(self, other: "Distribution") -> bool:
+        """Whether both hold the same block on the same ranks: grids with the same split sizes (so the same
+        ranks at the same coordinates, row-major) and the same subset after renaming grid coordinates."""
+        if self.is_root or other.is_root:
+            return self.is_root and other.is_root
+        a = [(g, c) for g, c in zip(self.grid, self.coords) if g > 1]
+        b = [(g, c) for g, c in zip(other.grid, other.coords) if g > 1]
+        if [g for g, _ in a] != [g for g, _ in b]:
+            return False
+        names = {bc: ac for (_, ac), (_, bc) in zip(a, b) if ac and bc}
+        return _same_subset(_rename(other.subset, names), self.subset)
+
+    def __str__(self):
+        if self.is_root:
+            return "rank 0"
+        dims = ", ".join(f"{b}:{e + 1}" if s == 1 else f"{b}:{e + 1}:{s}" for b, e, s in self.subset)
+        part = f", pending {self.pending}" if self.partial else ""
+        return f"[{dims}] on grid {self.grid}{part}"
+
+
+ROOT = Distribution()
+
+
+def _rename(subset, names: Dict[str, str]):
+    def sub(x):
+        x = _expr(x)
+        return x.subs({f: dace.symbolic.symbol(names[str(f)], dace.int32) for f in x.free_symbols if str(f) in names})
+
+    return tuple((sub(b), sub(e), s) for b, e, s in subset)
+
+
+def _same_subset(a, b) -> bool:
+    if len(a) != len(b):
+        return False
+    for (b1, e1, s1), (b2, e2, s2) in zip(a, b):
+        for x, y in ((b1, b2), (e1, e2), (s1, s2)):
+            if sympy.simplify(_expr(x) - _expr(y)) != 0:
+                return False
+    return True
+
+
+@functools.lru_cache(maxsize=4096)
+def _blocks(grid, coords, subset) -> Optional[List[Block]]:
+    syms = {dace.symbolic.symbol(c, dace.int32): d for d, c in enumerate(coords) if c}
+    syms.update({sympy.Symbol(c): d for d, c in enumerate(coords) if c})
+    known = {str(s) for s in syms}
+    for b, e, _ in subset:
+        if (_free(b) | _free(e)) - known:
+            return None
+    out = []
+    for q in itertools.product(*[range(g) for g in grid]):
+        subs = {s: q[d] for s, d in syms.items()}
+        start, count = [], []
+        for b, e, _ in subset:
+            bv, ev = int(_expr(b).subs(subs)), int(_expr(e).subs(subs))
+            start.append(bv)
+            count.append(max(0, ev - bv + 1))
+        out.append((tuple(start), tuple(count)))
+    return out

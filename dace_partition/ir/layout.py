@@ -1,0 +1,87 @@
+"""``Layout``: which global subset of an argument each rank holds in a program lowered with
+``io="distributed"``, computable on any rank without communication (Heat's ``chunk`` idea)."""
+from dataclasses import dataclass
+from typing import Dict, Optional, Sequence, Tuple
+
+import numpy as np
+import sympy
+
+
+def _grid_size(grid) -> int:
+    n = 1
+    for g in grid:
+        n *= g
+    return n
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the tiles of one argument live: rank ``r < prod(grid)`` holds ``array[subset]`` with the
+    grid coordinates of ``r`` (row-major) substituted; the other ranks hold nothing. The local buffer has
+    ``local_shape`` (the largest block); a smaller block fills its leading corner."""
+    array: str
+    shape: Tuple[str, ...]
+    local_shape: Tuple[str, ...]
+    dtype: str
+    grid: Tuple[int, ...]
+    coords: Tuple[str, ...]
+    subset: Tuple[Tuple[str, str], ...]  # inclusive (begin, end) per dimension
+
+    def __str__(self):
+        dims = ", ".join(f"{b}:{sympy.sympify(e) + 1}" for b, e in self.subset)
+        return f"Layout({self.array}[{dims}] on grid {self.grid}, local shape ({', '.join(self.local_shape)}))"
+
+    def _eval(self, expr: str, values: Dict[str, int]) -> int:
+        v = sympy.sympify(expr, locals={k: sympy.Symbol(k) for k in values}).subs(
+            {sympy.Symbol(k): x for k, x in values.items()})
+        if v.free_symbols:
+            raise ValueError(f"layout of '{self.array}' needs values for {sorted(map(str, v.free_symbols))}")
+        return int(sympy.floor(v)) if not v.is_integer else int(v)
+
+    def local_shape_of(self, **symbols) -> Tuple[int, ...]:
+        return tuple(self._eval(s, symbols) for s in self.local_shape)
+
+    def block(self, rank: int, **symbols) -> Optional[Tuple[slice, ...]]:
+        """The global index ranges rank ``rank`` holds, or None when it is outside the grid."""
+        if rank >= _grid_size(self.grid):
+            return None
+        pos = np.unravel_index(rank, self.grid) if self.grid else ()
+        values = dict(symbols)
+        values.update({c: int(p) for c, p in zip(self.coords, pos) if c})
+        out = []
+        for b, e in self.subset:
+            lo, hi = self._eval(b, values), self._eval(e, values)
+            out.append(slice(lo, max(lo, hi + 1)))
+        return tuple(out)
+
+    def scatter(self, array, rank: int, **symbols) -> np.ndarray:
+        """Rank ``rank``'s tile of the whole ``array`` (zero-padded to the local shape)."""
+        array = np.asarray(array)
+        tile = np.zeros(self.local_shape_of(**symbols), dtype=np.dtype(self.dtype))
+        blk = self.block(rank, **symbols)
+        if blk is not None:
+            part = array[blk]
+            tile[tuple(slice(0, n) for n in part.shape)] = part
+        return tile
+
+    def gather(self, tiles: Sequence[np.ndarray], **symbols) -> np.ndarray:
+        """The whole array from every rank's tile (``tiles[r]`` of rank r; replicas must agree)."""
+        shape = tuple(self._eval(s, symbols) for s in self.shape)
+        out = np.zeros(shape, dtype=np.dtype(self.dtype))
+        for r, tile in enumerate(tiles):
+            blk = self.block(r, **symbols)
+            if blk is None or tile is None:
+                continue
+            sizes = tuple(s.stop - s.start for s in blk)
+            out[blk] = np.asarray(tile)[tuple(slice(0, n) for n in sizes)]
+        return out
+
+
+    def to_json(self):
+        return {"array": self.array, "shape": self.shape, "local_shape": self.local_shape, "dtype": self.dtype,
+                "grid": self.grid, "coords": self.coords, "subset": self.subset}
+
+    @staticmethod
+    def from_json(d) -> "Layout":
+        return Layout(d["array"], tuple(d["shape"]), tuple(d["local_shape"]), d["dtype"], tuple(d["grid"]),
+                      tuple(d["coords"]), tuple(tuple(x) for x in d["subset"]))

@@ -1,0 +1,135 @@
+"""``Move``: one array going from one :class:`Distribution` to another, as a frozen value.
+
+Every communication of a lowered program is a Move: a scatter (rank 0 -> grid), a gather (grid ->
+rank 0), a grid-to-grid redistribution, or an allreduce of partial results into the same blocks. Its kind
+is derived from the two distributions, never stored beside them. Solvers answer for a Move whether they
+implement it, what it costs (:class:`Cost`) and its C++ code; the schedule's lower bound on the bytes
+(:meth:`Move.minimum`) depends only on the Move.
+"""
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+from .distribution import Distribution
+from .kinds import MoveKind, ReduceOp
+
+
+def volume(count) -> int:
+    n = 1
+    for c in count:
+        n *= c
+    return n
+
+
+def intersection(a, b) -> int:
+    """Elements two (start, count) boxes share."""
+    n = 1
+    for s1, c1, s2, c2 in zip(a[0], a[1], b[0], b[1]):
+        n *= max(0, min(s1 + c1, s2 + c2) - max(s1, s2))
+    return n
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a solver's implementation of a Move costs: the bytes each world rank receives from other
+    ranks (the unit the PMPI counter measures; None when only known at run time), the messages between
+    distinct ranks it takes, and the MPI calls it makes (for reports)."""
+    per_rank: Optional[Tuple[int, ...]]
+    messages: Optional[int]
+    calls: Tuple[str, ...]
+
+    @property
+    def total(self) -> Optional[int]:
+        return None if self.per_rank is None else sum(self.per_rank)
+
+
+@dataclass(frozen=True)
+class Move:
+    array: str
+    src: Distribution
+    dst: Distribution
+    shape: Tuple[object, ...]  # of the global array
+    itemsize: int
+    op: Optional[ReduceOp] = None  # how written values combine (gathers: write conflicts; others: partials)
+    accumulates: bool = False  # an accumulated output: its prior value must count once
+
+    @property
+    def kind(self) -> MoveKind:
+        if self.src.is_root:
+            return MoveKind.SCATTER
+        if self.dst.is_root:
+            return MoveKind.GATHER
+        if self.src.partial and self.src.size == self.dst.size:
+            a, b = self.src.blocks(), self.dst.blocks()
+            if a is not None and a == b:
+                return MoveKind.ALLREDUCE
+        return MoveKind.REDISTRIBUTE
+
+    @property
+    def grid_side(self) -> Distribution:
+        """The grid side of a scatter or gather (the destination of grid-to-grid moves)."""
+        return self.src if self.kind == MoveKind.GATHER else self.dst
+
+    @property
+    def world(self) -> int:
+        return max(self.src.size, self.dst.size, 1)
+
+    def spec(self):
+        """The scatter or gather as the per-grid constraint the rank-0 solvers match."""
+        from ..solvers.base import CommSpec
+        kind = self.kind
+        if kind not in (MoveKind.SCATTER, MoveKind.GATHER):
+            raise ValueError(f"{self} is not a scatter or gather")
+        g = self.grid_side
+        return CommSpec(self.array, kind, g.range, g.grid, g.coords, self.shape, self.itemsize,
+                        self.op, self.accumulates, dist=g)
+
+    def minimum(self, world: Optional[int] = None) -> Optional[List[int]]:
+        """Bytes each rank must receive whatever the algorithm, given the two distributions: the part of its
+        destination block it does not hold, the partial results it has to combine (an allreduce at its
+        bandwidth lower bound, 2(p-1)/p of the block), the distinct blocks a gather collects."""
+        world = world or self.world
+        kind, size = self.kind, self.itemsize
+        low = [0] * world
+        if kind == MoveKind.SCATTER:
+            blocks = self.dst.world_blocks(world)
+            if blocks is None:
+                return None
+            first = self.dst.first_replicas(world)
+            if self.accumulates and self.dst.may_overlap():
+                return low  # replicas may start from the identity, the prior value staying on rank 0
+            for w in range(1, self.dst.size):
+                if self.accumulates and not first[w]:
+                    continue
+                low[w] = volume(blocks[w][1]) * size
+            return low
+        if kind == MoveKind.GATHER:
+            blocks = self.src.world_blocks(world)
+            if blocks is None:
+                return None
+            first = self.src.first_replicas(world)
+            distinct = {blocks[0]}
+            for w in range(1, self.src.size):
+                if first[w] and blocks[w] not in distinct:
+                    low[0] += volume(blocks[w][1]) * size
+                    distinct.add(blocks[w])
+            if self.op is not None and self.src.replicas > 1:
+                for w in range(self.src.size):
+                    if first[w]:
+                        low[w] += (self.src.replicas - 1) * volume(blocks[w][1]) * size
+            return low
+        src, dst = self.src.world_blocks(world), self.dst.world_blocks(world)
+        if src is None or dst is None:
+            return None
+        if kind == MoveKind.ALLREDUCE:
+            p = self.src.replicas
+            return [(2 * (p - 1) * volume(src[w][1]) * size) // p if w < self.src.size else 0 for w in range(world)]
+        for me in range(world):
+            if self.src.partial:
+                low[me] = sum(intersection(src[q], dst[me]) for q in range(world) if q != me) * size
+            elif volume(dst[me][1]):
+                low[me] = (volume(dst[me][1]) - intersection(src[me], dst[me])) * size
+        return low
+
+    def __str__(self):
+        op = f" ({self.op})" if self.op else ""
+        return f"{self.kind} {self.array}: {self.src} -> {self.dst}{op}"

@@ -1,0 +1,58 @@
+"""``ProgramRecord``: what a lowered program needs to be run, in one typed record.
+
+Ranks needed, io mode and argument layouts are decided by ``lower``; the record travels with the SDFG
+object (also through ``copy.deepcopy``) and is saved as JSON beside the build (``dace_partition.json`` in
+the build folder), so a program loaded from its folder on any rank knows them without the SDFG's Python
+object.
+"""
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Dict, Optional
+
+from .kinds import IoMode
+from .layout import Layout
+
+FILE = "dace_partition.json"
+_ATTR = "_dp_record"
+
+
+@dataclass(frozen=True)
+class ProgramRecord:
+    program: str
+    ranks_needed: int
+    io: IoMode = IoMode.ROOT
+    layouts: Dict[str, Layout] = field(default_factory=dict, hash=False)
+
+    def to_json(self) -> str:
+        return json.dumps({"program": self.program, "ranks_needed": self.ranks_needed, "io": str(self.io),
+                           "layouts": {k: v.to_json() for k, v in self.layouts.items()}}, indent=1)
+
+    @staticmethod
+    def from_json(text: str) -> "ProgramRecord":
+        d = json.loads(text)
+        return ProgramRecord(d["program"], int(d["ranks_needed"]), IoMode(d["io"]),
+                             {k: Layout.from_json(v) for k, v in d["layouts"].items()})
+
+
+def attach(sdfg, record: ProgramRecord):
+    setattr(sdfg, _ATTR, record)
+
+
+def record_of(sdfg) -> Optional[ProgramRecord]:
+    """The record of an SDFG lowered in this process, None if it was not lowered (a loaded program reads
+    its record from the build folder: :func:`read`)."""
+    return getattr(sdfg, _ATTR, None)
+
+
+def save(record: ProgramRecord, folder: str):
+    with open(os.path.join(folder, FILE), "w") as f:
+        f.write(record.to_json())
+
+
+def read(folder: str) -> Optional[ProgramRecord]:
+    path = os.path.join(folder, FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return ProgramRecord.from_json(f.read())

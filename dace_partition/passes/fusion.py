@@ -1,0 +1,180 @@
+"""Communication fusion (thesis 4.5), as a pass that decides first and rewrites second.
+
+After rank tiling, a transient that one kernel produces and the next consumes makes a round trip:
+``local_A -> gather to rank 0 -> T -> scatter from rank 0 -> local_B``. Each scatter of a value of ``T``
+(a transient may be written by several kernels in turn: ``q = 0`` then ``q += ...``; each gather starts a
+new value) becomes one of:
+
+* ``NOOP``: both sides hold the same blocks on the same ranks (and final values): kernel B reads
+  ``local_A`` directly;
+* ``MOVE``: the grid-to-grid :class:`~dace_partition.ir.Move` ``local_A -> local_B``, implemented by the
+  first solver of the registry that accepts it (an allreduce when B needs the partial results of A
+  combined in the same blocks, the synthesizer between block layouts of one mesh, general blocks
+  otherwise).
+
+An input that the program never writes, scattered again in the same blocks to the same ranks, is read
+from the first scatter's buffer instead (``REUSE``). Either way ``T`` is never allocated at global size
+nor sent to rank 0.
+"""
+from dataclasses import dataclass
+from enum import Enum
+from typing import List, Optional, Sequence
+
+from dace.memlet import Memlet
+from dace.sdfg import SDFG
+from dace.transformation import pass_pipeline as ppl
+
+from ..distributed_memlet import DistributedMemlet
+from ..errors import UnsupportedPattern
+from ..ir import Move
+from ..schedule import ordered_states
+from ..solvers.registry import choose
+from .graph import destination_buffer, distributed_memlets, drop, rename_data, source_buffer, uses, writes
+
+
+class FusionKind(str, Enum):
+    NOOP = "noop"  # the consumer reads the producer's local buffer
+    MOVE = "move"  # a grid-to-grid move replaces the round trip through rank 0
+    REUSE = "reuse"  # an input scattered once for two kernels
+
+    def __str__(self):
+        return self.value
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """One decision: what becomes of one scatter (``consumer`` reads ``array`` from ``producer``)."""
+    kind: FusionKind
+    array: str
+    producer: int  # grid ids (kernel indices)
+    consumer: int
+    move: Optional[Move] = None  # MOVE: the grid-to-grid move
+    solver: Optional[str] = None  # MOVE: the solver that implements it
+
+
+@dataclass(frozen=True)
+class _Decision:
+    fusion: Fusion
+    reader: tuple  # (state, scatter node)
+    source: tuple  # (state, gather node or first scatter node)
+    last: bool  # the last reader of a gather: the gather goes too
+
+
+def _plain(dm: DistributedMemlet) -> bool:
+    """Whether the block moves like any other: not an accumulated output whose blocks overlap (there the
+    prior value must reach only one holder)."""
+    side = dm.distribution("dst" if not dm.src_grid else "src")
+    return not dm.accumulates or not side.may_overlap()
+
+
+class FuseRoundTrips(ppl.Pass):
+    """Removes round trips of intermediates through rank 0, and repeated scatters of inputs."""
+    CATEGORY = "dace-partition"
+
+    def __init__(self, solvers: Sequence = ()):
+        super().__init__()
+        self.solvers = list(solvers)
+
+    def modifies(self) -> ppl.Modifies:
+        return ppl.Modifies.Nodes | ppl.Modifies.Edges | ppl.Modifies.Descriptors
+
+    def should_reapply(self, modified: ppl.Modifies) -> bool:
+        return False
+
+    # -- decide ------------------------------------------------------------------------------------
+    def decide(self, sdfg: SDFG) -> List[_Decision]:
+        """What to do with every fusable scatter; changes nothing."""
+        out: List[_Decision] = []
+        dms = distributed_memlets(sdfg)
+        scatters = [(st, n) for st, n in dms if not n.src_grid]
+        for arr in dict.fromkeys(n.array for _, n in dms if not n.dst_grid):
+            desc = sdfg.arrays.get(arr)
+            seq = [(st, n) for st, n in dms if n.array == arr]
+            # T must be touched only by DistributedMemlets (no code on rank 0 reads or writes it).
+            if desc is None or not desc.transient or len(uses(sdfg, arr)) != len(seq):
+                continue
+            versions, current = [], None
+            for st, n in seq:
+                if not n.dst_grid:
+                    current = ((st, n), [])
+                    versions.append(current)
+                elif current is not None:
+                    current[1].append((st, n))
+            for (gst, g), readers in versions:
+                if not readers or not _plain(g) or not all(_plain(x) for _, x in readers):
+                    continue
+                out += self._decide_version(sdfg, gst, g, readers)
+                for r in readers:
+                    scatters.remove(r)
+        out += self._decide_reuse(sdfg, scatters)
+        return out
+
+    def _decide_version(self, sdfg: SDFG, gst, g, readers) -> List[_Decision]:
+        src = g.distribution("src")
+        local_a = source_buffer(gst, g)
+        out = []
+        for k, (sst, s) in enumerate(readers):
+            last = k == len(readers) - 1
+            dst = s.distribution("dst")
+            local_b = destination_buffer(sst, s)
+            # Reading local_a in place is safe unless this reader updates it and a later reader needs the old value.
+            in_place = last or not writes(sdfg, local_b, sst.out_edges(s)[0].dst)
+            if (not src.partial and in_place and src.same_blocks(dst)
+                    and sdfg.arrays[local_a].shape == sdfg.arrays[local_b].shape):
+                fusion = Fusion(FusionKind.NOOP, g.array, src.grid_id, dst.grid_id)
+            else:
+                move = Move(g.array, src, dst, tuple(g.shape), int(g.itemsize))
+                solver, refused = choose(move, self.solvers)
+                if solver is None:
+                    raise UnsupportedPattern(g.array, dst.range, "no solver implements the move between kernels ("
+                                             f"{move}): " + "; ".join(f"{n}: {why}" for n, why in refused))
+                fusion = Fusion(FusionKind.MOVE, g.array, src.grid_id, dst.grid_id, move, solver.name)
+            out.append(_Decision(fusion, (sst, s), (gst, g), last))
+        return out
+
+    def _decide_reuse(self, sdfg: SDFG, scatters) -> List[_Decision]:
+        written = {n.data for st in ordered_states(sdfg) for n in st.data_nodes() if st.in_degree(n) > 0}
+        out, firsts = [], []
+        for st, s in scatters:
+            if s.accumulates or s.array in written:
+                continue
+            dist = s.distribution("dst")
+            local_b = destination_buffer(st, s)
+            first = next(((fst, f) for fst, f in firsts if f.array == s.array and f.distribution("dst").same_blocks(dist)
+                          and sdfg.arrays[destination_buffer(fst, f)].shape == sdfg.arrays[local_b].shape), None)
+            if first is None:
+                firsts.append((st, s))
+                continue
+            fusion = Fusion(FusionKind.REUSE, s.array, first[1].dst_grid_id, dist.grid_id)
+            out.append(_Decision(fusion, (st, s), first, False))
+        return out
+
+    # -- rewrite -----------------------------------------------------------------------------------
+    def apply(self, sdfg: SDFG, decisions: List[_Decision]) -> List[Fusion]:
+        for d in decisions:
+            (sst, s), (gst, g) = d.reader, d.source
+            f = d.fusion
+            if f.kind == FusionKind.REUSE:
+                local_a, local_b = destination_buffer(gst, g), destination_buffer(sst, s)
+                drop(sst, s)
+                rename_data(sdfg, local_b, local_a)
+                continue
+            local_a = source_buffer(gst, g)
+            if f.kind == FusionKind.NOOP:
+                local_b = destination_buffer(sst, s)
+                drop(sst, s)
+                rename_data(sdfg, local_b, local_a)
+            else:
+                sst.remove_node(sst.in_edges(s)[0].src)
+                s.set_move(f.move)
+                s.implementation = f.solver
+                sst.add_edge(sst.add_read(local_a), None, s, "_in", Memlet.from_array(local_a, sdfg.arrays[local_a]))
+            if d.last:
+                drop(gst, g)
+        for arr in {d.fusion.array for d in decisions if d.fusion.kind != FusionKind.REUSE}:
+            if arr in sdfg.arrays and not uses(sdfg, arr):
+                del sdfg.arrays[arr]
+        return [d.fusion for d in decisions]
+
+    def apply_pass(self, sdfg: SDFG, pipeline_results) -> List[Fusion]:
+        return self.apply(sdfg, self.decide(sdfg))

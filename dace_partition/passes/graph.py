@@ -1,0 +1,54 @@
+"""Small graph queries and edits that the passes share (public: the passes use each other's pieces
+only through this module)."""
+from typing import List, Tuple
+
+from dace import nodes
+from dace.sdfg import SDFG
+
+from ..distributed_memlet import DistributedMemlet
+from ..schedule import ordered_states
+
+
+def distributed_memlets(sdfg: SDFG) -> List[Tuple[object, DistributedMemlet]]:
+    """(state, node) of every DistributedMemlet, in program order."""
+    return [(st, n) for st in ordered_states(sdfg) for n in st.nodes() if isinstance(n, DistributedMemlet)]
+
+
+def uses(sdfg: SDFG, name: str) -> List[Tuple[object, nodes.AccessNode]]:
+    return [(st, n) for st in ordered_states(sdfg) for n in st.data_nodes() if n.data == name]
+
+
+def source_buffer(state, dm) -> str:
+    return state.in_edges(dm)[0].src.data
+
+
+def destination_buffer(state, dm) -> str:
+    return state.out_edges(dm)[0].dst.data
+
+
+def local_buffer(state, dm) -> str:
+    """The rank-local side of a scatter (its destination) or gather (its source)."""
+    return destination_buffer(state, dm) if not dm.src_grid else source_buffer(state, dm)
+
+
+def rename_data(sdfg: SDFG, old: str, new: str):
+    """Every access of ``old`` reads ``new`` instead; ``old`` is removed."""
+    for st in ordered_states(sdfg):
+        for n in st.data_nodes():
+            if n.data == old:
+                n.data = new
+        for e in st.edges():
+            if e.data.data == old:
+                e.data.data = new
+    del sdfg.arrays[old]
+
+
+def drop(state, dm):
+    """Removes a DistributedMemlet and its two access nodes."""
+    state.remove_nodes_from([e.src for e in state.in_edges(dm)] + [e.dst for e in state.out_edges(dm)] + [dm])
+
+
+def writes(sdfg: SDFG, name: str, besides=None) -> bool:
+    """Whether some node writes ``name`` (other than the access node ``besides``)."""
+    return any(n.data == name and st.in_degree(n) > 0 and n is not besides
+               for st in ordered_states(sdfg) for n in st.data_nodes())

@@ -1,0 +1,126 @@
+"""Rank-local arguments: ``lower(..., io="distributed")``, as a pass.
+
+By default a lowered program takes whole arrays on rank 0 and returns whole arrays there, which is the
+right interface for a first run and the wrong one at scale: every byte passes through one rank. With
+``io="distributed"``, every argument that a partitioned kernel reads or writes becomes that kernel's
+rank-local buffer: each rank passes (and gets back) only its tile, and the scatters from and gathers to
+rank 0 disappear. The tile of an argument is the block of the last kernel that writes it (else of the
+first that reads it); a later kernel that needs other blocks gets them by a grid-to-grid Move (from the
+solver registry, like an intermediate), and partial results written by several replicas are combined
+by an allreduce Move so that every replica holds the result.
+"""
+from dataclasses import dataclass, field
+from typing import Dict, List, Sequence, Tuple
+
+import dace
+import numpy as np
+from dace.memlet import Memlet
+from dace.sdfg import SDFG
+from dace.transformation import pass_pipeline as ppl
+
+from ..errors import UnsupportedPattern
+from ..ir import Layout, Move
+from ..solvers.registry import choose
+from .graph import distributed_memlets, drop, local_buffer, rename_data, uses
+
+
+@dataclass
+class Localized:
+    """What became of one argument (for the report's notes)."""
+    array: str
+    grid_id: int  # the kernel whose blocks are the argument's tiles
+    readers: List[int] = field(default_factory=list)  # other kernels that read those tiles in place
+
+
+def _layout_of(sdfg: SDFG, name: str, dm, local: str) -> Layout:
+    gdesc, ldesc = sdfg.arrays[name], sdfg.arrays[local]
+    g = dm.distribution("dst" if not dm.src_grid else "src")
+    return Layout(name, tuple(str(s) for s in gdesc.shape), tuple(str(s) for s in ldesc.shape),
+                  np.dtype(gdesc.dtype.as_numpy_dtype()).str, tuple(g.grid), tuple(c or "" for c in g.coords),
+                  tuple((str(b), str(e)) for b, e, _ in g.subset))
+
+
+def _choose(move: Move, solvers):
+    solver, refused = choose(move, solvers)
+    if solver is None:
+        raise UnsupportedPattern(move.array, move.dst.range, f"no solver implements {move}: " +
+                                 "; ".join(f"{n}: {why}" for n, why in refused))
+    return solver.name
+
+
+class LocalizeArguments(ppl.Pass):
+    """Turns every argument moved by DistributedMemlets into a rank-local one (module docstring)."""
+    CATEGORY = "dace-partition"
+
+    def __init__(self, solvers: Sequence = ()):
+        super().__init__()
+        self.solvers = list(solvers)
+
+    def modifies(self) -> ppl.Modifies:
+        return ppl.Modifies.Nodes | ppl.Modifies.Edges | ppl.Modifies.Descriptors
+
+    def should_reapply(self, modified: ppl.Modifies) -> bool:
+        return False
+
+    def apply_pass(self, sdfg: SDFG, pipeline_results) -> Tuple[Dict[str, Layout], Dict[str, Localized]]:
+        layouts: Dict[str, Layout] = {}
+        changes: Dict[str, Localized] = {}
+        dms = distributed_memlets(sdfg)
+        for name in sorted({dm.array for _, dm in dms if not (dm.src_grid and dm.dst_grid)}):
+            desc = sdfg.arrays.get(name)
+            if desc is None or desc.transient:
+                continue
+            scatters = [(st, dm) for st, dm in dms if dm.array == name and not dm.src_grid]
+            gathers = [(st, dm) for st, dm in dms if dm.array == name and not dm.dst_grid]
+            if len(gathers) > 1:
+                raise UnsupportedPattern(name, gathers[1][1].src_subset, "io='distributed': the argument is written "
+                                         "by several partitioned kernels; give it one writer or use io='root'")
+            moved = {id(dm) for _, dm in scatters + gathers}
+            for st, n in uses(sdfg, name):
+                touches = [e.dst for e in st.out_edges(n)] + [e.src for e in st.in_edges(n)]
+                if not all(id(t) in moved for t in touches):
+                    raise UnsupportedPattern(name, "", "io='distributed': the argument is also used by code that "
+                                             "runs on rank 0 (an unscheduled map, or a kernel on a one-rank grid); "
+                                             "schedule that code too, or use io='root'")
+            home_state, home = gathers[0] if gathers else scatters[0]
+            home_dist = home.distribution("src" if gathers else "dst")
+            if any(dm.accumulates for _, dm in scatters + gathers) and home_dist.replicas > 1:
+                raise UnsupportedPattern(name, home_dist.range, "io='distributed': the argument is accumulated into "
+                                         "by several ranks per element, so its prior value would count more than once")
+            if gathers and scatters and not scatters[0][1].distribution("dst").same_blocks(home_dist):
+                raise UnsupportedPattern(name, home_dist.range, "io='distributed': the argument is read in blocks "
+                                         f"[{scatters[0][1].dst_subset}] but written in other blocks; use io='root'")
+            local = local_buffer(home_state, home)
+            layouts[name] = _layout_of(sdfg, name, home, local)
+            ldesc = sdfg.arrays[local]
+            new = dace.data.Array(desc.dtype, ldesc.shape, storage=desc.storage, transient=False)
+            sdfg.remove_data(name, validate=False)
+            sdfg.add_datadesc(name, new)
+            changes[name] = info = Localized(name, home_dist.grid_id)
+            if home_dist.partial:  # every replica gets the combined value
+                move = Move(name, home_dist, home_dist.combined(), tuple(home.shape), int(home.itemsize))
+                home.set_move(move)
+                home.implementation = _choose(move, self.solvers)
+                home_state.out_edges(home)[0].data = Memlet.from_array(name, new)
+            else:
+                drop(home_state, home)
+                rename_data(sdfg, local, name)
+            for st, dm in scatters:
+                if dm is home:
+                    continue
+                target = local_buffer(st, dm)
+                dst = dm.distribution("dst")
+                if (dst.same_blocks(home_dist) and tuple(sdfg.arrays[target].shape) == tuple(new.shape)
+                        and not home_dist.partial):
+                    drop(st, dm)
+                    if target != name:
+                        rename_data(sdfg, target, name)
+                    info.readers.append(dst.grid_id)
+                    continue
+                # Another kernel needs other blocks: a grid-to-grid move from the argument's tiles.
+                move = Move(name, home_dist.combined(), dst, tuple(dm.shape), int(dm.itemsize))
+                st.remove_node(st.in_edges(dm)[0].src)
+                dm.set_move(move)
+                dm.implementation = _choose(move, self.solvers)
+                st.add_edge(st.add_read(name), None, dm, "_in", Memlet.from_array(name, new))
+        return layouts, changes
