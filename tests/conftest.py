@@ -36,9 +36,11 @@ def lowered(program, schedule_items, tag=""):
     return sdfg
 
 
-def mpi_script(script, ranks, *args, timeout=240, env=None):
-    """Runs a script under a real mpiexec (python -m mpi4py, so an exception ends every rank)."""
-    cmd = dp.launch.mpiexec_command(ranks) + [sys.executable, "-m", "mpi4py", script, *map(str, args)]
+def mpi_script(script, ranks, *args, timeout=240, env=None, launcher=None):
+    """Runs a script on ``ranks`` ranks under python -m mpi4py (an exception ends every rank), started by
+    the selected launcher: $DACE_PARTITION_LAUNCHER (``srun`` under ``make test-slurm``), else mpiexec.
+    Every rank first checks that the world has ``ranks`` ranks (and, under srun, SLURM_NTASKS too)."""
+    cmd = dp.launch.launch_command(ranks, [script, *map(str, args)], launcher)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                           env=dp.launch.mpi_environment(env), cwd=ROOT)
 

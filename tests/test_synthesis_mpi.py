@@ -15,8 +15,8 @@ def test_plans_under_mpi_match_simulator():
     pytest.importorskip("mpi4py")
     env = dict(os.environ, OMP_NUM_THREADS="1", PATH=f"{MPIEXEC.parent}{os.pathsep}{os.environ.get('PATH', '')}")
     script = ROOT / "tests" / "mpi_scripts" / "synthesis_run.py"
-    proc = subprocess.run([str(MPIEXEC), "-n", "8", sys.executable, "-m", "mpi4py", str(script)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    from conftest import mpi_script  # the selected launcher (srun under make test-slurm), world size checked
+    proc = mpi_script(str(script), 8, timeout=180, env=env)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "SYNTHESIS-MPI OK" in out, out

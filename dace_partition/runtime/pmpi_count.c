@@ -14,6 +14,11 @@
  *
  * Counters are process-wide and updated with atomic adds (OpenMP threads of the program may call MPI).
  * Exports for ctypes: dp_pmpi_reset, dp_pmpi_bytes, dp_pmpi_sent, dp_pmpi_calls, dp_pmpi_report.
+ *
+ * Set-up calls (communicator and datatype construction: MPI_Comm_split, MPI_Comm_dup, MPI_Comm_create,
+ * MPI_Cart_create, MPI_Cart_sub, MPI_Type_commit) are counted apart, by number only: they move no data
+ * and are in none of the totals above. dp_pmpi_setup_report writes "name calls" lines; dp_pmpi_reset
+ * clears them too. A runtime that sets up once shows none of them after a program's first call.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -370,9 +375,67 @@ int MPI_Irecv_c(void *buf, MPI_Count count, MPI_Datatype datatype, int source, i
     return PMPI_Irecv_c(buf, count, datatype, source, tag, comm, request);
 }
 
+/* ---- set-up calls: counted by number, apart from the traffic counters ---- */
+
+enum { S_COMM_SPLIT, S_COMM_DUP, S_COMM_CREATE, S_CART_CREATE, S_CART_SUB, S_TYPE_COMMIT, S_COUNT };
+
+static const char *const setup_names[S_COUNT] = {"MPI_Comm_split", "MPI_Comm_dup",  "MPI_Comm_create",
+                                                 "MPI_Cart_create", "MPI_Cart_sub", "MPI_Type_commit"};
+
+static long long n_setup[S_COUNT];
+
+static void add_setup(int f) { __atomic_fetch_add(&n_setup[f], 1, __ATOMIC_RELAXED); }
+
+int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm *newcomm) {
+    add_setup(S_COMM_SPLIT);
+    return PMPI_Comm_split(comm, color, key, newcomm);
+}
+
+int MPI_Comm_dup(MPI_Comm comm, MPI_Comm *newcomm) {
+    add_setup(S_COMM_DUP);
+    return PMPI_Comm_dup(comm, newcomm);
+}
+
+int MPI_Comm_create(MPI_Comm comm, MPI_Group group, MPI_Comm *newcomm) {
+    add_setup(S_COMM_CREATE);
+    return PMPI_Comm_create(comm, group, newcomm);
+}
+
+int MPI_Cart_create(MPI_Comm comm_old, int ndims, const int dims[], const int periods[], int reorder,
+                    MPI_Comm *comm_cart) {
+    add_setup(S_CART_CREATE);
+    return PMPI_Cart_create(comm_old, ndims, dims, periods, reorder, comm_cart);
+}
+
+int MPI_Cart_sub(MPI_Comm comm, const int remain_dims[], MPI_Comm *newcomm) {
+    add_setup(S_CART_SUB);
+    return PMPI_Cart_sub(comm, remain_dims, newcomm);
+}
+
+int MPI_Type_commit(MPI_Datatype *datatype) {
+    add_setup(S_TYPE_COMMIT);
+    return PMPI_Type_commit(datatype);
+}
+
+/* "name calls" per set-up function called since the last reset (same contract as dp_pmpi_report). */
+int dp_pmpi_setup_report(char *buf, int len) {
+    int need = 0;
+    for (int f = 0; f < S_COUNT; ++f) {
+        long long c = __atomic_load_n(&n_setup[f], __ATOMIC_RELAXED);
+        if (!c) continue;
+        int room = len - need;
+        int n = snprintf(room > 0 ? buf + need : NULL, room > 0 ? (size_t)room : 0, "%s %lld\n", setup_names[f], c);
+        if (n < 0) return -1;
+        need += n;
+    }
+    if (len > 0 && need == 0) buf[0] = '\0';
+    return need;
+}
+
 /* ---- accessors (plain C types, for ctypes) ---- */
 
 void dp_pmpi_reset(void) {
+    for (int f = 0; f < S_COUNT; ++f) __atomic_store_n(&n_setup[f], 0, __ATOMIC_RELAXED);
     for (int f = 0; f < F_COUNT; ++f) {
         __atomic_store_n(&n_calls[f], 0, __ATOMIC_RELAXED);
         __atomic_store_n(&n_bytes[f], 0, __ATOMIC_RELAXED);

@@ -2,7 +2,14 @@
 //
 // A synthesized plan runs on two scratch buffers of the plan's peak tile size: `cur` holds this rank's
 // tile, `tmp` receives the next one, and each step swaps them.  Data are moved as bytes (MPI_BYTE), so
-// one set of helpers serves every element type.  Device id = rank in MPI_COMM_WORLD.
+// one set of helpers serves every element type.  Device id = rank in the runtime's private communicator
+// (dace_partition::comm(), a duplicate of MPI_COMM_WORLD with the same ranks), which every call here
+// uses: MPI is initialized, checked and failed the same way as in dace_partition_runtime.h.
+//
+// Sub-communicators: the emitted code passes each step's whole colour and key tables (static arrays);
+// the group of a step is split once, at its first call, cached by those tables and freed at exit
+// (dace_partition::free_grids, or this environment's finalize()). The older overloads taking this rank's
+// colour and key alone still work, but split per call.
 #pragma once
 
 #include <mpi.h>
@@ -11,23 +18,21 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <utility>
 #include <vector>
 
+#include "dace_partition_runtime.h"
+
+namespace {
 namespace dace_partition_redistribute {
 
-inline void ensure_mpi() {
-    int init = 0;
-    MPI_Initialized(&init);
-    if (!init) MPI_Init(nullptr, nullptr);
-}
+inline void ensure_mpi() { dace_partition::init_mpi(); }
 
-inline void check(int rc, const char *what) {
-    if (rc != MPI_SUCCESS) {
-        std::fprintf(stderr, "dace_partition redistribute: %s failed (%d)\n", what, rc);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-}
+// Frees every cached communicator and datatype and the private communicator (idempotent).
+inline void finalize() { dace_partition::free_grids(); }
+
+inline void check(int rc, const char *what) { dace_partition::check(rc, what); }
 
 // Copy the box `ext` at `soff` of a row-major array of shape `sshape` into `dst` (shape `dshape`) at `doff`.
 inline void copy_box(const char *src, const long *sshape, const long *soff, char *dst, const long *dshape,
@@ -52,10 +57,61 @@ inline long volume(const long *shape, int rank) {
     return v;
 }
 
+// A group split per call (the older overloads): the caller frees it.
 inline MPI_Comm split(int colour, int key) {
     MPI_Comm c;
-    check(MPI_Comm_split(MPI_COMM_WORLD, colour, key, &c), "MPI_Comm_split");
+    check(MPI_Comm_split(dace_partition::comm(), colour, key, &c), "MPI_Comm_split");
     return c;
+}
+
+inline std::map<std::pair<const int *, const int *>, MPI_Comm> &groups() {
+    static std::map<std::pair<const int *, const int *>, MPI_Comm> m;
+    return m;
+}
+
+inline void free_groups() {
+    for (auto &kv : groups())
+        if (kv.second != MPI_COMM_NULL) MPI_Comm_free(&kv.second);
+    groups().clear();
+}
+
+// The group of a step whose colour and key tables (one entry per rank, static in the emitted code) are
+// `colour` and `key`: split at the first call (every rank reaches the step together), then cached.
+inline MPI_Comm group(const int *colour, const int *key) {
+    auto k = std::make_pair(colour, key);
+    auto it = groups().find(k);
+    if (it != groups().end()) return it->second;
+    dace_partition::at_exit(free_groups);
+    int me = dace_partition::world_rank();
+    MPI_Comm c;
+    check(MPI_Comm_split(dace_partition::comm(), colour[me], key[me], &c), "MPI_Comm_split");
+    groups()[k] = c;
+    return c;
+}
+
+inline std::map<long long, dace_partition::Count> &byte_counts() {
+    static std::map<long long, dace_partition::Count> m;
+    return m;
+}
+
+inline void free_byte_counts() {
+    for (auto &kv : byte_counts()) kv.second.release();
+    byte_counts().clear();
+}
+
+// `bytes` bytes as (datatype, int count): (MPI_BYTE, bytes) within the int range, else a derived
+// datatype built once per size (dace_partition::large_count) and kept until exit.
+inline dace_partition::Count bytes_of(long long bytes) {
+    if (dace_partition::fits(bytes)) {
+        dace_partition::Count c;
+        c.type = MPI_BYTE;
+        c.n = (int)bytes;
+        return c;
+    }
+    auto it = byte_counts().find(bytes);
+    if (it != byte_counts().end()) return it->second;
+    dace_partition::at_exit(free_byte_counts);
+    return byte_counts().emplace(bytes, dace_partition::large_count(bytes, MPI_BYTE)).first->second;
 }
 
 // Keep chunk `chunk` of `n` along `dim` (a local copy).
@@ -67,13 +123,12 @@ inline void dynslice(char *&cur, char *&tmp, int rank, const long *shape, int di
     std::swap(cur, tmp);
 }
 
-// Allgather along `dim` over the group (colour, key): member m's tile lands at block m of `dim`.
-inline void allgather(char *&cur, char *&tmp, int rank, const long *shape, int dim, int n, int colour, int key,
-                      size_t elem) {
+// Allgather along `dim` over the group `c`: member m's tile lands at block m of `dim`.
+inline void allgather_on(char *&cur, char *&tmp, int rank, const long *shape, int dim, int n, MPI_Comm c,
+                         size_t elem) {
     long bytes = volume(shape, rank) * (long)elem;
-    MPI_Comm c = split(colour, key);
-    check(MPI_Allgather(cur, (int)bytes, MPI_BYTE, tmp, (int)bytes, MPI_BYTE, c), "MPI_Allgather");
-    MPI_Comm_free(&c);
+    dace_partition::Count b = bytes_of(bytes);
+    check(MPI_Allgather(cur, b.n, b.type, tmp, b.n, b.type, c), "MPI_Allgather");
     if (dim == 0) {  // members' tiles are already in order along the outermost dimension
         std::swap(cur, tmp);
         return;
@@ -86,11 +141,25 @@ inline void allgather(char *&cur, char *&tmp, int rank, const long *shape, int d
     }
 }
 
-// Alltoall over the group (colour, key) moving, for each t < nmoves, a factor mn[t] from dim mi[t] to dim
-// mj[t].  Chunk k (mixed radix over the moves) goes to member k; the piece from member m lands at block m
-// (same radix) of the source dims.
-inline void alltoall(char *&cur, char *&tmp, int rank, const long *shape, int nmoves, const int *mi, const int *mj,
-                     const int *mn, int colour, int key, size_t elem) {
+// The step's group from its colour and key tables (split once).
+inline void allgather(char *&cur, char *&tmp, int rank, const long *shape, int dim, int n, const int *colour,
+                      const int *key, size_t elem) {
+    allgather_on(cur, tmp, rank, shape, dim, n, group(colour, key), elem);
+}
+
+// Older overload: this rank's colour and key (the group is split for this call).
+inline void allgather(char *&cur, char *&tmp, int rank, const long *shape, int dim, int n, int colour, int key,
+                      size_t elem) {
+    MPI_Comm c = split(colour, key);
+    allgather_on(cur, tmp, rank, shape, dim, n, c, elem);
+    MPI_Comm_free(&c);
+}
+
+// Alltoall over the group `c` moving, for each t < nmoves, a factor mn[t] from dim mi[t] to dim mj[t].
+// Chunk k (mixed radix over the moves) goes to member k; the piece from member m lands at block m (same
+// radix) of the source dims.
+inline void alltoall_on(char *&cur, char *&tmp, int rank, const long *shape, int nmoves, const int *mi,
+                        const int *mj, const int *mn, MPI_Comm c, size_t elem) {
     std::vector<long> chunk(shape, shape + rank), out(shape, shape + rank), zero(rank, 0), off(rank, 0);
     int n = 1;
     for (int t = 0; t < nmoves; ++t) {
@@ -108,9 +177,8 @@ inline void alltoall(char *&cur, char *&tmp, int rank, const long *shape, int nm
         }
         copy_box(cur, shape, off.data(), tmp + k * cbytes, chunk.data(), zero.data(), chunk.data(), rank, elem);
     }
-    MPI_Comm c = split(colour, key);
-    check(MPI_Alltoall(tmp, (int)cbytes, MPI_BYTE, cur, (int)cbytes, MPI_BYTE, c), "MPI_Alltoall");
-    MPI_Comm_free(&c);
+    dace_partition::Count b = bytes_of(cbytes);
+    check(MPI_Alltoall(tmp, b.n, b.type, cur, b.n, b.type, c), "MPI_Alltoall");
     std::fill(off.begin(), off.end(), 0);
     for (int m = 0; m < n; ++m) {  // unpack: the piece from member m to block m of the source dims
         int rest = m;
@@ -123,13 +191,27 @@ inline void alltoall(char *&cur, char *&tmp, int rank, const long *shape, int nm
     std::swap(cur, tmp);
 }
 
-// The permutation: send this tile to `dest`, receive the one from `source`.
+inline void alltoall(char *&cur, char *&tmp, int rank, const long *shape, int nmoves, const int *mi, const int *mj,
+                     const int *mn, const int *colour, const int *key, size_t elem) {
+    alltoall_on(cur, tmp, rank, shape, nmoves, mi, mj, mn, group(colour, key), elem);
+}
+
+inline void alltoall(char *&cur, char *&tmp, int rank, const long *shape, int nmoves, const int *mi, const int *mj,
+                     const int *mn, int colour, int key, size_t elem) {
+    MPI_Comm c = split(colour, key);
+    alltoall_on(cur, tmp, rank, shape, nmoves, mi, mj, mn, c, elem);
+    MPI_Comm_free(&c);
+}
+
+// The permutation: send this tile to `dest`, receive the one from `source` (private communicator).
 inline void permute(char *&cur, char *&tmp, long bytes, int dest, int source, int me) {
     if (dest == me && source == me) return;
-    check(MPI_Sendrecv(cur, (int)bytes, MPI_BYTE, dest, 77, tmp, (int)bytes, MPI_BYTE, source, 77, MPI_COMM_WORLD,
+    dace_partition::Count b = bytes_of(bytes);
+    check(MPI_Sendrecv(cur, b.n, b.type, dest, 77, tmp, b.n, b.type, source, 77, dace_partition::comm(),
                        MPI_STATUS_IGNORE),
           "MPI_Sendrecv");
     std::swap(cur, tmp);
 }
 
 }  // namespace dace_partition_redistribute
+}  // namespace

@@ -2,6 +2,18 @@
 //
 // Included into the generated code of every lowered SDFG. Everything lives in an anonymous namespace so
 // that two lowered programs loaded into one process keep separate grid registries.
+//
+// Set-up once, per call only the MPI calls (docs/runtime.md):
+// - at init (`init_mpi`, the environment's init code, or the first `init_grid`): MPI_Comm_dup of
+//   MPI_COMM_WORLD, the private communicator `comm()` every communicator of ours derives from (a user's
+//   own traffic on MPI_COMM_WORLD can never match ours); then each grid's Cartesian communicator;
+// - at a call site's first call: its sub-communicators, datatypes, counts and displacements (O(P) on
+//   the root of a scatter/gather, O(1) elsewhere, except the O(P) argument arrays of an Alltoall[vw]),
+//   cached and kept until `free_grids()` (the program's exit code), which frees all of them and the
+//   private communicator;
+// - a later call looks its plan up (no loop over ranks) and makes only its MPI calls.
+// Counts above INT_MAX (more precisely DACE_PARTITION_LARGE_COUNT_THRESHOLD) are carried by derived
+// datatypes (`large_count`), reductions by MPI-4 large-count calls (or chunks before MPI 4).
 #pragma once
 #include <mpi.h>
 
@@ -17,16 +29,31 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <typeindex>
+#include <typeinfo>
 #include <vector>
+
+// Counts (and displacements) above this many elements take the large-count path. Tests set it low to
+// exercise that path on small arrays (also settable at run time: set_large_count_threshold).
+#ifndef DACE_PARTITION_LARGE_COUNT_THRESHOLD
+#define DACE_PARTITION_LARGE_COUNT_THRESHOLD 2147483647LL
+#endif
 
 namespace {
 namespace dace_partition {
 
+// The private communicator (MPI_Comm_dup of MPI_COMM_WORLD), MPI_COMM_NULL before init and after exit.
+inline MPI_Comm &private_comm() {
+    static MPI_Comm c = MPI_COMM_NULL;
+    return c;
+}
+
 // Prints a message naming this rank and ends every rank: a mismatch must never hang the job.
 inline void fail(const char *fmt, ...) {
-    int rank = -1, init = 0;
+    int rank = -1, init = 0, fin = 0;
     MPI_Initialized(&init);
-    if (init) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (init) MPI_Finalized(&fin);
+    if (init && !fin) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     char msg[1024];
     va_list args;
     va_start(args, fmt);
@@ -36,10 +63,12 @@ inline void fail(const char *fmt, ...) {
     fflush(stderr);
     // Let the launcher forward the message before MPI_Abort tears the job down.
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    if (init) MPI_Abort(MPI_COMM_WORLD, 3);
+    if (init && !fin) MPI_Abort(private_comm() != MPI_COMM_NULL ? private_comm() : MPI_COMM_WORLD, 3);
     std::abort();
 }
 
+// Every MPI call of the runtime goes through check(): errors are returned on the private communicator
+// (MPI_ERRORS_RETURN), so the message names the call and the rank before every rank is stopped.
 inline void check(int err, const char *what) {
     if (err != MPI_SUCCESS) {
         char s[MPI_MAX_ERROR_STRING];
@@ -49,20 +78,199 @@ inline void check(int err, const char *what) {
     }
 }
 
+// Initializes MPI if nobody has (mpi4py usually has) and duplicates MPI_COMM_WORLD once (collective:
+// every rank runs the program's __dace_init). Idempotent.
+inline void init_mpi() {
+    if (private_comm() != MPI_COMM_NULL) return;
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    if (init) MPI_Finalized(&fin);
+    if (fin) fail("MPI was finalized before the program was initialized");
+    if (!init) check(MPI_Init(nullptr, nullptr), "MPI_Init");
+    MPI_Comm c = MPI_COMM_NULL;
+    check(MPI_Comm_dup(MPI_COMM_WORLD, &c), "MPI_Comm_dup");
+    check(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    MPI_Comm_set_name(c, const_cast<char *>("dace_partition"));
+    private_comm() = c;
+}
+
+// The private communicator: same ranks as MPI_COMM_WORLD, separate matching context.
+inline MPI_Comm comm() {
+    if (private_comm() == MPI_COMM_NULL) init_mpi();
+    return private_comm();
+}
+
 inline int world_rank() {
     int r;
-    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    MPI_Comm_rank(comm(), &r);
     return r;
 }
 
 inline int world_size() {
     int s;
-    MPI_Comm_size(MPI_COMM_WORLD, &s);
+    MPI_Comm_size(comm(), &s);
     return s;
 }
 
-// A Cartesian process grid over the first prod(dims) ranks of MPI_COMM_WORLD (row-major, no reorder,
-// so world rank 0 is grid coordinate (0, ..., 0): the root that holds global arrays).
+// Freed at exit, in reverse order of registration: every cache of MPI objects registers its free
+// function once (the redistribution executor's sub-communicators too).
+inline std::vector<void (*)()> &cleanups() {
+    static std::vector<void (*)()> v;
+    return v;
+}
+inline void at_exit(void (*f)()) {
+    for (auto g : cleanups())
+        if (g == f) return;
+    cleanups().push_back(f);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Large counts: MPI's int counts stop at INT_MAX elements. A larger count travels as a derived datatype
+// (chunks of 2^k elements, plus a remainder) with a small int count; a reduction (whose predefined
+// operators need predefined types) uses the MPI-4 large-count call, or chunks before MPI 4.
+// ---------------------------------------------------------------------------------------------------
+inline long long &large_count_threshold() {
+    static long long t = (long long)(DACE_PARTITION_LARGE_COUNT_THRESHOLD);
+    return t;
+}
+inline void set_large_count_threshold(long long t) { large_count_threshold() = t > 0 ? t : 1; }
+inline bool fits(long long x) { return x >= 0 && x <= large_count_threshold(); }
+
+// `n` elements of `type`: an int count with a datatype. `owned` types are freed with release().
+struct Count {
+    MPI_Datatype type = MPI_DATATYPE_NULL;
+    int n = 0;
+    bool owned = false;
+    void release() {
+        if (owned && type != MPI_DATATYPE_NULL) MPI_Type_free(&type);
+        type = MPI_DATATYPE_NULL;
+        owned = false;
+        n = 0;
+    }
+};
+
+inline MPI_Aint extent_of(MPI_Datatype t) {
+    MPI_Aint lb = 0, ext = 0;
+    check(MPI_Type_get_extent(t, &lb, &ext), "MPI_Type_get_extent");
+    return ext;
+}
+
+// `count` copies of `t`, each `stride` bytes after the previous one, as one uncommitted datatype whose
+// extent spans them (a contiguous type when the stride is t's extent). Counts above the threshold are
+// split: chunk = a power of two, q = count / chunk and r = count % chunk, both within the threshold.
+inline MPI_Datatype repeat(long long count, MPI_Datatype t, MPI_Aint stride) {
+    MPI_Datatype r = MPI_DATATYPE_NULL;
+    bool contiguous = stride == extent_of(t);
+    if (fits(count)) {
+        if (contiguous)
+            check(MPI_Type_contiguous((int)count, t, &r), "MPI_Type_contiguous");
+        else
+            check(MPI_Type_create_hvector((int)count, 1, stride, t, &r), "MPI_Type_create_hvector");
+        return r;
+    }
+    long long chunk = 1;
+    while (count / chunk > large_count_threshold()) chunk <<= 1;
+    if (!fits(chunk)) fail("a count of %lld elements is too large for the count threshold %lld", count,
+                           large_count_threshold());
+    long long q = count / chunk, rem = count % chunk;
+    MPI_Datatype inner = repeat(chunk, t, stride), outer;
+    check(MPI_Type_create_hvector((int)q, 1, (MPI_Aint)(chunk * stride), inner, &outer), "MPI_Type_create_hvector");
+    MPI_Type_free(&inner);
+    if (rem == 0) return outer;
+    MPI_Datatype tail = repeat(rem, t, stride);
+    int lens[2] = {1, 1};
+    MPI_Aint disps[2] = {0, (MPI_Aint)(q * chunk) * stride};
+    MPI_Datatype types[2] = {outer, tail};
+    check(MPI_Type_create_struct(2, lens, disps, types, &r), "MPI_Type_create_struct");
+    MPI_Type_free(&outer);
+    MPI_Type_free(&tail);
+    return r;
+}
+
+// `count` elements of the predefined `base` as (datatype, int n): (base, count) when the count fits,
+// else (contiguous 2^k elements, count / 2^k) when that divides, else (one struct type, 1). The pair
+// always describes count * size(base) bytes and the same type signature, so it matches a receive of
+// `count` base elements or of one block datatype of `count` elements.
+inline Count large_count(long long count, MPI_Datatype base) {
+    Count c;
+    if (count < 0) fail("negative count %lld", count);
+    if (fits(count)) {
+        c.type = base;
+        c.n = (int)count;
+        return c;
+    }
+    long long chunk = 1;
+    while (count / chunk > large_count_threshold()) chunk <<= 1;
+    if (!fits(chunk)) fail("a count of %lld elements is too large for the count threshold %lld", count,
+                           large_count_threshold());
+    if (count % chunk == 0) {
+        check(MPI_Type_contiguous((int)chunk, base, &c.type), "MPI_Type_contiguous");
+        c.n = (int)(count / chunk);
+    } else {
+        c.type = repeat(count, base, extent_of(base));
+        c.n = 1;
+    }
+    check(MPI_Type_commit(&c.type), "MPI_Type_commit");
+    c.owned = true;
+    return c;
+}
+
+// `count` elements of `base` placed `byte_disp` bytes into a buffer: one committed datatype (send or
+// receive it with count 1 and displacement 0), so neither count nor displacement needs an int.
+inline MPI_Datatype placed(long long count, MPI_Datatype base, long long byte_disp) {
+    MPI_Datatype body = repeat(count, base, extent_of(base)), t;
+    int one = 1;
+    MPI_Aint d = (MPI_Aint)byte_disp;
+    check(MPI_Type_create_struct(1, &one, &d, &body, &t), "MPI_Type_create_struct");
+    MPI_Type_free(&body);
+    check(MPI_Type_commit(&t), "MPI_Type_commit");
+    return t;
+}
+
+// Reductions of any count: the MPI-4 large-count call above the threshold (MPI_VERSION >= 4), chunks of
+// at most the threshold otherwise. `in` may be MPI_IN_PLACE.
+inline void reduce_any(const void *in, void *out, long long count, MPI_Datatype base, MPI_Op op, int root,
+                       MPI_Comm c) {
+    if (fits(count)) {
+        check(MPI_Reduce(in, out, (int)count, base, op, root, c), "MPI_Reduce");
+        return;
+    }
+#if MPI_VERSION >= 4 && !defined(DACE_PARTITION_NO_LARGE_COUNT_CALLS)
+    check(MPI_Reduce_c(in, out, (MPI_Count)count, base, op, root, c), "MPI_Reduce_c");
+#else
+    MPI_Aint ext = extent_of(base);
+    for (long long off = 0; off < count; off += large_count_threshold()) {
+        long long n = std::min(large_count_threshold(), count - off);
+        const void *i = in == MPI_IN_PLACE ? MPI_IN_PLACE : (const void *)((const char *)in + off * ext);
+        void *o = out ? (void *)((char *)out + off * ext) : nullptr;
+        check(MPI_Reduce(i, o, (int)n, base, op, root, c), "MPI_Reduce");
+    }
+#endif
+}
+
+inline void allreduce_any(const void *in, void *out, long long count, MPI_Datatype base, MPI_Op op, MPI_Comm c) {
+    if (fits(count)) {
+        check(MPI_Allreduce(in, out, (int)count, base, op, c), "MPI_Allreduce");
+        return;
+    }
+#if MPI_VERSION >= 4 && !defined(DACE_PARTITION_NO_LARGE_COUNT_CALLS)
+    check(MPI_Allreduce_c(in, out, (MPI_Count)count, base, op, c), "MPI_Allreduce_c");
+#else
+    MPI_Aint ext = extent_of(base);
+    for (long long off = 0; off < count; off += large_count_threshold()) {
+        long long n = std::min(large_count_threshold(), count - off);
+        const void *i = in == MPI_IN_PLACE ? MPI_IN_PLACE : (const void *)((const char *)in + off * ext);
+        check(MPI_Allreduce(i, (char *)out + off * ext, (int)n, base, op, c), "MPI_Allreduce");
+    }
+#endif
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Process grids
+// ---------------------------------------------------------------------------------------------------
+
+// A Cartesian process grid over the first prod(dims) ranks of the private communicator (row-major, no
+// reorder, so rank 0 is grid coordinate (0, ..., 0): the root that holds global arrays).
 struct Grid {
     std::string name;
     std::vector<int> dims;
@@ -71,7 +279,7 @@ struct Grid {
     bool member = false;
     std::map<unsigned, MPI_Comm> subs;
 
-    // Sub-grid keeping the dimensions whose bit is set in `keep` (MPI_Cart_sub, cached).
+    // Sub-grid keeping the dimensions whose bit is set in `keep` (MPI_Cart_sub at its first use, cached).
     MPI_Comm sub(unsigned keep) {
         auto it = subs.find(keep);
         if (it != subs.end()) return it->second;
@@ -92,16 +300,15 @@ inline std::vector<Grid> &grids() {
     return g;
 }
 
-inline void init_mpi() {
-    int init = 0;
-    MPI_Initialized(&init);
-    if (!init) MPI_Init(nullptr, nullptr);
-}
-
+// Called from __dace_init for every grid, on every rank (collective over the private communicator).
 inline void init_grid(int id, const char *name, std::vector<int> dims) {
-    init_mpi();
+    MPI_Comm world = comm();
     if ((int)grids().size() <= id) grids().resize(id + 1);
     Grid &g = grids()[id];
+    if (g.cart != MPI_COMM_NULL || g.member) {  // already set up by this initialization
+        if (g.dims != dims) fail("process grid %d (%s) initialized twice with different shapes", id, name);
+        return;
+    }
     g.name = name;
     g.dims = dims;
     long long size = 1;
@@ -114,35 +321,43 @@ inline void init_grid(int id, const char *name, std::vector<int> dims) {
              wsize);
     }
     g.member = wrank < size;
-    MPI_Comm members = MPI_COMM_NULL;
-    check(MPI_Comm_split(MPI_COMM_WORLD, g.member ? 0 : MPI_UNDEFINED, wrank, &members), "MPI_Comm_split");
     g.coords.assign(dims.size(), 0);
-    if (!g.member) return;
-    if (dims.empty()) {
-        g.cart = members;
+    if (dims.empty()) {  // a 0-d grid: rank 0 alone
+        check(MPI_Comm_split(world, g.member ? 0 : MPI_UNDEFINED, wrank, &g.cart), "MPI_Comm_split");
         return;
     }
+    // Ranks beyond prod(dims) get MPI_COMM_NULL: one collective call, no intermediate communicator.
     std::vector<int> periods(dims.size(), 0);
-    check(MPI_Cart_create(members, (int)dims.size(), g.dims.data(), periods.data(), 0, &g.cart), "MPI_Cart_create");
-    MPI_Comm_free(&members);
+    check(MPI_Cart_create(world, (int)dims.size(), g.dims.data(), periods.data(), 0, &g.cart), "MPI_Cart_create");
+    if (!g.member) return;
     int crank;
     MPI_Comm_rank(g.cart, &crank);
     check(MPI_Cart_coords(g.cart, crank, (int)dims.size(), g.coords.data()), "MPI_Cart_coords");
 }
 
-inline void free_plans();
-
+// Frees every plan, datatype and communicator of this program, then the private communicator (the
+// program's exit code; idempotent; a no-op once MPI is finalized).
 inline void free_grids() {
-    int fin = 0;
-    MPI_Finalized(&fin);
-    if (fin) return;
-    free_plans();
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    if (init) MPI_Finalized(&fin);
+    if (!init || fin) {
+        cleanups().clear();
+        grids().clear();
+        private_comm() = MPI_COMM_NULL;
+        return;
+    }
+    std::vector<void (*)()> fs;
+    fs.swap(cleanups());
+    for (auto it = fs.rbegin(); it != fs.rend(); ++it) (*it)();
     for (Grid &g : grids()) {
         for (auto &kv : g.subs)
             if (kv.second != MPI_COMM_NULL) MPI_Comm_free(&kv.second);
         if (g.cart != MPI_COMM_NULL) MPI_Comm_free(&g.cart);
     }
     grids().clear();
+    if (private_comm() != MPI_COMM_NULL) MPI_Comm_free(&private_comm());
+    private_comm() = MPI_COMM_NULL;
 }
 
 inline Grid &grid(int id) {
@@ -213,10 +428,9 @@ struct DimMap {
 };
 
 // The block of a global array that one rank holds, as a datatype whose extent is one element, so that
-// per-rank displacements can be given in elements.
+// per-rank displacements can be given in elements. Any block size (large counts: see `repeat`).
 inline MPI_Datatype block_type(MPI_Datatype base, const std::vector<DimMap> &dm) {
-    MPI_Aint lb, ext;
-    MPI_Type_get_extent(base, &lb, &ext);
+    MPI_Aint ext = extent_of(base);
     MPI_Datatype t = base;
     bool own = false;
     long long contiguous = 1;  // elements `t` covers without gaps (0: not contiguous)
@@ -224,11 +438,10 @@ inline MPI_Datatype block_type(MPI_Datatype base, const std::vector<DimMap> &dm)
         MPI_Datatype nt;
         if (contiguous > 0 && dm[j].stride == contiguous) {
             // Rows that follow each other in memory: a contiguous type lets MPI copy whole runs.
-            check(MPI_Type_contiguous((int)dm[j].block, t, &nt), "MPI_Type_contiguous");
+            nt = repeat(dm[j].block, t, (MPI_Aint)(contiguous * ext));
             contiguous *= dm[j].block;
         } else {
-            check(MPI_Type_create_hvector((int)dm[j].block, 1, (MPI_Aint)(dm[j].stride * ext), t, &nt),
-                  "MPI_Type_create_hvector");
+            nt = repeat(dm[j].block, t, (MPI_Aint)(dm[j].stride * ext));
             contiguous = 0;
         }
         if (own) MPI_Type_free(&t);
@@ -242,6 +455,7 @@ inline MPI_Datatype block_type(MPI_Datatype base, const std::vector<DimMap> &dm)
     return r;
 }
 
+// One scatter/gather site's plan, built at its first call and kept until exit.
 struct Plan {
     unsigned part_mask = 0, repl_mask = 0;
     MPI_Comm part = MPI_COMM_NULL, repl = MPI_COMM_NULL;
@@ -249,9 +463,13 @@ struct Plan {
     int repl_size = 1, part_size = 1, part_rank = 0;
     long long count = 1;
     long long root_disp = 0;  // element displacement of the root's own block in the global array
+    Count local;              // this rank's block in its local buffer: count elements as (type, n)
     // On the partition root: one block datatype and every rank's displacement, built once.
     MPI_Datatype block = MPI_DATATYPE_NULL;
     std::vector<int> counts, displs;
+    bool large_displs = false;          // some displacement is above the threshold: MPI-4 v-calls
+    std::vector<MPI_Count> counts_c;    // (only then)
+    std::vector<MPI_Aint> displs_c;
 };
 
 inline Plan make_plan(Grid &g, const std::vector<DimMap> &dm) {
@@ -268,12 +486,12 @@ inline Plan make_plan(Grid &g, const std::vector<DimMap> &dm) {
     MPI_Comm_size(p.part, &p.part_size);
     MPI_Comm_rank(p.part, &p.part_rank);
     for (const DimMap &d : dm) p.count *= d.block;
-    if (p.count > std::numeric_limits<int>::max()) fail("a rank-local block of %lld elements exceeds the MPI count range", p.count);
     return p;
 }
 
-// Element displacement of the block held by every rank of the partition sub-grid (called on its root).
-inline void displacements(Grid &g, const Plan &p, const std::vector<DimMap> &dm, std::vector<int> &displs) {
+// Element displacement of the block held by every rank of the partition sub-grid (called on its root,
+// once per site: O(P)).
+inline void displacements(Grid &g, const Plan &p, const std::vector<DimMap> &dm, std::vector<long long> &displs) {
     int n = p.part_size;
     std::vector<int> kept;
     for (size_t d = 0; d < g.dims.size(); ++d)
@@ -289,8 +507,8 @@ inline void displacements(Grid &g, const Plan &p, const std::vector<DimMap> &dm,
             long long start = d.offset + (d.grid_dim >= 0 ? d.coef * full[d.grid_dim] : 0);
             disp += start * d.stride;
         }
-        if (disp < 0 || disp > std::numeric_limits<int>::max()) fail("displacement %lld exceeds the MPI int range", disp);
-        displs[q] = (int)disp;
+        if (disp < 0) fail("negative displacement %lld", disp);
+        displs[q] = disp;
     }
 }
 
@@ -314,14 +532,18 @@ inline std::map<PlanKey, Plan> &plans() {
 }
 
 inline void free_plans() {
-    for (auto &kv : plans())
+    for (auto &kv : plans()) {
         if (kv.second.block != MPI_DATATYPE_NULL) MPI_Type_free(&kv.second.block);
+        kv.second.local.release();
+    }
     plans().clear();
 }
 
 inline Plan &cached_plan(int gid, MPI_Datatype base, const std::vector<DimMap> &dm) {
-    PlanKey key{gid, base, {}};
-    key.dims.reserve(dm.size() * 5);
+    static PlanKey key;  // reused: a lookup allocates nothing
+    key.gid = gid;
+    key.base = base;
+    key.dims.clear();
     for (const DimMap &d : dm) {
         key.dims.push_back(d.offset);
         key.dims.push_back(d.coef);
@@ -331,12 +553,27 @@ inline Plan &cached_plan(int gid, MPI_Datatype base, const std::vector<DimMap> &
     }
     auto it = plans().find(key);
     if (it != plans().end()) return it->second;
+    at_exit(free_plans);
     Grid &g = grid(gid);
     Plan p = make_plan(g, dm);
     for (const DimMap &d : dm) p.root_disp += d.offset * d.stride;
+    p.local = large_count(p.count, base);
     if (p.repl_root && p.part_rank == 0) {
-        displacements(g, p, dm, p.displs);
-        p.counts.assign(p.displs.size(), 1);
+        std::vector<long long> displs;
+        displacements(g, p, dm, displs);
+        for (long long d : displs)
+            if (!fits(d)) p.large_displs = true;
+        if (p.large_displs) {
+#if MPI_VERSION >= 4
+            p.counts_c.assign(displs.size(), 1);
+            p.displs_c.assign(displs.begin(), displs.end());
+#else
+            fail("a block displacement exceeds the MPI int range (MPI 4 large-count calls are needed)");
+#endif
+        } else {
+            p.counts.assign(displs.size(), 1);
+            p.displs.assign(displs.begin(), displs.end());
+        }
         p.block = block_type(base, dm);
     }
     return plans().emplace(key, std::move(p)).first->second;
@@ -371,7 +608,7 @@ void copy_block(const T *global, T *local, const std::vector<DimMap> &dm, long l
     }
 }
 
-// Root (world rank 0) -> grid: MPI_Scatterv over the partition sub-grid, then MPI_Bcast over the
+// Root (rank 0) -> grid: MPI_Scatterv over the partition sub-grid, then MPI_Bcast over the
 // replication sub-grid. A block that every rank holds whole (a replicated operand) is broadcast from
 // the global array itself, and the root copies its own part after the broadcast has left. With
 // `identity_fill`, replicas other than the first get the reduction identity instead (an accumulated
@@ -387,15 +624,22 @@ void scatter(int gid, const T *global, T *local, const std::vector<DimMap> &dm, 
             check(MPI_Bcast(const_cast<T *>(global) + p.root_disp, 1, p.block, 0, p.repl), "MPI_Bcast");
             copy_block(global, local, dm, p.root_disp, true);
         } else {
-            check(MPI_Bcast(local, (int)p.count, base, 0, p.repl), "MPI_Bcast");
+            check(MPI_Bcast(local, p.local.n, p.local.type, 0, p.repl), "MPI_Bcast");
         }
         return;
     }
     if (p.repl_root) {
         bool root = p.part_rank == 0;
-        check(MPI_Scatterv(global, root ? p.counts.data() : nullptr, root ? p.displs.data() : nullptr,
-                           root ? p.block : base, local, (int)p.count, base, 0, p.part),
-              "MPI_Scatterv");
+#if MPI_VERSION >= 4
+        if (root && p.large_displs)
+            check(MPI_Scatterv_c(global, p.counts_c.data(), p.displs_c.data(), p.block, local, (MPI_Count)p.local.n,
+                                 p.local.type, 0, p.part),
+                  "MPI_Scatterv_c");
+        else
+#endif
+            check(MPI_Scatterv(global, root ? p.counts.data() : nullptr, root ? p.displs.data() : nullptr,
+                               root ? p.block : base, local, p.local.n, p.local.type, 0, p.part),
+                  "MPI_Scatterv");
     }
     if (p.repl_size > 1) {
         if (identity_fill) {
@@ -404,7 +648,7 @@ void scatter(int gid, const T *global, T *local, const std::vector<DimMap> &dm, 
                 for (long long i = 0; i < p.count; ++i) local[i] = v;
             }
         } else {
-            check(MPI_Bcast(local, (int)p.count, base, 0, p.repl), "MPI_Bcast");
+            check(MPI_Bcast(local, p.local.n, p.local.type, 0, p.repl), "MPI_Bcast");
         }
     }
 }
@@ -419,19 +663,23 @@ void gather(int gid, const T *local_in, T *global, const std::vector<DimMap> &dm
     if (!g.member) return;
     MPI_Datatype base = mpi_type(local);
     Plan &p = cached_plan(gid, base, dm);
-    if (op != OP_NONE && p.repl_size > 1) {
-        if (p.repl_root)
-            check(MPI_Reduce(MPI_IN_PLACE, local, (int)p.count, base, mpi_op(op), 0, p.repl), "MPI_Reduce");
-        else
-            check(MPI_Reduce(local, nullptr, (int)p.count, base, mpi_op(op), 0, p.repl), "MPI_Reduce");
-    }
+    if (op != OP_NONE && p.repl_size > 1)
+        reduce_any(p.repl_root ? MPI_IN_PLACE : (const void *)local, p.repl_root ? (void *)local : nullptr, p.count,
+                   base, mpi_op(op), 0, p.repl);
     if (!p.repl_root) return;
     bool root = p.part_rank == 0;
-    check(MPI_Gatherv(local, (int)p.count, base, global, root ? p.counts.data() : nullptr,
+#if MPI_VERSION >= 4
+    if (root && p.large_displs) {
+        check(MPI_Gatherv_c(local, (MPI_Count)p.local.n, p.local.type, global, p.counts_c.data(), p.displs_c.data(),
+                            p.block, 0, p.part),
+              "MPI_Gatherv_c");
+        return;
+    }
+#endif
+    check(MPI_Gatherv(local, p.local.n, p.local.type, global, root ? p.counts.data() : nullptr,
                       root ? p.displs.data() : nullptr, root ? p.block : base, 0, p.part),
           "MPI_Gatherv");
 }
-
 
 template <typename T>
 T combine_values(T a, T b, int op) {
@@ -466,6 +714,7 @@ struct Block {
     }
 };
 
+// Every rank's block (set-up only: O(P)).
 inline std::vector<Block> all_blocks(Grid &g, int ndim, const BlockFn &fn) {
     int n;
     MPI_Comm_size(g.cart, &n);
@@ -478,6 +727,14 @@ inline std::vector<Block> all_blocks(Grid &g, int ndim, const BlockFn &fn) {
         if (ndim > 0) fn(c.data(), out[q].start.data(), out[q].count.data());
     }
     return out;
+}
+
+inline Block block_at(const int *coords, int ndim, const BlockFn &fn) {
+    Block b;
+    b.start.assign(ndim, 0);
+    b.count.assign(ndim, 1);
+    if (ndim > 0) fn(coords, b.start.data(), b.count.data());
+    return b;
 }
 
 // A block of `count` elements per dimension laid out with `strides` (elements); extent one element.
@@ -505,17 +762,140 @@ inline void check_block(const Block &b, const long long *shape, const long long 
     }
 }
 
-// Rank 0's side of an MPI_Alltoallw over blocks: one datatype and byte displacement per rank.
+// A committed datatype `t` shifted `byte_disp` bytes (for displacements beyond the int range).
+inline MPI_Datatype shifted(MPI_Datatype t, long long byte_disp) {
+    MPI_Datatype r;
+    int one = 1;
+    MPI_Aint d = (MPI_Aint)byte_disp;
+    check(MPI_Type_create_struct(1, &one, &d, &t, &r), "MPI_Type_create_struct");
+    check(MPI_Type_commit(&r), "MPI_Type_commit");
+    return r;
+}
+
+// Rank 0's side of an MPI_Alltoallw over blocks: one datatype and byte displacement per rank (a
+// displacement beyond the threshold is moved into the datatype). Built once per site.
 inline void global_side(const std::vector<Block> &blocks, MPI_Datatype base, MPI_Aint ext, const long long *gstrides,
                         std::vector<int> &counts, std::vector<int> &displs, std::vector<MPI_Datatype> &types) {
     for (size_t q = 0; q < blocks.size(); ++q) {
         if (blocks[q].elements() == 0) continue;
         long long disp = linear(blocks[q], gstrides) * (long long)ext;
-        if (disp > std::numeric_limits<int>::max()) fail("byte displacement %lld exceeds the MPI int range", disp);
         types[q] = strided_block(base, blocks[q], gstrides);
         counts[q] = 1;
-        displs[q] = (int)disp;
+        if (fits(disp)) {
+            displs[q] = (int)disp;
+        } else {
+            MPI_Datatype t = shifted(types[q], disp);
+            MPI_Type_free(&types[q]);
+            types[q] = t;
+            displs[q] = 0;
+        }
     }
+}
+
+// The values of a block callback at a fixed set of grid coordinates whose number does not depend on P
+// (this rank's, the origin, each unit vector, the far corner). Block callbacks are (piecewise) affine in
+// the coordinates, so the same values mean the same blocks on every rank: a call recomputes these and
+// reuses its site's plan when they have not changed (e.g. a symbol of the enclosing loop did not).
+inline void probe_blocks(const Grid &g, int ndim, const BlockFn &fn, std::vector<long long> &out, bool own = true) {
+    size_t nd = g.dims.size();
+    static std::vector<int> c;
+    c.assign(nd > 0 ? nd : 1, 0);
+    size_t need = (nd + (own ? 3 : 2)) * 2 * (size_t)ndim, at = 0;
+    out.resize(need);
+    auto one = [&]() {
+        for (int j = 0; j < ndim; ++j) out[at + j] = 0, out[at + ndim + j] = 1;
+        if (ndim > 0) fn(c.data(), out.data() + at, out.data() + at + ndim);
+        at += 2 * (size_t)ndim;
+    };
+    if (own) {
+        for (size_t d = 0; d < nd; ++d) c[d] = g.coords[d];
+        one();
+    }
+    for (size_t d = 0; d < nd; ++d) c[d] = 0;
+    one();
+    for (size_t d = 0; d < nd; ++d) {
+        c[d] = g.dims[d] > 1 ? 1 : 0;
+        one();
+        c[d] = 0;
+    }
+    for (size_t d = 0; d < nd; ++d) c[d] = g.dims[d] - 1;
+    one();
+}
+
+// One scatter_blocks / gather_blocks call site (identified by its callback's type, the grid, the element
+// type and the shapes): its MPI arguments, built at its first call and kept until exit.
+struct BlockSite {
+    int kind = 0, gid = 0, ndim = 0;
+    MPI_Datatype base = MPI_DATATYPE_NULL;
+    std::vector<long long> shapes, probe;
+    bool built = false;
+    Block mine;
+    // MPI_Alltoallw arguments (O(P) arrays on every rank: the call's signature needs them)
+    std::vector<int> sc, rc, sd, rd;
+    std::vector<MPI_Datatype> st, rt, owned;
+    // combine (root): blocks, packed counts and displacements, staging buffer, written flags
+    std::vector<Block> blocks;
+    std::vector<int> counts, displs;
+    std::vector<MPI_Count> counts_c;
+    std::vector<MPI_Aint> displs_c;
+    bool large = false;
+    long long total = 0;
+    MPI_Datatype mine_type = MPI_DATATYPE_NULL;
+    std::vector<char> staging, touched;
+
+    void release() {
+        for (MPI_Datatype &t : owned)
+            if (t != MPI_DATATYPE_NULL) MPI_Type_free(&t);
+        owned.clear();
+        mine_type = MPI_DATATYPE_NULL;
+        built = false;
+    }
+};
+
+inline std::map<std::type_index, std::vector<BlockSite>> &block_sites() {
+    static std::map<std::type_index, std::vector<BlockSite>> m;
+    return m;
+}
+
+inline void free_block_sites() {
+    for (auto &kv : block_sites())
+        for (BlockSite &s : kv.second) s.release();
+    block_sites().clear();
+}
+
+inline std::type_index fn_type(const BlockFn &fn) { return std::type_index(fn ? fn.target_type() : typeid(void)); }
+
+// Finds (or adds) the site; `fresh` tells whether its plan must be (re)built.
+inline BlockSite &block_site(int kind, int gid, MPI_Datatype base, int ndim, const long long *gshape,
+                             const long long *gstrides, const long long *lshape, const long long *lstrides,
+                             const BlockFn &fn, bool &fresh) {
+    static std::vector<long long> shapes, probe;
+    shapes.assign(gshape, gshape + ndim);
+    shapes.insert(shapes.end(), gstrides, gstrides + ndim);
+    shapes.insert(shapes.end(), lshape, lshape + ndim);
+    shapes.insert(shapes.end(), lstrides, lstrides + ndim);
+    probe_blocks(grid(gid), ndim, fn, probe);
+    std::vector<BlockSite> &v = block_sites()[fn_type(fn)];
+    BlockSite *s = nullptr;
+    for (BlockSite &c : v)
+        if (c.kind == kind && c.gid == gid && c.base == base && c.ndim == ndim && c.shapes == shapes) s = &c;
+    if (!s) {
+        at_exit(free_block_sites);
+        v.emplace_back();
+        s = &v.back();
+        s->kind = kind;
+        s->gid = gid;
+        s->base = base;
+        s->ndim = ndim;
+        s->shapes = shapes;
+    }
+    fresh = !s->built || s->probe != probe;
+    if (fresh) {
+        s->release();
+        s->probe = probe;
+        s->built = true;
+    }
+    return *s;
 }
 
 // Root -> every rank of the grid: its block, with one MPI_Alltoallw (only the root sends). With
@@ -527,33 +907,41 @@ void scatter_blocks(int gid, const char *array, const T *global, T *local, int n
                     int identity_fill, int op) {
     Grid &g = grid(gid);
     if (!g.member) return;
-    long long cap = 1;
-    for (int j = 0; j < ndim; ++j) cap *= lshape[j];
     if (identity_fill) {
+        long long cap = 1;
+        for (int j = 0; j < ndim; ++j) cap *= lshape[j];
         T v = identity<T>(op);
         for (long long i = 0; i < cap; ++i) local[i] = v;
         return;
     }
     MPI_Datatype base = mpi_type(local);
-    MPI_Aint lb, ext;
-    MPI_Type_get_extent(base, &lb, &ext);
-    std::vector<Block> blocks = all_blocks(g, ndim, fn);
-    int n = (int)blocks.size(), me;
-    MPI_Comm_rank(g.cart, &me);
-    for (const Block &b : blocks) check_block(b, gshape, lshape, array);
-    std::vector<int> sc(n, 0), rc(n, 0), sd(n, 0), rd(n, 0);
-    std::vector<MPI_Datatype> st(n, MPI_BYTE), rt(n, MPI_BYTE);
-    if (me == 0) global_side(blocks, base, ext, gstrides, sc, sd, st);
-    if (blocks[me].elements() > 0) {
-        rt[0] = strided_block(base, blocks[me], lstrides);
-        rc[0] = 1;
+    bool fresh = false;
+    BlockSite &s = block_site(0, gid, base, ndim, gshape, gstrides, lshape, lstrides, fn, fresh);
+    if (fresh) {
+        int n, me;
+        MPI_Comm_size(g.cart, &n);
+        MPI_Comm_rank(g.cart, &me);
+        MPI_Aint ext = extent_of(base);
+        s.mine = block_at(g.coords.data(), ndim, fn);
+        check_block(s.mine, gshape, lshape, array);
+        s.sc.assign(n, 0), s.rc.assign(n, 0), s.sd.assign(n, 0), s.rd.assign(n, 0);
+        s.st.assign(n, MPI_BYTE), s.rt.assign(n, MPI_BYTE);
+        if (me == 0) {
+            std::vector<Block> blocks = all_blocks(g, ndim, fn);
+            for (const Block &b : blocks) check_block(b, gshape, lshape, array);
+            global_side(blocks, base, ext, gstrides, s.sc, s.sd, s.st);
+            for (int q = 0; q < n; ++q)
+                if (s.sc[q]) s.owned.push_back(s.st[q]);
+        }
+        if (s.mine.elements() > 0) {
+            s.rt[0] = strided_block(base, s.mine, lstrides);
+            s.rc[0] = 1;
+            s.owned.push_back(s.rt[0]);
+        }
     }
-    check(MPI_Alltoallw(global, sc.data(), sd.data(), st.data(), local, rc.data(), rd.data(), rt.data(), g.cart),
+    check(MPI_Alltoallw(global, s.sc.data(), s.sd.data(), s.st.data(), local, s.rc.data(), s.rd.data(), s.rt.data(),
+                        g.cart),
           "MPI_Alltoallw");
-    for (int q = 0; q < n; ++q) {
-        if (sc[q]) MPI_Type_free(&st[q]);
-        if (rc[q]) MPI_Type_free(&rt[q]);
-    }
 }
 
 // Every rank of the grid -> root. Disjoint, non-conflicted blocks go straight into the global array
@@ -568,79 +956,120 @@ void gather_blocks(int gid, const char *array, const T *local_in, T *global, int
     if (!g.member) return;
     T *local = const_cast<T *>(local_in);
     MPI_Datatype base = mpi_type(local);
-    MPI_Aint lb, ext;
-    MPI_Type_get_extent(base, &lb, &ext);
-    std::vector<Block> blocks = all_blocks(g, ndim, fn);
-    int n = (int)blocks.size(), me;
+    bool fresh = false;
+    BlockSite &s = block_site(combine ? 2 : 1, gid, base, ndim, gshape, gstrides, lshape, lstrides, fn, fresh);
+    int me = 0;
     MPI_Comm_rank(g.cart, &me);
-    for (const Block &b : blocks) check_block(b, gshape, lshape, array);
-    MPI_Datatype mine = MPI_DATATYPE_NULL;
-    if (blocks[me].elements() > 0) mine = strided_block(base, blocks[me], lstrides);
-    if (!combine) {
-        std::vector<int> sc(n, 0), rc(n, 0), sd(n, 0), rd(n, 0);
-        std::vector<MPI_Datatype> st(n, MPI_BYTE), rt(n, MPI_BYTE);
-        if (mine != MPI_DATATYPE_NULL) {
-            st[0] = mine;
-            sc[0] = 1;
+    if (fresh) {
+        int n;
+        MPI_Comm_size(g.cart, &n);
+        MPI_Aint ext = extent_of(base);
+        s.mine = block_at(g.coords.data(), ndim, fn);
+        check_block(s.mine, gshape, lshape, array);
+        if (s.mine.elements() > 0) {
+            s.mine_type = strided_block(base, s.mine, lstrides);
+            s.owned.push_back(s.mine_type);
         }
-        if (me == 0) global_side(blocks, base, ext, gstrides, rc, rd, rt);
-        check(MPI_Alltoallw(local, sc.data(), sd.data(), st.data(), global, rc.data(), rd.data(), rt.data(), g.cart),
+        std::vector<Block> blocks;
+        if (me == 0) {
+            blocks = all_blocks(g, ndim, fn);
+            for (const Block &b : blocks) check_block(b, gshape, lshape, array);
+        }
+        if (!combine) {
+            s.sc.assign(n, 0), s.rc.assign(n, 0), s.sd.assign(n, 0), s.rd.assign(n, 0);
+            s.st.assign(n, MPI_BYTE), s.rt.assign(n, MPI_BYTE);
+            if (s.mine_type != MPI_DATATYPE_NULL) {
+                s.st[0] = s.mine_type;
+                s.sc[0] = 1;
+            }
+            if (me == 0) {
+                global_side(blocks, base, ext, gstrides, s.rc, s.rd, s.rt);
+                for (int q = 0; q < n; ++q)
+                    if (s.rc[q]) s.owned.push_back(s.rt[q]);
+            }
+        } else if (me == 0) {
+            // Staging: the root receives each rank's block packed, in rank order.
+            s.counts.assign(n, 0), s.displs.assign(n, 0);
+            s.total = 0;
+            s.large = false;
+            for (int q = 0; q < n; ++q) {
+                long long c = blocks[q].elements();
+                if (!fits(c) || !fits(s.total)) s.large = true;
+                s.counts[q] = (int)std::min(c, (long long)std::numeric_limits<int>::max());
+                s.displs[q] = (int)std::min(s.total, (long long)std::numeric_limits<int>::max());
+                s.total += c;
+            }
+            if (s.large) {
+#if MPI_VERSION >= 4
+                s.counts_c.assign(n, 0), s.displs_c.assign(n, 0);
+                long long t = 0;
+                for (int q = 0; q < n; ++q) s.counts_c[q] = blocks[q].elements(), s.displs_c[q] = t, t += s.counts_c[q];
+#else
+                fail("gathering '%s' stages %lld elements, beyond the MPI int range (needs MPI 4)", array, s.total);
+#endif
+            }
+            s.blocks = std::move(blocks);
+            s.staging.assign((size_t)s.total * sizeof(T), 0);
+            long long span = 1;
+            for (int j = 0; j < ndim; ++j) span += (gshape[j] - 1) * gstrides[j];
+            s.touched.assign(op != OP_NONE && !accumulate ? (size_t)span : 0, 0);
+        }
+    }
+    if (!combine) {
+        check(MPI_Alltoallw(local, s.sc.data(), s.sd.data(), s.st.data(), global, s.rc.data(), s.rd.data(),
+                            s.rt.data(), g.cart),
               "MPI_Alltoallw");
-        for (int q = 0; q < n; ++q)
-            if (rc[q]) MPI_Type_free(&rt[q]);
-        if (mine != MPI_DATATYPE_NULL) MPI_Type_free(&mine);
         return;
     }
-    // Staging: the root receives each rank's block packed, in rank order.
-    std::vector<int> counts(n), displs(n);
-    long long total = 0;
-    for (int q = 0; q < n; ++q) {
-        counts[q] = (int)blocks[q].elements();
-        displs[q] = (int)total;
-        total += counts[q];
-    }
-    if (total > std::numeric_limits<int>::max()) fail("staging %lld elements exceeds the MPI int range", total);
-    std::vector<T> staging(me == 0 ? (size_t)total : 0);
-    if (mine != MPI_DATATYPE_NULL)
-        check(MPI_Gatherv(local, 1, mine, staging.data(), counts.data(), displs.data(), base, 0, g.cart), "MPI_Gatherv");
+    T *staging = reinterpret_cast<T *>(s.staging.data());
+    int scount = s.mine_type != MPI_DATATYPE_NULL ? 1 : 0;
+    MPI_Datatype stype = scount ? s.mine_type : base;
+#if MPI_VERSION >= 4
+    if (me == 0 && s.large)
+        check(MPI_Gatherv_c(local, scount, stype, staging, s.counts_c.data(), s.displs_c.data(), base, 0, g.cart),
+              "MPI_Gatherv_c");
     else
-        check(MPI_Gatherv(local, 0, base, staging.data(), counts.data(), displs.data(), base, 0, g.cart), "MPI_Gatherv");
-    if (mine != MPI_DATATYPE_NULL) MPI_Type_free(&mine);
+#endif
+        check(MPI_Gatherv(local, scount, stype, staging, me == 0 ? s.counts.data() : nullptr,
+                          me == 0 ? s.displs.data() : nullptr, base, 0, g.cart),
+              "MPI_Gatherv");
     if (me != 0) return;
-    long long span = 1;
-    for (int j = 0; j < ndim; ++j) span += (gshape[j] - 1) * gstrides[j];
-    std::vector<char> touched(op != OP_NONE && !accumulate ? (size_t)span : 0, 0);
-    for (int q = 0; q < n; ++q) {
-        const Block &b = blocks[q];
+    // The merge: the root's share of the work, proportional to the data it receives.
+    if (!s.touched.empty()) std::fill(s.touched.begin(), s.touched.end(), 0);
+    long long at = 0;
+    for (const Block &b : s.blocks) {
         long long cnt = b.elements();
         if (cnt == 0) continue;
         std::vector<long long> idx(ndim, 0);
         for (long long i = 0; i < cnt; ++i) {
             long long off = 0;
             for (int j = 0; j < ndim; ++j) off += (b.start[j] + idx[j]) * gstrides[j];
-            T v = staging[displs[q] + i];
+            T v = staging[at + i];
             if (op == OP_NONE) {
                 global[off] = v;
-            } else if (accumulate || touched[off]) {
+            } else if (accumulate || s.touched[off]) {
                 global[off] = combine_values(global[off], v, op);
             } else {
                 global[off] = v;
-                touched[off] = true;
+                s.touched[off] = 1;
             }
             for (int j = ndim - 1; j >= 0; --j) {
                 if (++idx[j] < b.count[j]) break;
                 idx[j] = 0;
             }
         }
+        at += cnt;
     }
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Redistribution between two grids without rank 0 (fused gather + scatter of an intermediate). Every
-// world rank computes every rank's source and destination block, sends each destination rank the
-// intersection with its own source block (packed, MPI_Alltoallv over MPI_COMM_WORLD), and unpacks.
-// With an operator, the source blocks are partial results and the destination combines every piece
+// Redistribution between two grids without rank 0 (fused gather + scatter of an intermediate). Each
+// rank sends each destination rank the intersection of its own source block with that rank's
+// destination block (packed, one MPI_Alltoallv over the private communicator) and unpacks. With an
+// operator, the source blocks are partial results and the destination combines every piece
 // (reduce-scatter); without one, among ranks holding the same source block only the first sends.
+// At a site's first call every rank computes every rank's blocks once (O(P), replicas found by sorting,
+// O(P log P)) and keeps only its peers with something to exchange; a call packs, exchanges, unpacks.
 // ---------------------------------------------------------------------------------------------------
 inline std::vector<Block> world_blocks(const std::vector<int> &dims, int ndim, const BlockFn &fn) {
     long long size = 1;
@@ -693,10 +1122,47 @@ void for_each(const Block &box, const Block &owner, const long long *lstrides, F
     }
 }
 
+struct Piece {
+    int peer;
+    Block box;
+    long long at;  // element offset in the packed buffer
+};
+
+struct RedistSite {
+    int src_gid = 0, dst_gid = 0, ndim = 0, op = 0;
+    MPI_Datatype base = MPI_DATATYPE_NULL;
+    std::vector<long long> shapes, probe;
+    bool built = false;
+    Block src_me, dst_me;
+    std::vector<Piece> sends, recvs;  // only the peers with something to exchange
+    std::vector<int> scount, sdispl, rcount, rdispl;  // MPI_Alltoallv arguments (O(P): the call needs them)
+    bool large = false;  // a count or displacement beyond the threshold: MPI_Alltoallw with placed types
+    std::vector<int> wcount, wdispl;
+    std::vector<MPI_Datatype> stypes, rtypes, owned;
+    std::vector<char> sbuf, rbuf;
+
+    void release() {
+        for (MPI_Datatype &t : owned)
+            if (t != MPI_DATATYPE_NULL) MPI_Type_free(&t);
+        owned.clear();
+        built = false;
+    }
+};
+
+inline std::map<std::pair<std::type_index, std::type_index>, std::vector<RedistSite>> &redist_sites() {
+    static std::map<std::pair<std::type_index, std::type_index>, std::vector<RedistSite>> m;
+    return m;
+}
+
+inline void free_redist_sites() {
+    for (auto &kv : redist_sites())
+        for (RedistSite &s : kv.second) s.release();
+    redist_sites().clear();
+}
+
 template <typename T>
-void redistribute(const char *array, int ndim, int src_gid, BlockFn src_fn, const T *src_local,
-                  const long long *src_lstrides, int dst_gid, BlockFn dst_fn, T *dst_local,
-                  const long long *dst_lshape, const long long *dst_lstrides, int op) {
+void build_redistribution(RedistSite &s, const char *array, int ndim, int src_gid, const BlockFn &src_fn,
+                          int dst_gid, const BlockFn &dst_fn, const long long *dst_lshape, int op) {
     int me = world_rank(), n = world_size();
     std::vector<Block> src = world_blocks(grid(src_gid).dims, ndim, src_fn);
     std::vector<Block> dst = world_blocks(grid(dst_gid).dims, ndim, dst_fn);
@@ -704,43 +1170,122 @@ void redistribute(const char *array, int ndim, int src_gid, BlockFn src_fn, cons
         if (dst[me].count[j] > dst_lshape[j]) fail("block of '%s' does not fit its local buffer", array);
     // Without an operator, identical source blocks (replicas) send once: from the lowest rank.
     std::vector<char> sends(n, 1);
-    if (op == OP_NONE)
-        for (int w = 0; w < n; ++w)
-            for (int v = 0; v < w && sends[w]; ++v)
-                if (src[v].start == src[w].start && src[v].count == src[w].count && src[v].elements() > 0) sends[w] = 0;
-    std::vector<int> scount(n, 0), sdispl(n, 0), rcount(n, 0), rdispl(n, 0);
+    if (op == OP_NONE) {
+        std::map<std::vector<long long>, int> first;
+        std::vector<long long> key;
+        for (int w = 0; w < n; ++w) {
+            if (src[w].elements() == 0) continue;
+            key.assign(src[w].start.begin(), src[w].start.end());
+            key.insert(key.end(), src[w].count.begin(), src[w].count.end());
+            if (!first.emplace(key, w).second) sends[w] = 0;
+        }
+    }
+    s.src_me = src[me];
+    s.dst_me = dst[me];
+    s.sends.clear();
+    s.recvs.clear();
+    s.scount.assign(n, 0), s.sdispl.assign(n, 0), s.rcount.assign(n, 0), s.rdispl.assign(n, 0);
     long long stotal = 0, rtotal = 0;
     for (int q = 0; q < n; ++q) {
-        long long k = sends[me] ? intersect(src[me], dst[q]).elements() : 0;
-        long long r = sends[q] ? intersect(src[q], dst[me]).elements() : 0;
-        if (stotal + k > std::numeric_limits<int>::max() || rtotal + r > std::numeric_limits<int>::max())
-            fail("redistribution of '%s' exceeds the MPI int count range", array);
-        scount[q] = (int)k;
-        sdispl[q] = (int)stotal;
-        rcount[q] = (int)r;
-        rdispl[q] = (int)rtotal;
-        stotal += k;
-        rtotal += r;
+        if (sends[me]) {
+            Block b = intersect(src[me], dst[q]);
+            long long k = b.elements();
+            if (k > 0) s.sends.push_back(Piece{q, b, stotal});
+            s.scount[q] = (int)std::min(k, (long long)std::numeric_limits<int>::max());
+            s.sdispl[q] = (int)std::min(stotal, (long long)std::numeric_limits<int>::max());
+            stotal += k;
+        }
+        if (sends[q]) {
+            Block b = intersect(src[q], dst[me]);
+            long long r = b.elements();
+            if (r > 0) s.recvs.push_back(Piece{q, b, rtotal});
+            s.rcount[q] = (int)std::min(r, (long long)std::numeric_limits<int>::max());
+            s.rdispl[q] = (int)std::min(rtotal, (long long)std::numeric_limits<int>::max());
+            rtotal += r;
+        }
     }
-    std::vector<T> sbuf((size_t)stotal), rbuf((size_t)rtotal);
-    for (int q = 0; q < n; ++q) {
-        if (!scount[q]) continue;
-        T *out = sbuf.data() + sdispl[q];
-        for_each(intersect(src[me], dst[q]), src[me], src_lstrides, [&](long long off) { *out++ = src_local[off]; });
+    s.sbuf.assign((size_t)stotal * sizeof(T), 0);
+    s.rbuf.assign((size_t)rtotal * sizeof(T), 0);
+    // `large` must be the same on every rank (Alltoallv and Alltoallw do not match), without talking:
+    // every rank's packed totals are bounded by the sum of all blocks, which every rank knows.
+    long long all = 0;
+    for (int w = 0; w < n; ++w) all += src[w].elements() + dst[w].elements();
+    s.large = !fits(all);
+    if (s.large) {
+        MPI_Datatype base = s.base;
+        MPI_Aint ext = extent_of(base);
+        s.wcount.assign(n, 0), s.wdispl.assign(n, 0);
+        s.stypes.assign(n, MPI_BYTE), s.rtypes.assign(n, MPI_BYTE);
+        std::vector<int> &sc = s.scount, &rc = s.rcount;
+        sc.assign(n, 0), rc.assign(n, 0);
+        for (const Piece &p : s.sends) {
+            s.stypes[p.peer] = placed(p.box.elements(), base, p.at * (long long)ext);
+            s.owned.push_back(s.stypes[p.peer]);
+            sc[p.peer] = 1;
+        }
+        for (const Piece &p : s.recvs) {
+            s.rtypes[p.peer] = placed(p.box.elements(), base, p.at * (long long)ext);
+            s.owned.push_back(s.rtypes[p.peer]);
+            rc[p.peer] = 1;
+        }
     }
+}
+
+template <typename T>
+void redistribute(const char *array, int ndim, int src_gid, BlockFn src_fn, const T *src_local,
+                  const long long *src_lstrides, int dst_gid, BlockFn dst_fn, T *dst_local,
+                  const long long *dst_lshape, const long long *dst_lstrides, int op) {
     MPI_Datatype base = mpi_type(dst_local);
-    check(MPI_Alltoallv(sbuf.data(), scount.data(), sdispl.data(), base, rbuf.data(), rcount.data(), rdispl.data(),
-                        base, MPI_COMM_WORLD),
-          "MPI_Alltoallv");
-    if (dst[me].elements() == 0) return;
-    if (op != OP_NONE) {
-        T v = identity<T>(op);
-        for_each(dst[me], dst[me], dst_lstrides, [&](long long off) { dst_local[off] = v; });
+    static std::vector<long long> shapes, probe, probe2;
+    shapes.assign(src_lstrides, src_lstrides + ndim);
+    shapes.insert(shapes.end(), dst_lshape, dst_lshape + ndim);
+    shapes.insert(shapes.end(), dst_lstrides, dst_lstrides + ndim);
+    // Rank-independent probes only: every rank must decide to rebuild at the same call.
+    probe_blocks(grid(src_gid), ndim, src_fn, probe, false);
+    probe_blocks(grid(dst_gid), ndim, dst_fn, probe2, false);
+    probe.insert(probe.end(), probe2.begin(), probe2.end());
+    std::vector<RedistSite> &v = redist_sites()[std::make_pair(fn_type(src_fn), fn_type(dst_fn))];
+    RedistSite *sp = nullptr;
+    for (RedistSite &c : v)
+        if (c.src_gid == src_gid && c.dst_gid == dst_gid && c.ndim == ndim && c.op == op && c.base == base &&
+            c.shapes == shapes)
+            sp = &c;
+    if (!sp) {
+        at_exit(free_redist_sites);
+        v.emplace_back();
+        sp = &v.back();
+        sp->src_gid = src_gid, sp->dst_gid = dst_gid, sp->ndim = ndim, sp->op = op, sp->base = base;
+        sp->shapes = shapes;
     }
-    for (int q = 0; q < n; ++q) {
-        if (!rcount[q]) continue;
-        const T *in = rbuf.data() + rdispl[q];
-        for_each(intersect(src[q], dst[me]), dst[me], dst_lstrides, [&](long long off) {
+    RedistSite &s = *sp;
+    if (!s.built || s.probe != probe) {  // the same decision on every rank: the probes are rank-independent
+        s.release();
+        s.probe = probe;
+        build_redistribution<T>(s, array, ndim, src_gid, src_fn, dst_gid, dst_fn, dst_lshape, op);
+        s.built = true;
+    }
+    T *sbuf = reinterpret_cast<T *>(s.sbuf.data());
+    T *rbuf = reinterpret_cast<T *>(s.rbuf.data());
+    for (const Piece &p : s.sends) {
+        T *out = sbuf + p.at;
+        for_each(p.box, s.src_me, src_lstrides, [&](long long off) { *out++ = src_local[off]; });
+    }
+    if (s.large)
+        check(MPI_Alltoallw(sbuf, s.scount.data(), s.wdispl.data(), s.stypes.data(), rbuf, s.rcount.data(),
+                            s.wdispl.data(), s.rtypes.data(), comm()),
+              "MPI_Alltoallw");
+    else
+        check(MPI_Alltoallv(sbuf, s.scount.data(), s.sdispl.data(), base, rbuf, s.rcount.data(), s.rdispl.data(), base,
+                            comm()),
+              "MPI_Alltoallv");
+    if (s.dst_me.elements() == 0) return;
+    if (op != OP_NONE) {
+        T v0 = identity<T>(op);
+        for_each(s.dst_me, s.dst_me, dst_lstrides, [&](long long off) { dst_local[off] = v0; });
+    }
+    for (const Piece &p : s.recvs) {
+        const T *in = rbuf + p.at;
+        for_each(p.box, s.dst_me, dst_lstrides, [&](long long off) {
             dst_local[off] = op == OP_NONE ? *in : combine_values(dst_local[off], *in, op);
             ++in;
         });
@@ -753,10 +1298,10 @@ void redistribute(const char *array, int ndim, int src_gid, BlockFn src_fn, cons
 // ---------------------------------------------------------------------------------------------------
 template <typename T>
 void allreduce(const char *array, int gid, unsigned keep, const T *in, T *out, long long count, int op) {
+    (void)array;
     Grid &g = grid(gid);
     if (!g.member) return;
-    if (count > std::numeric_limits<int>::max()) fail("allreduce of '%s' exceeds the MPI int count range", array);
-    check(MPI_Allreduce(in, out, (int)count, mpi_type(out), mpi_op(op), g.sub(keep)), "MPI_Allreduce");
+    allreduce_any(in, out, count, mpi_type(out), mpi_op(op), g.sub(keep));
 }
 
 }  // namespace dace_partition

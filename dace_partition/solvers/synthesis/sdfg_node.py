@@ -2,14 +2,17 @@
 
 ``Redistribute`` has one input ``_in`` (this rank's tile under the source layout) and one output ``_out``
 (its tile under the target layout).  Its expansion calls :func:`.synthesize` at code-generation time and
-emits a C++ tasklet that executes the plan with MPI over ``MPI_COMM_WORLD`` (device id = world rank):
-allgather/alltoall on ``MPI_Comm_split`` groups with the local transposes, dynslice as a local copy, the
-permutation with ``MPI_Sendrecv`` (ranks that keep their tile skip it).  A fused alltoall is one
+emits a C++ tasklet that executes the plan with MPI over the runtime's private communicator (a duplicate of
+``MPI_COMM_WORLD``; device id = world rank): allgather/alltoall on ``MPI_Comm_split`` groups with the local
+transposes, dynslice as a local copy, the permutation with ``MPI_Sendrecv`` (ranks that keep their tile
+skip it). Each step's group is split once, at its first call, and cached by the step's static colour and
+key tables until the program exits; the scratch buffers are allocated once, so a call makes only its MPI
+calls and copies.  A fused alltoall is one
 ``MPI_Alltoall`` over the product of its axes: its moves are emitted as the tables ``mi``/``mj``/``mn``
 (source dim, target dim, group size per move) and the helper cuts and joins chunks over all of them at
 once.  Device maps that differ from the identity need nothing special, since every group, chunk and
 partner is emitted per rank.  The tasklet uses two scratch buffers of the plan's peak tile
-(``Plan.peak_elements``), never more.  Helpers live in ``runtime/include/dace_partition_redistribute.h``.
+(``Plan.peak_elements``), never more, kept from one call to the next.  Helpers live in ``runtime/include/dace_partition_redistribute.h``.
 
     node = Redistribute("r", mesh={"a": 2, "b": 2, "c": 2}, shape=(8, 88, 12),
                         src=[(), ("a", "c"), ()], dst=[("b",), ("c",), ()], dtype=dace.float32)
@@ -37,6 +40,9 @@ class DacePartitionRedistribute(DacePartitionMPI):
     """The MPI build settings of :class:`DacePartitionMPI` plus the redistribution executor header."""
     headers = ["mpi.h", "dace_partition_redistribute.h"]
     init_code = "dace_partition_redistribute::ensure_mpi();"
+    # Frees the cached groups, datatypes and the private communicator (idempotent: a lowered program's
+    # exit code has already called dace_partition::free_grids()).
+    finalize_code = "dace_partition_redistribute::finalize();"
 
 
 def _ints(xs) -> str:
@@ -54,15 +60,13 @@ def emit(plan: Plan) -> str:
     code: List[str] = [
         "{",
         f"    {ns}::ensure_mpi();",
-        "    int __me = 0, __np = 0;",
-        "    MPI_Comm_rank(MPI_COMM_WORLD, &__me);",
-        "    MPI_Comm_size(MPI_COMM_WORLD, &__np);",
+        "    const int __me = dace_partition::world_rank(), __np = dace_partition::world_size();",
         f"    if (__np != {ndev}) {{",
-        f'        std::fprintf(stderr, "Redistribute: mesh {plan.mesh} needs {ndev} MPI ranks, got %d\\n", __np);',
-        "        MPI_Abort(MPI_COMM_WORLD, 1);",
+        f'        dace_partition::fail("Redistribute: mesh %s needs {ndev} MPI ranks, got %d", "{plan.mesh}", __np);',
         "    }",
         f"    const size_t __e = {e};",
-        f"    std::vector<char> __a({peak} * __e), __b({peak} * __e);  // scratch: plan peak tile each",
+        f"    static std::vector<char> __a({peak} * __e), __b({peak} * __e);  // scratch: plan peak tile each, "
+        "allocated at the first call",
         "    char *__cur = __a.data(), *__tmp = __b.data();",
         f"    std::memcpy(__cur, (const char *)_in, {src_n} * __e);",
     ]
@@ -78,14 +82,14 @@ def emit(plan: Plan) -> str:
             code.append(f"        static const int key[{ndev}] = {_ints(s.member_of)};")
             if s.op == "allgather":
                 code.append(f"        {ns}::allgather(__cur, __tmp, {rank}, shape, {s.dims[0]}, {s.n}, "
-                            "colour[__me], key[__me], __e);")
+                            "colour, key, __e);")
             else:
                 m = len(s.moves)
                 code.append(f"        static const int mi[{m}] = {_ints(i for i, _, _ in s.moves)};")
                 code.append(f"        static const int mj[{m}] = {_ints(j for _, j, _ in s.moves)};")
                 code.append(f"        static const int mn[{m}] = {_ints(n for _, _, n in s.moves)};")
                 code.append(f"        {ns}::alltoall(__cur, __tmp, {rank}, shape, {m}, mi, mj, mn, "
-                            "colour[__me], key[__me], __e);")
+                            "colour, key, __e);")
         elif s.op == "allpermute":
             code.append(f"        static const int dest[{ndev}] = {_ints(s.dst_of)};")
             code.append(f"        static const int source[{ndev}] = {_ints(s.src_of)};")

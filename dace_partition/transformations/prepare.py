@@ -1,0 +1,203 @@
+"""Program preparation before the lowering plans its kernels (called from ``lowering._split_states``).
+
+- ``scalar_arguments_to_arrays``: scalar arguments read by kernels become one-element arrays, so a
+  partitioned kernel receives them like any other block.
+- ``split_states``: one work node (map, nested SDFG, library node or tasklet) per state, with the copies
+  that feed it in a state of their own before it and those that follow it in one after it, so the state
+  of a kernel touches exactly what the kernel reads and writes.
+"""
+import dace
+from dace import nodes
+from dace.memlet import Memlet
+from dace.sdfg import SDFG, SDFGState
+from dace.sdfg.graph import SubgraphView
+from dace.sdfg.utils import dfs_topological_sort
+from dace.transformation.helpers import state_fission
+
+from ..schedule import ordered_states
+
+
+def work_nodes(state: SDFGState):
+    scope = state.scope_dict()
+    return [
+        n for n in dfs_topological_sort(state)
+        if scope[n] is None and isinstance(n, (nodes.MapEntry, nodes.NestedSDFG, nodes.LibraryNode, nodes.Tasklet))
+    ]
+
+
+def scalar_arguments_to_arrays(sdfg: SDFG):
+    """Scalar arguments that kernels read (``alpha * x``) are read through one-element transient arrays,
+    filled from the argument on rank 0 when the program starts: a partitioned kernel then receives the
+    value like any other block (DistributedMemlets and library nodes take pointers, not values).
+    Scalars the program writes keep their argument (interstate conditions read the argument itself,
+    whose value every rank has)."""
+    names = [n for n, d in sdfg.arrays.items() if isinstance(d, dace.data.Scalar) and not d.transient]
+    states = ordered_states(sdfg)
+    for name in names:
+        written = any(
+            isinstance(n, nodes.AccessNode) and n.data == name and st.in_degree(n) > 0 for st in states
+            for n in st.nodes())
+        read = [st for st in states if any(isinstance(n, nodes.AccessNode) and n.data == name for n in st.nodes())]
+        if written or not read:
+            continue
+        desc = sdfg.arrays[name]
+        local = f"__dp_arg_{name}"
+        sdfg.add_array(local, [1], desc.dtype, transient=True, storage=desc.storage, find_new_name=False)
+        for st in read:
+            for n in st.nodes():
+                if isinstance(n, nodes.AccessNode) and n.data == name:
+                    n.data = local
+            for e in st.edges():
+                if e.data.data == name:
+                    e.data.data = local
+        start = sdfg.start_block
+        st = sdfg.add_state_before(start, f"dace_partition_arg_{name}", is_start_block=True)
+        st.add_edge(st.add_read(name), None, st.add_write(local), None, Memlet(f"{local}[0]"))
+
+
+def materialize_views(sdfg: SDFG):
+    """Views at the top level of the program (``np.reshape``, ``A.T`` views, slices kept as views) become
+    transient arrays filled by a copy from the viewed array (and copied back where the view is written).
+    A kernel that reads a reshaped array then reads a real array, which it can partition like any other
+    (a reshape that merges or splits trailing axes keeps each rank's rows contiguous); the copy runs on
+    rank 0. Returns the names of the materialized views."""
+    done = []
+    for name, desc in list(sdfg.arrays.items()):
+        if not isinstance(desc, dace.data.View):
+            continue
+        used = False
+        for st in ordered_states(sdfg):
+            for n in st.data_nodes():
+                if n.data == name:
+                    used = True
+        viewed = _viewed_volume(sdfg, name)
+        if not used or viewed is None or dace.symbolic.simplify(viewed - desc.total_size) != 0:
+            continue  # a view of another size (``M // 2`` pieces of ``M``): kept, and refused if partitioned
+        new = dace.data.Array(desc.dtype, desc.shape, transient=True, storage=desc.storage)
+        sdfg.arrays[name] = new
+        for st in ordered_states(sdfg):
+            for n in st.data_nodes():
+                if n.data != name:
+                    continue
+                for e in st.in_edges(n) + st.out_edges(n):
+                    other = e.src if e.dst is n else e.dst
+                    if isinstance(other, nodes.AccessNode) and e.data.data == other.data and e.data.other_subset is None:
+                        # The view edge names only the viewed array's subset: name the whole view too.
+                        e.data.other_subset = dace.subsets.Range.from_array(new)
+                    for c in ("src_conn", "dst_conn"):
+                        if getattr(e, c) == "views":
+                            setattr(e, c, None)
+                n.remove_in_connector("views")
+                n.remove_out_connector("views")
+        done.append(name)
+    return done
+
+
+def _viewed_volume(sdfg: SDFG, name: str):
+    """Elements of the viewed array's subset on the view edges of ``name`` (None if they disagree)."""
+    vols = set()
+    for st in ordered_states(sdfg):
+        for n in st.data_nodes():
+            if n.data != name:
+                continue
+            for e in st.in_edges(n) + st.out_edges(n):
+                other = e.src if e.dst is n else e.dst
+                if isinstance(other, nodes.AccessNode) and e.data.data == other.data:
+                    vols.add(dace.symbolic.simplify(e.data.subset.num_elements()))
+    return vols.pop() if len(vols) == 1 else None
+
+
+def split_states(sdfg: SDFG):
+    """One work node per state (see the module docstring), so each state can run on its own ranks."""
+    scalar_arguments_to_arrays(sdfg)
+    materialize_views(sdfg)
+    for state in ordered_states(sdfg):
+        while True:
+            work = work_nodes(state)
+            if not work:
+                break
+            first = work[0]
+            if isinstance(first, nodes.MapEntry):
+                body = set(state.scope_subgraph(first, include_entry=True, include_exit=True).nodes())
+                ends = (first, state.exit_node(first))
+            else:
+                body = {first}
+                ends = (first, first)
+            direct = {e.src for e in state.in_edges(ends[0])}
+            # Copies that feed the work node (``a[i, i] -> __tmp``) run in a state of their own before it
+            # (on rank 0). By topological order, no ancestor of the first work node is a work node.
+            before, frontier = set(), [n for n in direct if state.in_degree(n) > 0]
+            while frontier:
+                n = frontier.pop()
+                if n in before:
+                    continue
+                before.add(n)
+                frontier += [e.src for e in state.in_edges(n)]
+            if before:
+                fission(state, before)
+                continue
+            body |= direct | {e.dst for e in state.out_edges(ends[1])}
+            if len(body) == state.number_of_nodes():
+                break  # exactly one work node and its own access nodes
+            fission(state, body)
+
+
+def fission(state: SDFGState, subgraph):
+    """Moves ``subgraph`` of ``state`` into a new state before it (boundary access nodes are duplicated)."""
+    was_start = state.parent_graph.start_block is state
+    view = SubgraphView(state, list(subgraph))
+    moved = list(view.edges())
+    new = state_fission(view)
+    remaining = set(state.edges())
+    for e in moved:  # an edge between two boundary nodes stays behind too: it ran in the new state
+        if e in remaining:
+            state.remove_edge(e)
+    if was_start:
+        state.parent_graph.start_block = state.parent_graph.node_id(new)
+
+
+def loops_to_maps(sdfg: SDFG):
+    """Loops whose body holds maps with extents that depend on the loop variable (triangular loops such
+    as ``for i: L[i, :i + 1] *= 2``) have no schedulable map; where DaCe's ``LoopToMap`` proves the
+    iterations independent, the loop becomes a map over its variable (named ``<loop body>_map``), which
+    can be scheduled. Other loops are left alone, so map names elsewhere do not change. Returns the loop
+    variables that were converted."""
+    if getattr(sdfg, "_dp_loops_checked", False):
+        return []
+    from dace.transformation.interstate import LoopToMap
+    from dace.transformation.passes.pattern_matching import match_patterns
+    done = []
+    for _ in range(100):
+        chosen = None
+        try:
+            for xf in match_patterns(sdfg, [LoopToMap]):
+                info = xf.loop_information()
+                if not info:
+                    continue
+                itervar = info[0]
+                if _has_dependent_map(xf.loop_body(), itervar):
+                    chosen = (xf, itervar)
+                    break
+            if chosen is None:
+                break
+            chosen[0].apply_pattern()
+        except Exception:  # noqa: BLE001 - DaCe's loop analysis failed: keep the loop as it is
+            break
+        done.append(chosen[1])
+    try:
+        sdfg._dp_loops_checked = True
+    except AttributeError:
+        pass
+    return done
+
+
+def _has_dependent_map(blocks, itervar: str) -> bool:
+    for block in blocks:
+        states = [block] if isinstance(block, SDFGState) else list(block.all_states())
+        for st in states:
+            for n in st.nodes():
+                if isinstance(n, nodes.MapEntry):
+                    for b, e, _ in n.map.range:
+                        if itervar in {str(s) for s in dace.symbolic.pystr_to_symbolic(str(e - b)).free_symbols}:
+                            return True
+    return False

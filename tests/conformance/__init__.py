@@ -1,0 +1,1 @@
+"""Conformance suite: NPBench-class NumPy programs written for this repository (see programs.py)."""

@@ -1,0 +1,97 @@
+"""Issue 13 analysis fixes, checked without compiling: tiling formula, specialised and symbolic sizes,
+derived library-node grids, views, triangular loops (the conformance suite runs them end to end)."""
+import dace
+import numpy as np
+import pytest
+import sympy
+
+import dace_partition as dp
+from dace_partition.transformations.rank_tiling import tile_bounds
+
+N, M = dace.symbol("N"), dace.symbol("M")
+
+
+@pytest.mark.parametrize("g", [1, 2, 3, 4, 5])
+def test_tiles_cover_balanced_rank0_largest(g):
+    n_ = dace.symbol("n_")
+    for extent in range(g, 41):
+        for e in (extent, n_):
+            starts, sizes = [], []
+            for r in range(g):
+                b, s = tile_bounds(e, g, sympy.Integer(r))
+                starts.append(int(sympy.sympify(b).subs({n_: extent})))
+                sizes.append(int(sympy.sympify(s).subs({n_: extent})))
+            assert starts[0] == 0 and sum(sizes) == extent
+            assert all(starts[r] + sizes[r] == starts[r + 1] for r in range(g - 1))
+            assert max(sizes) - min(sizes) <= 1 and sizes[0] == max(sizes)
+
+
+@dace.program
+def add_one(x: dace.float64[N], y: dace.float64[N]):
+    y[:] = x + 1
+
+
+def test_specialized_size_is_schedulable():
+    sdfg = add_one.to_sdfg()
+    sdfg.specialize({"N": 64})
+    (m, ) = dp.maps(sdfg)
+    assert m.shape == (64, )
+    dp.lower(sdfg, {m.name: (2, )})
+    with pytest.raises(dp.ScheduleError, match="only 64"):
+        dp.lower(_specialized(64), {m.name: (65, )})
+
+
+def _specialized(n):
+    sdfg = add_one.to_sdfg()
+    sdfg.specialize({"N": n})
+    return sdfg
+
+
+@dace.program
+def gemv(A: dace.float64[M, N], x: dace.float64[N]):
+    return A @ x
+
+
+def test_library_grid_derived_with_symbolic_sizes():
+    sdfg = gemv.to_sdfg()
+    dp.lower(sdfg, {"_MatMult_._GEMV__map": (2, 1)})
+    notes = [n for k in dp.report(sdfg).kernels for n in k.notes]
+    assert any("derived grid (2,)" in n and "gemv_init_map" in n for n in notes), notes
+
+
+@dace.program
+def scale(alpha: dace.float64, x: dace.float64[N], y: dace.float64[N]):
+    y[:] = alpha * x
+
+
+def test_scalar_argument_moves_as_array():
+    sdfg = scale.to_sdfg()
+    dp.lower(sdfg, {"_Mult__map": (2, )})
+    assert "__dp_arg_alpha" in str(dp.report(sdfg))
+
+
+@dace.program
+def tri(L: dace.float64[N, N]):
+    for i in range(N):
+        L[i, :i + 1] *= 2.0
+
+
+def test_triangular_loop_becomes_map_and_is_refused_in_words():
+    sdfg = tri.to_sdfg()
+    (m, ) = dp.maps(sdfg)  # LoopToMap made the i loop a map
+    assert m.params == ("i", )
+    with pytest.raises(dp.UnsupportedPattern, match="grows with the grid coordinate"):
+        dp.lower(sdfg, {m.name: (2, )})
+
+
+@dace.program
+def view_split(x: dace.float64[N, 2 * M]):
+    y = np.reshape(x, (N, 2, M))
+    return np.sum(y, axis=2)
+
+
+def test_reshape_view_is_partitioned():
+    sdfg = view_split.to_sdfg()
+    sched = {m.name: (2, ) + (1, ) * (len(m.params) - 1) for m in dp.maps(sdfg) if str(m.shape[0]) == "N"}
+    dp.lower(sdfg, sched)
+    assert dp.ranks_needed(sdfg) == 2
