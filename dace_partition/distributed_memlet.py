@@ -11,7 +11,7 @@ import dace.library
 from dace import nodes
 from dace.properties import ListProperty, Property, ShapeProperty, SubsetProperty
 
-from .ir import Distribution, Move, MoveKind, ReduceOp
+from .ir import Distribution, Move, ReduceOp
 
 _SIDES = ("src", "dst")
 
@@ -69,14 +69,6 @@ class DistributedMemlet(nodes.LibraryNode):
         """The node's Move (a frozen value: compare, hash, cost it)."""
         return Move(self.array, self.distribution("src"), self.distribution("dst"), tuple(self.shape),
                     int(self.itemsize), ReduceOp.of(self.op or None), bool(self.accumulates))
-
-    @property
-    def kind(self) -> MoveKind:
-        if not self.src_grid:
-            return MoveKind.SCATTER
-        if not self.dst_grid:
-            return MoveKind.GATHER
-        return MoveKind.REDISTRIBUTE  # or ALLREDUCE: see Move.kind
 
     @property
     def grid_id(self) -> int:

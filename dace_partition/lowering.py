@@ -32,7 +32,7 @@ from .passes import FuseRoundTrips, FusionKind, LocalizeArguments
 from .passes.graph import distributed_memlets
 from .report import CommEntry, KernelReport, LoweringReport, Traffic, entry
 from .schedule import Kernel, discover, expand_all, ordered_states, resolve
-from .solvers.base import CommSpec, block_shape
+from .solvers.base import block_shape
 from .solvers.registry import choose, get, resolve_solvers
 from .transformations.rank_tiling import RankTileMap
 
@@ -298,8 +298,7 @@ def _uneven(plan: KernelPlan) -> bool:
     """Whether some rank's block is smaller than the local buffer (uneven or symbolic tiles)."""
     syms = {dace.symbolic.symbol(c, dace.int32) for c in plan.coords if c}
     for subset in plan.body_constraints.values():
-        spec = CommSpec("", "scatter", subset, plan.grid, plan.coords, (), 1)
-        blocks = spec.blocks()
+        blocks = Distribution.on_grid(subset, plan.grid, plan.coords, plan.kernel.index).blocks()
         if blocks is None:
             if any(sympy.sympify(e - b).free_symbols & syms for b, e, _ in subset):
                 return True

@@ -9,7 +9,7 @@ results that still have to be combined with that operator (as JAX's ``PartitionS
 """
 import functools
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import dace
@@ -37,7 +37,6 @@ class Distribution:
     subset: Tuple[Tuple[object, object, object], ...] = ()  # (begin, end inclusive, step) per dimension
     grid_id: int = -1  # the runtime's id of the grid (the kernel index); -1 for rank 0
     pending: Optional[ReduceOp] = None  # replicas hold partial results of this operator
-    _blocks_cache: Dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     @staticmethod
     def on_grid(subset: subsets.Range, grid: Sequence[int], coords: Sequence[Optional[str]], grid_id: int,
@@ -108,9 +107,7 @@ class Distribution:
     def blocks(self) -> Optional[List[Block]]:
         """(start, count) of every grid rank's block in row-major rank order; None when the blocks are only
         known at run time (symbolic sizes)."""
-        if "blocks" not in self._blocks_cache:
-            self._blocks_cache["blocks"] = _blocks(self.grid, self.coords, self.subset)
-        return self._blocks_cache["blocks"]
+        return _blocks(self.grid, self.coords, self.subset)  # cached per distinct value
 
     def world_blocks(self, world: int) -> Optional[List[Block]]:
         """Blocks of ranks 0..world-1 (ranks outside the grid hold nothing)."""

@@ -73,16 +73,6 @@ class Move:
     def world(self) -> int:
         return max(self.src.size, self.dst.size, 1)
 
-    def spec(self):
-        """The scatter or gather as the per-grid constraint the rank-0 solvers match."""
-        from ..solvers.base import CommSpec
-        kind = self.kind
-        if kind not in (MoveKind.SCATTER, MoveKind.GATHER):
-            raise ValueError(f"{self} is not a scatter or gather")
-        g = self.grid_side
-        return CommSpec(self.array, kind, g.range, g.grid, g.coords, self.shape, self.itemsize,
-                        self.op, self.accumulates, dist=g)
-
     def minimum(self, world: Optional[int] = None) -> Optional[List[int]]:
         """Bytes each rank must receive whatever the algorithm, given the two distributions: the part of its
         destination block it does not hold, the partial results it has to combine (an allreduce at its

@@ -18,18 +18,15 @@ nor sent to rank 0.
 """
 from dataclasses import dataclass
 from enum import Enum
-from typing import List, Optional, Sequence
+from typing import List, Optional
 
 from dace.memlet import Memlet
 from dace.sdfg import SDFG
-from dace.transformation import pass_pipeline as ppl
 
 from ..distributed_memlet import DistributedMemlet
-from ..errors import UnsupportedPattern
 from ..ir import Move
 from ..schedule import ordered_states
-from ..solvers.registry import choose
-from .graph import destination_buffer, distributed_memlets, drop, rename_data, source_buffer, uses, writes
+from .graph import MovePass, destination_buffer, distributed_memlets, drop, rename_data, source_buffer, uses, writes
 
 
 class FusionKind(str, Enum):
@@ -67,19 +64,8 @@ def _plain(dm: DistributedMemlet) -> bool:
     return not dm.accumulates or not side.may_overlap()
 
 
-class FuseRoundTrips(ppl.Pass):
+class FuseRoundTrips(MovePass):
     """Removes round trips of intermediates through rank 0, and repeated scatters of inputs."""
-    CATEGORY = "dace-partition"
-
-    def __init__(self, solvers: Sequence = ()):
-        super().__init__()
-        self.solvers = list(solvers)
-
-    def modifies(self) -> ppl.Modifies:
-        return ppl.Modifies.Nodes | ppl.Modifies.Edges | ppl.Modifies.Descriptors
-
-    def should_reapply(self, modified: ppl.Modifies) -> bool:
-        return False
 
     # -- decide ------------------------------------------------------------------------------------
     def decide(self, sdfg: SDFG) -> List[_Decision]:
@@ -124,11 +110,7 @@ class FuseRoundTrips(ppl.Pass):
                 fusion = Fusion(FusionKind.NOOP, g.array, src.grid_id, dst.grid_id)
             else:
                 move = Move(g.array, src, dst, tuple(g.shape), int(g.itemsize))
-                solver, refused = choose(move, self.solvers)
-                if solver is None:
-                    raise UnsupportedPattern(g.array, dst.range, "no solver implements the move between kernels ("
-                                             f"{move}): " + "; ".join(f"{n}: {why}" for n, why in refused))
-                fusion = Fusion(FusionKind.MOVE, g.array, src.grid_id, dst.grid_id, move, solver.name)
+                fusion = Fusion(FusionKind.MOVE, g.array, src.grid_id, dst.grid_id, move, self.implement(move))
             out.append(_Decision(fusion, (sst, s), (gst, g), last))
         return out
 

@@ -1,12 +1,39 @@
 """Small graph queries and edits that the passes share (public: the passes use each other's pieces
 only through this module)."""
-from typing import List, Tuple
+from typing import List, Sequence, Tuple
 
 from dace import nodes
 from dace.sdfg import SDFG
+from dace.transformation import pass_pipeline as ppl
 
 from ..distributed_memlet import DistributedMemlet
+from ..errors import UnsupportedPattern
+from ..ir import Move
 from ..schedule import ordered_states
+from ..solvers.registry import choose
+
+
+class MovePass(ppl.Pass):
+    """A pass that rewrites DistributedMemlets and has the solver registry implement the moves it makes."""
+    CATEGORY = "dace-partition"
+
+    def __init__(self, solvers: Sequence = ()):
+        super().__init__()
+        self.solvers = list(solvers)
+
+    def modifies(self) -> ppl.Modifies:
+        return ppl.Modifies.Nodes | ppl.Modifies.Edges | ppl.Modifies.Descriptors
+
+    def should_reapply(self, modified: ppl.Modifies) -> bool:
+        return False
+
+    def implement(self, move: Move) -> str:
+        """The name of the first solver that accepts ``move``, or an UnsupportedPattern with every refusal."""
+        solver, refused = choose(move, self.solvers)
+        if solver is None:
+            raise UnsupportedPattern(move.array, move.dst.range, f"no solver implements {move}: " +
+                                     "; ".join(f"{n}: {why}" for n, why in refused))
+        return solver.name
 
 
 def distributed_memlets(sdfg: SDFG) -> List[Tuple[object, DistributedMemlet]]:

@@ -10,18 +10,16 @@ solver registry, like an intermediate), and partial results written by several r
 by an allreduce Move so that every replica holds the result.
 """
 from dataclasses import dataclass, field
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Tuple
 
 import dace
 import numpy as np
 from dace.memlet import Memlet
 from dace.sdfg import SDFG
-from dace.transformation import pass_pipeline as ppl
 
 from ..errors import UnsupportedPattern
 from ..ir import Layout, Move
-from ..solvers.registry import choose
-from .graph import distributed_memlets, drop, local_buffer, rename_data, uses
+from .graph import MovePass, distributed_memlets, drop, local_buffer, rename_data, uses
 
 
 @dataclass
@@ -40,27 +38,8 @@ def _layout_of(sdfg: SDFG, name: str, dm, local: str) -> Layout:
                   tuple((str(b), str(e)) for b, e, _ in g.subset))
 
 
-def _choose(move: Move, solvers):
-    solver, refused = choose(move, solvers)
-    if solver is None:
-        raise UnsupportedPattern(move.array, move.dst.range, f"no solver implements {move}: " +
-                                 "; ".join(f"{n}: {why}" for n, why in refused))
-    return solver.name
-
-
-class LocalizeArguments(ppl.Pass):
+class LocalizeArguments(MovePass):
     """Turns every argument moved by DistributedMemlets into a rank-local one (module docstring)."""
-    CATEGORY = "dace-partition"
-
-    def __init__(self, solvers: Sequence = ()):
-        super().__init__()
-        self.solvers = list(solvers)
-
-    def modifies(self) -> ppl.Modifies:
-        return ppl.Modifies.Nodes | ppl.Modifies.Edges | ppl.Modifies.Descriptors
-
-    def should_reapply(self, modified: ppl.Modifies) -> bool:
-        return False
 
     def apply_pass(self, sdfg: SDFG, pipeline_results) -> Tuple[Dict[str, Layout], Dict[str, Localized]]:
         layouts: Dict[str, Layout] = {}
@@ -100,7 +79,7 @@ class LocalizeArguments(ppl.Pass):
             if home_dist.partial:  # every replica gets the combined value
                 move = Move(name, home_dist, home_dist.combined(), tuple(home.shape), int(home.itemsize))
                 home.set_move(move)
-                home.implementation = _choose(move, self.solvers)
+                home.implementation = self.implement(move)
                 home_state.out_edges(home)[0].data = Memlet.from_array(name, new)
             else:
                 drop(home_state, home)
@@ -121,6 +100,6 @@ class LocalizeArguments(ppl.Pass):
                 move = Move(name, home_dist.combined(), dst, tuple(dm.shape), int(dm.itemsize))
                 st.remove_node(st.in_edges(dm)[0].src)
                 dm.set_move(move)
-                dm.implementation = _choose(move, self.solvers)
+                dm.implementation = self.implement(move)
                 st.add_edge(st.add_read(name), None, dm, "_in", Memlet.from_array(name, new))
         return layouts, changes

@@ -18,7 +18,8 @@ from ..ir.move import intersection, volume
 
 @dataclass
 class CommSpec:
-    """A scatter or gather seen from its grid side: what the rank-0 solvers match (``Move.spec()``)."""
+    """A scatter or gather seen from its grid side (kept for solvers written against the first interface;
+    built-in solvers read :class:`Move` directly)."""
     array: str
     direction: MoveKind  # SCATTER (rank 0 -> grid) or GATHER (grid -> rank 0)
     subset: subsets.Range

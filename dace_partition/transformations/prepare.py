@@ -65,46 +65,39 @@ def materialize_views(sdfg: SDFG):
     for name, desc in list(sdfg.arrays.items()):
         if not isinstance(desc, dace.data.View):
             continue
-        used = False
-        for st in ordered_states(sdfg):
-            for n in st.data_nodes():
-                if n.data == name:
-                    used = True
+        used = any(n.data == name for st in ordered_states(sdfg) for n in st.data_nodes())
         viewed = _viewed_volume(sdfg, name)
         if not used or viewed is None or dace.symbolic.simplify(viewed - desc.total_size) != 0:
             continue  # a view of another size (``M // 2`` pieces of ``M``): kept, and refused if partitioned
         new = dace.data.Array(desc.dtype, desc.shape, transient=True, storage=desc.storage)
         sdfg.arrays[name] = new
-        for st in ordered_states(sdfg):
-            for n in st.data_nodes():
-                if n.data != name:
-                    continue
-                for e in st.in_edges(n) + st.out_edges(n):
-                    other = e.src if e.dst is n else e.dst
-                    if isinstance(other, nodes.AccessNode) and e.data.data == other.data and e.data.other_subset is None:
-                        # The view edge names only the viewed array's subset: name the whole view too.
-                        e.data.other_subset = dace.subsets.Range.from_array(new)
-                    for c in ("src_conn", "dst_conn"):
-                        if getattr(e, c) == "views":
-                            setattr(e, c, None)
-                n.remove_in_connector("views")
-                n.remove_out_connector("views")
+        for st, n in [(st, n) for st in ordered_states(sdfg) for n in st.data_nodes() if n.data == name]:
+            for e, viewed_side in _edges_of(st, n):
+                if viewed_side and e.data.other_subset is None:
+                    # The view edge names only the viewed array's subset: name the whole view too.
+                    e.data.other_subset = dace.subsets.Range.from_array(new)
+                for c in ("src_conn", "dst_conn"):
+                    if getattr(e, c) == "views":
+                        setattr(e, c, None)
+            n.remove_in_connector("views")
+            n.remove_out_connector("views")
         done.append(name)
     return done
 
 
 def _viewed_volume(sdfg: SDFG, name: str):
     """Elements of the viewed array's subset on the view edges of ``name`` (None if they disagree)."""
-    vols = set()
-    for st in ordered_states(sdfg):
-        for n in st.data_nodes():
-            if n.data != name:
-                continue
-            for e in st.in_edges(n) + st.out_edges(n):
-                other = e.src if e.dst is n else e.dst
-                if isinstance(other, nodes.AccessNode) and e.data.data == other.data:
-                    vols.add(dace.symbolic.simplify(e.data.subset.num_elements()))
+    vols = {dace.symbolic.simplify(e.data.subset.num_elements())
+            for st in ordered_states(sdfg) for n in st.data_nodes() if n.data == name
+            for e, viewed_side in _edges_of(st, n) if viewed_side}
     return vols.pop() if len(vols) == 1 else None
+
+
+def _edges_of(state, node):
+    """Every edge of ``node``, with whether its memlet names the array on the other end (a view edge)."""
+    for e in state.in_edges(node) + state.out_edges(node):
+        other = e.src if e.dst is node else e.dst
+        yield e, isinstance(other, nodes.AccessNode) and e.data.data == other.data
 
 
 def split_states(sdfg: SDFG):
