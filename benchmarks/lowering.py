@@ -59,19 +59,19 @@ def main():
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args()
     rows = []
-    env = dp.launch.mpi_environment()
+    env = dp.runtime.launch.mpi_environment()
     for name, prog, sched, peer, shapes in cases(args.ranks):
         sdfg = prog.to_sdfg()
         sdfg.name = "bench_" + name.split()[0] + "_" + str(abs(hash(name)) % 10000)
         dp.lower(sdfg, sched(dp.maps(sdfg)))
         rep = dp.report(sdfg)
         moved = sum(e.bytes or 0 for k in rep.kernels for e in k.comm)
-        folder = dp.launch.build(sdfg)
+        folder = dp.runtime.launch.build(sdfg)
         in_bytes = sum(int(np.prod(s)) * 8 for s in shapes.values())
         naive = (args.ranks - 1) * in_bytes
         res = {}
         for who in ("dace_partition", "mpi4py"):
-            cmd = dp.launch.mpiexec_command(args.ranks) + [
+            cmd = dp.runtime.launch.mpiexec_command(args.ranks) + [
                 sys.executable, "-m", "mpi4py", os.path.join(HERE, "_lowering_worker.py"), who, folder, peer,
                 json.dumps(shapes), str(args.repeat)
             ]

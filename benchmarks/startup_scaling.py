@@ -142,7 +142,7 @@ def worker(mode, folder, reps, blocks):
 def build(p, tag):
     import dace
     import dace_partition as dp
-    from dace_partition.launch import build as build_lowered
+    from dace_partition.runtime.launch import build as build_lowered
     n = _n(p)
 
     @dace.program
@@ -161,7 +161,7 @@ def build(p, tag):
 
 
 def run_job(mode, p, folder, args, env):
-    from dace_partition.launch import mpiexec_command
+    from dace_partition.runtime.launch import mpiexec_command
     cmd = mpiexec_command(p) + [sys.executable, os.path.abspath(__file__), "--worker", mode, "--folder", folder or "",
                                 "--reps", str(args.reps), "--blocks", str(args.blocks)]
     env = dict(env, DP_BENCH_LAUNCH=repr(time.time()))
@@ -206,7 +206,7 @@ def main():
     sys.path.insert(0, repo)
     os.environ["PYTHONPATH"] = os.pathsep.join([repo] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     import dace_partition as dp
-    from dace_partition.launch import mpi_environment
+    from dace_partition.runtime.launch import mpi_environment
     print(f"dace_partition from {os.path.dirname(dp.__file__)}", flush=True)
     env = mpi_environment()
     env["OMP_NUM_THREADS"] = "1"

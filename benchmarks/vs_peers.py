@@ -39,9 +39,9 @@ MPI_VARIANTS = VARIANTS[:4]
 def build(wl, ranks, tag):
     """Lowers and builds both io modes and the one-process program; returns {variant: folder or error}."""
     import dace_partition as dp
-    from dace_partition import toolchain
-    from dace_partition.launch import build as build_lowered
-    from dace_partition.lowering import _single_threaded
+    from dace_partition.runtime import toolchain
+    from dace_partition.runtime.launch import build as build_lowered
+    from dace_partition.passes.partition import single_threaded as _single_threaded
     out, lower_s = {}, {}
     for variant, io in (("ours_root", "root"), ("ours_dist", "distributed")):
         sdfg = wl.program().to_sdfg()
@@ -71,7 +71,7 @@ def run_variant(wl, variant, data, folder, args, env):
     reps = wl.reps or (max(1, args.reps - 2) if wl.heavy else args.reps)
     worker = [sys.executable, os.path.join(HERE, "_peers_worker.py"), wl.name, variant, data, folder or "",
               "--reps", str(reps), "--scale", str(args.scale), "--ranks", str(args.ranks)]
-    from dace_partition.launch import mpiexec_command
+    from dace_partition.runtime.launch import mpiexec_command
     if variant in MPI_VARIANTS:
         cmd = mpiexec_command(args.ranks) + [sys.executable, "-m", "mpi4py"] + worker[1:]
     else:  # through the launcher too: a child forked from this process would inherit its peak RSS
@@ -94,8 +94,8 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results", "vs_peers.json"))
     args = ap.parse_args()
     args.scale = 8 if args.small else 1
-    from dace_partition import toolchain
-    from dace_partition.launch import mpi_environment
+    from dace_partition.runtime import toolchain
+    from dace_partition.runtime.launch import mpi_environment
     env = mpi_environment()
     env["OMP_NUM_THREADS"] = "1"
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={args.ranks}"

@@ -8,15 +8,15 @@
 """
 from .errors import FrontendError, ScheduleError, UnsupportedPattern
 from .frontend import from_onnx, from_torch, from_torch_train_step
-from .distributed_io import Layout, gather, layout, scatter
+from .api import Layout, gather, layout, lower, ranks_needed, report, scatter
 from .ir import Cost, Distribution, Move, MoveKind, ReduceOp
-from .launch import Launcher, Program, RunError, bind, compile, load, run
-from .lowering import LoweringReport, lower, ranks_needed, report
-from .mpi_info import MpiInfo, mpi_info
+from .report import LoweringReport
+from .runtime.launch import Launcher, Program, RunError, bind, compile, load, run
+from .runtime.mpi_info import MpiInfo, mpi_info
+from .runtime.toolchain import info
 from .schedule import MapInfo, Replicated, maps, replicate
 from .solvers.base import CommSpec, Solver
 from .solvers.registry import register as register_solver
-from .toolchain import info
 
 __all__ = [
     "maps", "replicate", "layout", "scatter", "gather", "Layout", "Replicated", "lower", "compile", "run", "load", "report", "ranks_needed", "MapInfo", "LoweringReport", "Program",

@@ -7,7 +7,7 @@ def main(argv=None):
     if argv != ["info"]:
         print("usage: python -m dace_partition info", file=sys.stderr)
         return 2
-    from .toolchain import info
+    from .runtime.toolchain import info
     print(info())
     return 0
 

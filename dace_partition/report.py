@@ -3,11 +3,18 @@
 Per kernel: its grid, notes (derived grids, fusion, rank-local arguments) and one :class:`CommEntry`
 per remaining Move; per Move a :class:`Traffic` row with the bytes each rank receives (the unit the PMPI
 counter measures, so ``run_counted`` can compare them) and the schedule's minimum.
+
+A Move inside a loop runs once per iteration: its row carries the loop's trip count (``trips``: an int,
+a formula in the program's symbols such as ``T``, or None when the count depends on data), its bytes are
+per iteration, and :meth:`LoweringReport.bytes_per_rank` multiplies them out per call. Given the
+program's symbols, it also costs Moves whose blocks are known only at run time (symbolic sizes).
 """
 from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
-from .ir import Cost, Move, MoveKind
+import sympy
+
+from .ir import Cost, Distribution, Move, MoveKind
 
 
 def direction_of(move: Move) -> str:
@@ -34,10 +41,13 @@ class CommEntry:
     kind: Optional[MoveKind] = None
     move: Optional[Move] = None
     cost: Optional[Cost] = None
+    trips: object = 1  # runs per call: 1, a loop's trip count (int or formula), None when data-dependent
 
     def __str__(self):
         op = f" ({self.op})" if self.op else ""
         size = f", {self.bytes} B" if self.bytes is not None else ""
+        if self.trips != 1:
+            size += f" per iteration, {_times(self.trips)} per call"
         line = f"    {self.direction:12s} {self.array}[{self.subset}]{op}: {self.solver}: {' + '.join(self.calls)}{size}"
         for name, why in self.refused:
             line += f"\n      ({name} refused: {why})"
@@ -71,6 +81,21 @@ class Traffic:
     per_rank: Optional[List[int]] = None  # bytes received by each world rank; None: only known at run time
     minimum: Optional[List[int]] = None
     messages: Optional[int] = None
+    trips: object = 1  # runs per call (see the module docstring)
+    move: Optional[Move] = None
+
+    def per_call(self, **symbols) -> Optional[List[int]]:
+        """Bytes each rank receives from this Move in one call of the program: per iteration times the trip
+        count; with ``symbols`` (the program's sizes), also for blocks known only at run time."""
+        per = self.per_rank
+        if per is None and symbols and self.move is not None:
+            from .solvers.registry import get
+            cost = get(self.solver).cost(_bind(self.move, symbols))
+            per = None if cost.per_rank is None else list(cost.per_rank)
+        n = _value(self.trips, symbols)
+        if per is None or n is None:
+            return None
+        return [b * n for b in per]
 
     @property
     def total(self) -> Optional[int]:
@@ -87,6 +112,8 @@ class Traffic:
             size = f"{self.total} B total, max {max(self.per_rank)} B/rank, minimum {self.minimum_total} B"
             if self.messages is not None:
                 size += f", {self.messages} message(s)"
+        if self.trips != 1:
+            size += f"; per iteration, {_times(self.trips)} per call"
         return f"    {self.array}: {self.source} -> {self.destination}: {self.solver}: {' + '.join(self.calls)}; {size}"
 
 
@@ -101,11 +128,25 @@ class LoweringReport:
     persistent_bytes: object = 0  # rank-local buffers per rank, allocated once (int, or a formula)
     blas: str = ""  # the BLAS of the rank-local kernels
 
-    def bytes_per_rank(self) -> Optional[List[int]]:
-        """Bytes each rank receives from other ranks in one call of the program (None: run-time sizes)."""
-        if any(t.per_rank is None for t in self.traffic):
+    def bytes_per_rank(self, **symbols) -> Optional[List[int]]:
+        """Bytes each rank receives from other ranks in one call of the program, loops multiplied out (None:
+        sizes or trip counts known only at run time; pass the program's symbols, e.g. ``N=40, T=5``)."""
+        rows = [t.per_call(**symbols) for t in self.traffic]
+        if any(r is None for r in rows):
             return None
-        return [sum(t.per_rank[r] for t in self.traffic if r < len(t.per_rank)) for r in range(self.ranks_needed)]
+        return [sum(r[w] for r in rows if w < len(r)) for w in range(self.ranks_needed)]
+
+    def bytes_per_iteration(self, **symbols) -> Optional[List[int]]:
+        """Bytes each rank receives in one iteration of the program's loops (the Moves inside loops only)."""
+        rows = [t for t in self.traffic if t.trips != 1]
+        per = []
+        for t in rows:
+            p = t.per_rank if t.per_rank is not None or not symbols else \
+                Traffic(t.array, t.source, t.destination, t.solver, t.calls, None, None, None, 1, t.move).per_call(**symbols)
+            if p is None:
+                return None
+            per.append(p)
+        return [sum(p[w] for p in per if w < len(p)) for w in range(self.ranks_needed)]
 
     @property
     def total_bytes(self) -> Optional[int]:
@@ -131,6 +172,14 @@ class LoweringReport:
         per = self.bytes_per_rank()
         if per is not None:
             lines.append(f"  total {sum(per)} B (minimum for this schedule {self.minimum_bytes} B); per rank {per}")
+        looped = [t for t in self.traffic if t.trips != 1]
+        if looped:
+            it = self.bytes_per_iteration()
+            once = [t for t in self.traffic if t.trips == 1]
+            outside = None if any(t.per_rank is None for t in once) else sum(t.total for t in once)
+            trips = sorted({_times(t.trips) for t in looped})
+            lines.append(f"  per call: {outside if outside is not None else 'run-time'} B outside loops + "
+                         f"{sum(it) if it is not None else 'run-time'} B per iteration ({', '.join(trips)})")
         return "\n".join(lines)
 
     def calls(self, array: str) -> List[str]:
@@ -141,15 +190,47 @@ def _where(dist) -> str:
     return "rank 0" if dist.is_root else f"grid {tuple(dist.grid)}"
 
 
-def entry(move: Move, solver, refused=()) -> Tuple[CommEntry, Traffic]:
-    """The report's two views of one Move implemented by ``solver``: both from one ``cost`` answer."""
+def _times(trips) -> str:
+    return "a data-dependent number of iterations" if trips is None else f"{trips} iteration(s)"
+
+
+def _value(expr, symbols):
+    """An int from a trip count (int or formula) and the program's symbols; None if still unknown."""
+    if expr is None:
+        return None
+    if isinstance(expr, int):
+        return expr
+    e = sympy.sympify(expr)
+    e = e.subs({f: symbols[str(f)] for f in e.free_symbols if str(f) in symbols})
+    return int(e) if not e.free_symbols else None
+
+
+def _bind(move: Move, symbols) -> Move:
+    """``move`` with the program's symbols replaced by values (so its blocks can be computed)."""
+    def sub(x):
+        x = sympy.sympify(x)
+        return x.subs({f: symbols[str(f)] for f in x.free_symbols if str(f) in symbols})
+
+    def dist(d: Distribution) -> Distribution:
+        if d.is_root:
+            return d
+        return Distribution(d.grid, d.coords, tuple((sub(b), sub(e), sub(s)) for b, e, s in d.subset), d.grid_id,
+                            d.pending)
+
+    return Move(move.array, dist(move.src), dist(move.dst), tuple(sub(x) for x in move.shape), move.itemsize,
+                move.op, move.accumulates)
+
+
+def entry(move: Move, solver, refused=(), trips=1) -> Tuple[CommEntry, Traffic]:
+    """The report's two views of one Move implemented by ``solver``: both from one ``cost`` answer.
+    ``trips``: how many times it runs per call (inside loops)."""
     cost = solver.cost(move)
     world = move.world
     minimum = move.minimum(world)
     side = move.dst if not move.dst.is_root else move.src
     op = move.op if move.kind in (MoveKind.SCATTER, MoveKind.GATHER) else move.src.pending
     e = CommEntry(move.array, direction_of(move), str(side.range), solver.name, list(cost.calls),
-                  str(op) if op else None, list(refused), cost.total, move.kind, move, cost)
+                  str(op) if op else None, list(refused), cost.total, move.kind, move, cost, trips)
     t = Traffic(move.array, _where(move.src), _where(move.dst), solver.name, list(cost.calls),
-                list(cost.per_rank) if cost.per_rank is not None else None, minimum, cost.messages)
+                list(cost.per_rank) if cost.per_rank is not None else None, minimum, cost.messages, trips, move)
     return e, t

@@ -4,7 +4,7 @@ and print the report and the bytes each rank received."""
 import numpy as np
 
 import dace_partition as dp
-from dace_partition.mpi_count import count_run
+from dace_partition.runtime.mpi_count import count_run
 
 
 def compare(make_sdfg, schedule_of, ranks, inputs, reference, rtol=1e-10, atol=1e-10, **lower_options):

@@ -40,9 +40,9 @@ def mpi_script(script, ranks, *args, timeout=240, env=None, launcher=None):
     """Runs a script on ``ranks`` ranks under python -m mpi4py (an exception ends every rank), started by
     the selected launcher: $DACE_PARTITION_LAUNCHER (``srun`` under ``make test-slurm``), else mpiexec.
     Every rank first checks that the world has ``ranks`` ranks (and, under srun, SLURM_NTASKS too)."""
-    cmd = dp.launch.launch_command(ranks, [script, *map(str, args)], launcher)
+    cmd = dp.runtime.launch.launch_command(ranks, [script, *map(str, args)], launcher)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env=dp.launch.mpi_environment(env), cwd=ROOT)
+                          env=dp.runtime.launch.mpi_environment(env), cwd=ROOT)
 
 
 @pytest.fixture
@@ -53,7 +53,7 @@ def rng():
 def run_counted(sdfg, ranks, **inputs):
     """``dp.run`` under the PMPI byte counter: checks that every rank received exactly the bytes the
     report predicts (``report(sdfg).bytes_per_rank()``), and returns the outputs."""
-    from dace_partition.mpi_count import count_run
+    from dace_partition.runtime.mpi_count import count_run
     res = count_run(sdfg, ranks, **inputs)
     expected = dp.report(sdfg).bytes_per_rank()
     assert expected is not None, "the report should know every size before run time"

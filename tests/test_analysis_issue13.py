@@ -6,7 +6,7 @@ import pytest
 import sympy
 
 import dace_partition as dp
-from dace_partition.transformations.rank_tiling import tile_bounds
+from dace_partition.analysis.rank_tiling import tile_bounds
 
 N, M = dace.symbol("N"), dace.symbol("M")
 

@@ -114,7 +114,7 @@ def test_no_solver_for_strided_access():
 def test_bad_input_shape_on_rank0_ends_all_ranks():
     """A wrong shape given on rank 0 inside an mpiexec-launched script: every rank ends, with the message."""
     sdfg = lowered(P.add5, ((0, (4, )), ))
-    folder = dp.launch.build(sdfg)
+    folder = dp.runtime.launch.build(sdfg)
     t = time.time()
     res = mpi_script(os.path.join(os.path.dirname(__file__), "mpi_scripts", "bad_shape.py"), 4, folder, timeout=120)
     assert res.returncode != 0
@@ -131,7 +131,7 @@ def test_run_rejects_bad_shape_before_launch():
 def test_runtime_grid_check_aborts_every_rank():
     """The compiled program itself refuses a job smaller than its grid (e.g. srun -n 2 for a 4-rank grid)."""
     sdfg = lowered(P.add5, ((0, (4, )), ))
-    folder = dp.launch.build(sdfg)
+    folder = dp.runtime.launch.build(sdfg)
     t = time.time()
     res = mpi_script(os.path.join(os.path.dirname(__file__), "mpi_scripts", "load_and_call.py"), 2, folder,
                      timeout=120)

@@ -107,7 +107,8 @@ def test_entry_point_solvers_are_loaded(monkeypatch):
     monkeypatch.setattr(registry.metadata, "entry_points", lambda group=None: [ep] if group else {})
     names = [s.name for s in registry.resolve_solvers(None)]
     # built-ins first (specific before general), plug-ins after them
-    assert names[:4] == ["grid_mapped", "allreduce", "synthesized", "blocks"] and names[-1] == "tracing_blocks"
+    assert names[:6] == ["grid_mapped", "hierarchical", "allreduce", "synthesized", "halo", "blocks"]
+    assert names[-1] == "tracing_blocks"
 
 
 def test_report_names_refusals():

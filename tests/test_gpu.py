@@ -16,8 +16,8 @@ import dace
 from dace import dtypes, nodes
 
 import dace_partition as dp
-from dace_partition import cuda_build
-from dace_partition.distributed_memlet import DistributedMemlet
+from dace_partition.runtime import cuda_build
+from dace_partition.solvers.node import DistributedMemlet
 
 import programs
 import programs_gpu
@@ -59,7 +59,7 @@ def lowered_gpu(name):
 def built(name):
     """Generates and compiles (DaCe's full CMake build with nvcc) the GPU-lowered program once."""
     sdfg = lowered_gpu(name)
-    return sdfg, dp.launch.build(sdfg)
+    return sdfg, dp.runtime.launch.build(sdfg)
 
 
 def _sources(folder, sub, ext):
@@ -87,7 +87,7 @@ def test_lowered_structure(name):
                 if isinstance(n, nodes.LibraryNode) and not isinstance(n, DistributedMemlet)]
     assert cuda_build.uses_gpu(sdfg)
     assert any("runs on the GPU" in note for k in dp.report(sdfg).kernels for note in k.notes)
-    assert dp.launch.ranks_needed(sdfg) == {"bcast_add": 4, "sum_rows": 4, "matmul_2x2x2": 8}[name]
+    assert dp.runtime.launch.ranks_needed(sdfg) == {"bcast_add": 4, "sum_rows": 4, "matmul_2x2x2": 8}[name]
 
 
 def test_cpu_lowering_uses_no_gpu():
@@ -157,7 +157,7 @@ def test_cuda_build(name):
     cpp = _sources(folder, "cpu", "cpp")
     assert "__global__" in cuda, "no CUDA kernel was generated"
     assert "cudaMemcpy" in cpp, "no host <-> GPU copies around the kernels"
-    partitioned = dp.launch.ranks_needed(sdfg) > 1  # matmul (1,1,1): rank 0's GPU, no communication
+    partitioned = dp.runtime.launch.ranks_needed(sdfg) > 1  # matmul (1,1,1): rank 0's GPU, no communication
     if partitioned:
         assert "dace_partition::scatter" in cpp and "dace_partition::gather" in cpp
     assert "dace_partition_cuda::select_device" in cpp + cuda

@@ -21,7 +21,7 @@ import pytest
 import dace_partition as dp
 import programs as P
 from conftest import ROOT, lowered, mpi_script
-from dace_partition.launch import (Launcher, MPIFlavour, _flavour_of, _srun, choose_launcher, launch_command,
+from dace_partition.runtime.launch import (Launcher, MPIFlavour, _flavour_of, _srun, choose_launcher, launch_command,
                                    launcher_kind, library_flavour, mpi_environment)
 
 SLURM_DIR = os.environ.get("DP_SLURM_DIR", "/tmp/dp-slurm")
@@ -144,7 +144,7 @@ def test_mpiexec_options_follow_its_flavour():
     assert ("--oversubscribe" in lc.argv) == (lc.flavour is MPIFlavour.OPEN_MPI)
     cmd = launch_command(3, ["-m", "some.module", "arg"], lc)
     assert cmd[:len(lc.argv) + 2] == list(lc.argv) + ["-n", "3"]
-    assert cmd[-6:] == [dp.launch.WORLD_CHECK, "3", "mpiexec", "-m", "some.module", "arg"]
+    assert cmd[-6:] == [dp.runtime.launch.WORLD_CHECK, "3", "mpiexec", "-m", "some.module", "arg"]
 
 
 def test_mpi_flavour_is_the_one_asked_for():
@@ -174,7 +174,7 @@ def test_world_size_check_catches_singletons(script):
     """A job whose processes are singletons (what a wrong --mpi plugin gives) fails with a clear message:
     here one process started without any launcher, told that 2 ranks were asked for."""
     hello = script("hello.py", HELLO)
-    cmd = [sys.executable, "-m", "mpi4py", dp.launch.WORLD_CHECK, "2", "srun", hello]
+    cmd = [sys.executable, "-m", "mpi4py", dp.runtime.launch.WORLD_CHECK, "2", "srun", hello]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=mpi_environment(), cwd=ROOT)
     assert proc.returncode != 0 and "WORLD" not in proc.stdout
     assert "world size check failed: asked for 2 rank(s) with srun, but MPI_COMM_WORLD has 1" in proc.stderr
@@ -244,7 +244,7 @@ def test_default_launcher_inside_an_allocation_is_srun(script):
     hello = script("hello.py", HELLO)
     step = script("step.py", f"""
 import subprocess, sys
-from dace_partition.launch import choose_launcher, launch_command, mpi_environment
+from dace_partition.runtime.launch import choose_launcher, launch_command, mpi_environment
 print("LAUNCHER", choose_launcher().kind.value, flush=True)
 sys.exit(subprocess.run(launch_command(2, [{hello!r}]), env=mpi_environment()).returncode)
 """)

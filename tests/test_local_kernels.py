@@ -12,7 +12,7 @@ import pytest
 
 import dace_partition as dp
 from conftest import ROOT, mpi_script
-from dace_partition import toolchain
+from dace_partition.runtime import toolchain
 
 
 def test_blas_choice_is_mkl_from_the_wheels_when_installed():

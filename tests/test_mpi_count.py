@@ -1,4 +1,4 @@
-"""The PMPI byte counter (``dace_partition.mpi_count``): first the shim alone, under a real mpiexec with
+"""The PMPI byte counter (``dace_partition.runtime.mpi_count``): first the shim alone, under a real mpiexec with
 mpi4py calls of known sizes (so a wrong model or a missed interposition shows up independently of the
 lowering), then ``count_run`` end to end on a small lowered program."""
 import json
@@ -12,8 +12,8 @@ import pytest
 
 import dace
 import dace_partition as dp
-from dace_partition.launch import RunError, mpi_environment, mpiexec_command
-from dace_partition.mpi_count import Counter, build_counter, count_run, parse_report
+from dace_partition.runtime.launch import RunError, mpi_environment, mpiexec_command
+from dace_partition.runtime.mpi_count import Counter, build_counter, count_run, parse_report
 
 # Each step resets the counters, makes one MPI call through mpi4py and reads the counters before any
 # other counted call; the barrier between steps is not a counted function. All results are gathered

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper  # noqa: E402
 
 import dace_partition as dp  # noqa: E402
 from dace_partition.errors import FrontendError  # noqa: E402
-from dace_partition.launch import _with_bound, bound_values  # noqa: E402
+from dace_partition.runtime.launch import _with_bound, bound_values  # noqa: E402
 
 ort.disable_telemetry_events()
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL

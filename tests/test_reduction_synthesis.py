@@ -144,3 +144,65 @@ def test_three_level_hierarchy_is_fast_enough():
                       I(1, Form.PARALLEL, Collective.ALL_REDUCE, 0), I(2, Form.PARALLEL, Collective.ALL_GATHER, 1),
                       I(2, Form.INSIDE_GROUP, Collective.ALL_GATHER)))
     assert ladder in set(r.programs)
+
+
+def _enumerate(allow=lambda step, ctx, new: True, max_size=5, key=lambda path, ctxs: path):
+    """All valid programs of the [root 2 2] hierarchy under an extra rule ``allow``, counted by ``key``
+    (a brute-force enumerator independent of ``synthesize``'s memoisation)."""
+    from dace_partition.solvers.reduction.semantics import (PreconditionError, apply_groups, final_context,
+                                                            initial_context)
+    from dace_partition.solvers.reduction.synthesis import distinct_steps
+    steps = distinct_steps(SynthesisHierarchy((2, 2)))
+    goal, found = final_context(4), set()
+
+    def rec(ctx, path, ctxs):
+        if ctx == goal:
+            found.add(key(path, ctxs))
+            return
+        if len(path) == max_size:
+            return
+        for i, st in enumerate(steps):
+            try:
+                new = apply_groups(ctx, st.groups, st.instruction.collective, 0, st.instruction)
+            except PreconditionError:
+                continue
+            if allow(st, ctx, new):
+                rec(new, path + (i, ), ctxs + (new, ))
+
+    rec(initial_context(4), (), ())
+    return found, steps
+
+
+def test_no_stated_rule_gives_the_papers_47():
+    """The variants docs/reduction.md lists, recomputed: none of them gives 47, and 47 is reached by
+    restricting the instruction set only in 135 of the 2^15 ways of dropping (groups, collective) pairs
+    below the root level -- arbitrary mixtures, none of them a rule the paper states."""
+    from dace_partition.solvers.reduction.semantics import rows_of
+    base, steps = _enumerate()
+    assert len(base) == OURS_TWO_LEVEL
+    no_master = lambda st, c, n: st.instruction.form is not Form.MASTER
+    no_empty_group = lambda st, c, n: all(any(rows_of(c[d]) for d in g) for g in st.groups if len(g) > 1)
+    strict_bcast = lambda st, c, n: st.instruction.collective is not Collective.BROADCAST or all(
+        c[g[0]] != c[d] for g in st.groups if len(g) > 1 for d in g[1:])
+    variants = {
+        "distinct state trajectories": len(_enumerate(key=lambda p, ctxs: ctxs)[0]),
+        "no Master": len(_enumerate(no_master)[0]),
+        "no Master, trajectories": len(_enumerate(no_master, key=lambda p, ctxs: ctxs)[0]),
+        "no group of empty devices": len(_enumerate(no_empty_group)[0]),
+        "every non-root strictly below the Broadcast root": len(_enumerate(strict_bcast)[0]),
+        "size limit 4": len(_enumerate(max_size=4)[0]),
+        "size limit 6": len(_enumerate(max_size=6)[0]),
+    }
+    assert variants == {"distinct state trajectories": 73, "no Master": 55, "no Master, trajectories": 43,
+                        "no group of empty devices": 93, "every non-root strictly below the Broadcast root": 76,
+                        "size limit 4": 96, "size limit 6": 122}
+    # restrictions of the instruction set that keep every root-level step (one-level count stays 3)
+    masks = [sum(1 << i for i in set(p)) for p in base]
+    root = sum(1 << i for i, st in enumerate(steps) if st.instruction.slice_level == 0)
+    others = [i for i in range(len(steps)) if not root >> i & 1]
+    assert len(steps) == 20 and len(others) == 15
+    hits = 0
+    for sub in range(1 << len(others)):
+        allowed = root | sum(1 << others[j] for j in range(len(others)) if sub >> j & 1)
+        hits += sum(1 for m in masks if not m & ~allowed) == PAPER_TWO_LEVEL
+    assert hits == 135

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import dace_partition as dp
-from dace_partition.launch import mpi_environment, mpiexec_command
-from dace_partition.mpi_count import build_counter
+from dace_partition.runtime.launch import mpi_environment, mpiexec_command
+from dace_partition.runtime.mpi_count import build_counter
 from dace_partition.solvers.synthesis.sdfg_node import Redistribute
 
 import programs as P
@@ -49,7 +49,7 @@ def _inc_folder():
     sdfg.name = "t_runtime_setup_inc"
     (m, ) = [m.name for m in dp.maps(sdfg)]
     dp.lower(sdfg, {m: (4, )})
-    return dp.launch.build(sdfg)
+    return dp.runtime.launch.build(sdfg)
 
 
 def _redistribute_folder():
@@ -82,7 +82,7 @@ def _lowered(program, schedule, name):
     sdfg.name = name
     infos = dp.maps(sdfg)
     dp.lower(sdfg, {infos[k].name if isinstance(k, int) else k: g for k, g in schedule})
-    return dp.launch.build(sdfg)
+    return dp.runtime.launch.build(sdfg)
 
 
 def test_no_setup_calls_after_the_first_call(tmp_path, rng):

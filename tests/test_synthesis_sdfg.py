@@ -56,7 +56,7 @@ def test_node_properties_roundtrip():
 
 
 def test_redistribute_sdfg_mpi():
-    os.environ.update(dace_partition.launch.mpi_environment())
+    os.environ.update(dace_partition.runtime.launch.mpi_environment())
     folders = []
     for k in range(len(run.PROBLEMS)):
         sdfg = build(k)

@@ -11,7 +11,7 @@ pytest.importorskip("onnxscript")
 from torch import nn  # noqa: E402
 
 import dace_partition as dp  # noqa: E402
-from dace_partition.launch import bound_values  # noqa: E402
+from dace_partition.runtime.launch import bound_values  # noqa: E402
 from conftest import run_counted  # noqa: E402
 
 TOL = dict(rtol=1e-4, atol=1e-5)

@@ -57,7 +57,7 @@ class ProgramBuilder:
     """Collects a program's arguments, body lines and results, then makes an SDFG of them.
 
     Arguments are either *inputs* (given at every call) or *bound* (weights: their values are stored with
-    the SDFG by :func:`dace_partition.launch.bind`, so callers pass only the inputs). Both are plain SDFG
+    the SDFG by :func:`dace_partition.runtime.launch.bind`, so callers pass only the inputs). Both are plain SDFG
     arguments, so a schedule can partition weights like any other array.
     """
 
@@ -109,6 +109,6 @@ class ProgramBuilder:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         sdfg = dace.program(getattr(module, self.name)).to_sdfg(simplify=simplify)
-        from ..launch import bind
+        from ..runtime.launch import bind
         bind(sdfg, **self.bound)
         return sdfg

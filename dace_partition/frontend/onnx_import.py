@@ -626,7 +626,7 @@ def _load(model_or_path):
 def from_onnx(model_or_path, name: Optional[str] = None) -> dace.SDFG:
     """Translates an ONNX model (``ModelProto``, file path, serialized bytes or ``torch.onnx.ONNXProgram``)
     with static shapes into an SDFG whose arguments are the graph inputs and the initializers that feed
-    computation (bound to their values with :func:`dace_partition.launch.bind`, so callers pass only the
+    computation (bound to their values with :func:`dace_partition.runtime.launch.bind`, so callers pass only the
     graph inputs). Raises :class:`~dace_partition.errors.FrontendError` for unsupported operators and
     dynamic shapes."""
     model = _load(model_or_path)

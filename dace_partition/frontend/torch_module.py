@@ -52,7 +52,7 @@ def from_torch(module, example_inputs, name: Optional[str] = None) -> dace.SDFG:
 
     The SDFG's inputs keep ``forward``'s argument names; the parameters (and constants the exporter
     folded from them, such as transposed weights) are SDFG arguments bound to their current values with
-    :func:`dace_partition.launch.bind`. Shapes are those of ``example_inputs``. Put the module in
+    :func:`dace_partition.runtime.launch.bind`. Shapes are those of ``example_inputs``. Put the module in
     ``eval()`` mode first if it has dropout or batch-norm layers.
     """
     model = export(module, example_inputs)

@@ -45,6 +45,24 @@ def record_of(sdfg) -> Optional[ProgramRecord]:
     return getattr(sdfg, _ATTR, None)
 
 
+def is_lowered(sdfg) -> bool:
+    return record_of(sdfg) is not None
+
+
+def ranks_needed(sdfg) -> int:
+    """MPI ranks a lowered program needs (its largest grid)."""
+    rec = record_of(sdfg)
+    if rec is None:
+        raise ValueError(f"SDFG '{sdfg.name}' is not a lowered dace-partition program")
+    return rec.ranks_needed
+
+
+def layouts_of(sdfg) -> Dict[str, Layout]:
+    """The layouts of a lowered SDFG or a loaded Program (empty for root-in/root-out)."""
+    rec = getattr(sdfg, "record", None) or record_of(getattr(sdfg, "sdfg", sdfg))
+    return dict(rec.layouts) if rec is not None else {}
+
+
 def save(record: ProgramRecord, folder: str):
     with open(os.path.join(folder, FILE), "w") as f:
         f.write(record.to_json())

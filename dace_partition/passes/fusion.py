@@ -23,7 +23,7 @@ from typing import List, Optional
 from dace.memlet import Memlet
 from dace.sdfg import SDFG
 
-from ..distributed_memlet import DistributedMemlet
+from ..solvers.node import DistributedMemlet
 from ..ir import Move
 from ..schedule import ordered_states
 from .graph import MovePass, destination_buffer, distributed_memlets, drop, rename_data, source_buffer, uses, writes
@@ -33,6 +33,7 @@ class FusionKind(str, Enum):
     NOOP = "noop"  # the consumer reads the producer's local buffer
     MOVE = "move"  # a grid-to-grid move replaces the round trip through rank 0
     REUSE = "reuse"  # an input scattered once for two kernels
+    HOIST = "hoist"  # an input a loop only reads, scattered once before the loop (passes/loops.py)
 
     def __str__(self):
         return self.value
@@ -159,4 +160,7 @@ class FuseRoundTrips(MovePass):
         return [d.fusion for d in decisions]
 
     def apply_pass(self, sdfg: SDFG, pipeline_results) -> List[Fusion]:
-        return self.apply(sdfg, self.decide(sdfg))
+        """Round trips between consecutive kernels first, then across the iterations of loops."""
+        from .loops import FuseLoops
+        done = self.apply(sdfg, self.decide(sdfg))
+        return done + FuseLoops(self.solvers).apply_pass(sdfg, pipeline_results)

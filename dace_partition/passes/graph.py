@@ -6,7 +6,7 @@ from dace import nodes
 from dace.sdfg import SDFG
 from dace.transformation import pass_pipeline as ppl
 
-from ..distributed_memlet import DistributedMemlet
+from ..solvers.node import DistributedMemlet
 from ..errors import UnsupportedPattern
 from ..ir import Move
 from ..schedule import ordered_states
@@ -79,3 +79,14 @@ def writes(sdfg: SDFG, name: str, besides=None) -> bool:
     """Whether some node writes ``name`` (other than the access node ``besides``)."""
     return any(n.data == name and st.in_degree(n) > 0 and n is not besides
                for st in ordered_states(sdfg) for n in st.data_nodes())
+
+
+def trips_of(sdfg: SDFG, state):
+    """How many times ``state`` runs per call of the program (loops around it; see :mod:`.loops`)."""
+    from .loops import trips
+    return trips(sdfg, state)
+
+
+def has_moves(state) -> bool:
+    """Whether a state holds DistributedMemlets (it runs on every rank, never only on rank 0)."""
+    return any(isinstance(n, DistributedMemlet) for n in state.nodes())

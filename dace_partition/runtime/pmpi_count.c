@@ -8,7 +8,7 @@
  * calls the PMPI_* entry point of the real library (MPICH exports MPI_* as weak aliases of PMPI_*).
  *
  * Counting model ("bytes this rank receives from other ranks"): p = communicator size, me = rank in it,
- * size(t) = PMPI_Type_size. See count_* helpers below and dace_partition/mpi_count.py for the full table.
+ * size(t) = PMPI_Type_size. See count_* helpers below and dace_partition/runtime/mpi_count.py for the full table.
  * The large-count MPI-4 variants (MPI_X_c) are counted under the name of MPI_X: mpi4py may pick them, and
  * a count is a count whichever entry point carried it.
  *

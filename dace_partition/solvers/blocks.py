@@ -7,7 +7,7 @@ disjoint writes come back the same way. Writes that may overlap (replicated or h
 write-conflict resolution over several ranks) are gathered packed (``MPI_Gatherv``) and merged on rank 0:
 with the operator for conflicted writes, by a single writer otherwise.
 """
-from typing import List, Optional
+from typing import Optional
 
 from dace.codegen.targets.cpp import sym2cpp
 

@@ -17,7 +17,6 @@ from typing import List, Optional, Sequence, Tuple
 
 import dace
 import sympy
-from dace import data as dt
 from dace import subsets
 from dace.codegen.targets.cpp import sym2cpp
 

@@ -14,13 +14,15 @@ import dace
 import dace.library
 from dace.transformation.transformation import ExpandTransformation
 
-from ..distributed_memlet import DistributedMemlet
-from ..environment import DacePartitionMPI
+from .node import DistributedMemlet
+from ..runtime.environment import DacePartitionMPI
 from ..ir import Move
 from .allreduce import AllreduceSolver
 from .base import Solver
 from .blocks import BlockSolver
 from .grid_mapped import GridMappedSolver
+from .halo import HaloSolver
+from .hierarchical import HierarchicalSolver
 from .synthesized import SynthesizedSolver
 
 ENTRY_POINT_GROUP = "dace_partition.solvers"
@@ -109,6 +111,8 @@ def choose(move: Move, solvers: Sequence[Solver]) -> Tuple[Optional[Solver], Lis
 
 # Specific before general: the first solver that accepts a move implements it.
 register(GridMappedSolver())
+register(HierarchicalSolver())  # P^2 programs when DACE_PARTITION_HIERARCHY is set, else refuses
 register(AllreduceSolver())
 register(SynthesizedSolver())
+register(HaloSolver())  # neighbour-only redistributions (shifted reads, halos), before the general one
 register(BlockSolver())

@@ -82,7 +82,7 @@ def isolation(lowered, redist):
 
 def setup(spec_path):
     import dace_partition as dp
-    from dace_partition.mpi_count import Counter
+    from dace_partition.runtime.mpi_count import Counter
     comm = MPI.COMM_WORLD
     counter = Counter()
     with open(spec_path) as f:
@@ -108,7 +108,7 @@ def setup(spec_path):
             else:
                 args = {k: (np.asarray(v) if isinstance(v, list) else v) for k, v in inputs.items()}
                 # Program.__call__ makes its own mpi4py calls before the compiled one: count only the
-                # compiled call (as dace_partition._count_worker does).
+                # compiled call (as dace_partition.runtime._count_worker does).
                 compiled = prog.compiled
                 snaps = []
 

@@ -2,7 +2,7 @@
 // shim lets DaCe 1.0.2's runtime headers compile against CUB 3 (CUDA 13).
 //
 // Included (1) into every generated file through the DacePartitionCUDA environment, and (2) into every
-// nvcc translation unit *before anything else* with `nvcc -include` (see dace_partition/cuda_build.py),
+// nvcc translation unit *before anything else* with `nvcc -include` (see dace_partition/runtime/cuda_build.py),
 // so the CUB 3 shim is in place before dace/reduction.h and dace/cuda/multidim_gbar.cuh are parsed.
 // No #pragma once: the two sections below have guards of their own.
 

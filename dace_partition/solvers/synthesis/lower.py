@@ -24,7 +24,7 @@ needs no permutation and no relabelling, or else the best one seen.
 from __future__ import annotations
 
 import itertools
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 

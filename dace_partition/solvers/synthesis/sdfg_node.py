@@ -29,7 +29,7 @@ from dace import nodes
 from dace.properties import ListProperty, TypeClassProperty
 from dace.transformation.transformation import ExpandTransformation
 
-from ...environment import DacePartitionMPI
+from ...runtime.environment import DacePartitionMPI
 from .api import synthesize
 from .plan import Plan
 

@@ -29,7 +29,7 @@ import heapq
 import itertools
 from collections import Counter
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 from .types import prime_factors
 

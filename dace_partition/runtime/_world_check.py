@@ -2,7 +2,7 @@
 
     python -m mpi4py .../_world_check.py RANKS LAUNCHER (-m MODULE | SCRIPT) [ARGS...]
 
-It is run by path (not as ``dace_partition._world_check``) so that a rank imports nothing of the package
+It is run by path (not as ``dace_partition.runtime._world_check``) so that a rank imports nothing of the package
 before its target does. When the launcher's process-management interface does not match the MPI library
 (``srun --mpi=none`` for an MPICH build, say), every process starts as an MPI singleton: world size 1,
 rank 0, exit code 0, every "rank" writing rank 0's outputs. This check turns that into a clear error.

@@ -4,7 +4,7 @@ against what the generated code does.
 The measurement is a PMPI interposition library (``runtime/pmpi_count.c``) preloaded into every rank with
 ``LD_PRELOAD``: the DaCe-built library and mpi4py then both call its ``MPI_*`` wrappers, which count and
 forward to ``PMPI_*``. Because mpi4py's own traffic (the input metadata broadcast, gathering the results)
-goes through the same wrappers, the worker (:mod:`dace_partition._count_worker`) resets the counters right
+goes through the same wrappers, the worker (:mod:`dace_partition.runtime._count_worker`) resets the counters right
 before calling the compiled program and reads them right after, before any other MPI call.
 
 The counting model is "bytes this rank receives from other ranks, as the call's arguments describe it"
@@ -37,7 +37,7 @@ from typing import Dict
 
 from .launch import RunError, launch, mpi_environment
 
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime", "pmpi_count.c")
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pmpi_count.c")
 
 
 def _cache_dir() -> str:
@@ -183,7 +183,7 @@ def count_run(sdfg, ranks: int, timeout: float = 300, **inputs) -> dict:
 
     # LD_PRELOAD is set per rank through env(1), not on the launcher: mpiexec (or srun) itself then
     # does not load MPI, and the setting survives launchers that do not forward the environment.
-    outputs, counts = launch(sdfg, ranks, timeout, inputs, "dace_partition._count_worker",
+    outputs, counts = launch(sdfg, ranks, timeout, inputs, "dace_partition.runtime._count_worker",
                              ["env", f"LD_PRELOAD={shim}"], collect, "count_run()")
     return {"bytes": [c["bytes"] for c in counts], "sent": [c["sent"] for c in counts],
             "calls": [parse_report(c["report"]) for c in counts], "outputs": outputs}

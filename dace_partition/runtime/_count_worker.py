@@ -1,6 +1,6 @@
-"""Entry point of the ranks started by ``dace_partition.mpi_count.count_run``.
+"""Entry point of the ranks started by ``dace_partition.runtime.mpi_count.count_run``.
 
-It runs :mod:`dace_partition._worker` unchanged (so the arguments are prepared exactly as ``Program``
+It runs :mod:`dace_partition.runtime._worker` unchanged (so the arguments are prepared exactly as ``Program``
 prepares them, for ``io="root"`` and ``io="distributed"`` alike, and the outputs are saved the same way),
 with one difference: the loaded program's compiled SDFG is wrapped so that the PMPI counters are reset
 right before the compiled call and read right after it. Everything else the launcher does through

@@ -1,4 +1,4 @@
-"""Program preparation before the lowering plans its kernels (called from ``lowering._split_states``).
+"""Program preparation before the lowering plans its kernels (called from ``partition._split_states``).
 
 - ``scalar_arguments_to_arrays``: scalar arguments read by kernels become one-element arrays, so a
   partitioned kernel receives them like any other block.
@@ -147,50 +147,3 @@ def fission(state: SDFGState, subgraph):
             state.remove_edge(e)
     if was_start:
         state.parent_graph.start_block = state.parent_graph.node_id(new)
-
-
-def loops_to_maps(sdfg: SDFG):
-    """Loops whose body holds maps with extents that depend on the loop variable (triangular loops such
-    as ``for i: L[i, :i + 1] *= 2``) have no schedulable map; where DaCe's ``LoopToMap`` proves the
-    iterations independent, the loop becomes a map over its variable (named ``<loop body>_map``), which
-    can be scheduled. Other loops are left alone, so map names elsewhere do not change. Returns the loop
-    variables that were converted."""
-    if getattr(sdfg, "_dp_loops_checked", False):
-        return []
-    from dace.transformation.interstate import LoopToMap
-    from dace.transformation.passes.pattern_matching import match_patterns
-    done = []
-    for _ in range(100):
-        chosen = None
-        try:
-            for xf in match_patterns(sdfg, [LoopToMap]):
-                info = xf.loop_information()
-                if not info:
-                    continue
-                itervar = info[0]
-                if _has_dependent_map(xf.loop_body(), itervar):
-                    chosen = (xf, itervar)
-                    break
-            if chosen is None:
-                break
-            chosen[0].apply_pattern()
-        except Exception:  # noqa: BLE001 - DaCe's loop analysis failed: keep the loop as it is
-            break
-        done.append(chosen[1])
-    try:
-        sdfg._dp_loops_checked = True
-    except AttributeError:
-        pass
-    return done
-
-
-def _has_dependent_map(blocks, itervar: str) -> bool:
-    for block in blocks:
-        states = [block] if isinstance(block, SDFGState) else list(block.all_states())
-        for st in states:
-            for n in st.nodes():
-                if isinstance(n, nodes.MapEntry):
-                    for b, e, _ in n.map.range:
-                        if itervar in {str(s) for s in dace.symbolic.pystr_to_symbolic(str(e - b)).free_symbols}:
-                            return True
-    return False

@@ -8,7 +8,7 @@ import os
 
 import dace.library
 
-RUNTIME_INCLUDE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime", "include")
+RUNTIME_INCLUDE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
 
 
 @dace.library.environment

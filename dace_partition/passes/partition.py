@@ -1,111 +1,48 @@
-"""``lower(sdfg, schedule)``: turn a single-process SDFG into an SPMD program (thesis Listing 1).
+"""The partition pass: the kernels of a scheduled SDFG become SPMD kernels (thesis Listing 1).
 
-Data flows one way: schedule -> kernels and tiles -> constraints -> solver -> MPI. The program that results
-keeps every global array on rank 0 (inputs are given there, outputs appear there). Each scheduled kernel
-runs on its own process grid (the first ``prod(grid)`` ranks), in a state of its own:
+Data flows one way: kernels and grids -> constraints (:mod:`..analysis`) -> Moves -> solver -> MPI.
+The program that results keeps every global array on rank 0 (inputs are given there, outputs appear
+there). Each scheduled kernel runs on its own process grid (the first ``prod(grid)`` ranks), in a state of
+its own:
 
     scatter state (DistributedMemlets, every rank)
     -> kernel state on rank-local arrays (only the grid's ranks)
     -> gather state (DistributedMemlets, every rank)
 
 Everything not scheduled (and every kernel on a grid of one rank) runs on rank 0 on the global arrays.
+:func:`partition` also runs the passes that follow it (round-trip fusion, rank-local arguments, GPU
+offload) and returns the report built from the solvers' answers for the Moves that remain.
 """
-import copy
-import weakref
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Tuple
 
 import dace
+import numpy as np
 import sympy
 from dace import nodes
 from dace.memlet import Memlet
 from dace.properties import CodeBlock
 from dace.sdfg import SDFG, SDFGState
-from dace.sdfg.graph import SubgraphView
-from dace.transformation.helpers import state_fission
 
-from .constraints import Access, KernelPlan, plan_map_kernel, plan_nested_kernel, same_subset
-from .distributed_memlet import DistributedMemlet
-from .environment import ENVIRONMENT
-from .errors import ScheduleError, UnsupportedPattern
-from .ir import ROOT, Distribution, IoMode, Move, MoveKind, ProgramRecord, ReduceOp, attach, record_of
-from .passes import FuseRoundTrips, FusionKind, LocalizeArguments
-from .passes.graph import distributed_memlets
-from .report import CommEntry, KernelReport, LoweringReport, Traffic, entry
-from .schedule import Kernel, discover, expand_all, ordered_states, resolve
-from .solvers.base import block_shape
-from .solvers.registry import choose, get, resolve_solvers
-from .transformations.rank_tiling import RankTileMap
+from ..analysis.constraints import Access, KernelPlan, plan_map_kernel, plan_nested_kernel, same_subset
+from ..solvers.node import DistributedMemlet
+from ..runtime.environment import ENVIRONMENT
+from ..errors import UnsupportedPattern
+from ..ir import ROOT, Distribution, IoMode, Move, MoveKind, ProgramRecord, ReduceOp, attach
+from . import FuseRoundTrips, FusionKind, LocalizeArguments
+from .graph import distributed_memlets, has_moves, trips_of
+from ..report import KernelReport, LoweringReport, entry
+from ..schedule import Kernel, discover, expand_all, ordered_states
+from ..solvers.base import block_shape
+from ..solvers.registry import choose, get
+from ..analysis.rank_tiling import RankTileMap
 
 RANK = "__dp_rank"
-_REPORTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def report(sdfg: SDFG) -> LoweringReport:
-    """The report of the last ``lower`` call on this SDFG."""
-    try:
-        return _REPORTS[sdfg]
-    except KeyError:
-        raise ValueError(f"SDFG '{sdfg.name}' has not been lowered in this process") from None
-
-
-def ranks_needed(sdfg: SDFG) -> int:
-    """MPI ranks a lowered program needs (its largest grid); recorded in its :class:`ProgramRecord`."""
-    rec = record_of(sdfg)
-    if rec is None:
-        raise ValueError(f"SDFG '{sdfg.name}' is not a lowered dace-partition program")
-    return rec.ranks_needed
-
-
-def is_lowered(sdfg: SDFG) -> bool:
-    return record_of(sdfg) is not None
-
-
-def lower(sdfg: SDFG, schedule, *, solvers=None, fuse: bool = True, device: str = "cpu", io: str = "root",
-          threads: Optional[int] = 1, verbose: bool = False) -> SDFG:
-    """Transforms ``sdfg`` in place into an SPMD program and returns it.
-
-    ``schedule`` maps maps (names from :func:`maps`, ``MapInfo``, ``Map`` or ``MapEntry`` objects) to
-    process-grid shapes, one integer per map parameter. ``device="gpu"`` runs the rank-local kernels on
-    CUDA GPUs. ``solvers`` is an ordered list of solver names or objects to try for each memlet
-    (default: grid_mapped, blocks, then registered plug-ins). ``fuse`` removes round trips of
-    intermediates through rank 0 where both kernels hold the same blocks (thesis 4.5). Every error is
-    raised before the SDFG changes.
-
-    ``io="root"`` (default): the program takes and returns whole arrays on rank 0. ``io="distributed"``:
-    every rank passes and gets back only its tiles of the arguments the partitioned kernels touch
-    (see :func:`dace_partition.layout`), and nothing passes through rank 0.
-
-    ``threads=1`` (default, one rank per core): every rank runs its kernels in one thread, so maps are
-    sequential loops and write conflicts (reductions) are plain updates instead of atomics.
-    ``threads=None`` keeps DaCe's OpenMP maps for hybrid MPI + OpenMP runs (``OMP_NUM_THREADS`` threads
-    per rank). Matrix products run on BLAS either way (see :mod:`dace_partition.toolchain`).
-    """
-    if is_lowered(sdfg):
-        raise ScheduleError(f"SDFG '{sdfg.name}' has already been lowered")
-    if device not in ("cpu", "gpu"):
-        raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
-    if io not in ("root", "distributed"):
-        raise ValueError(f"io must be 'root' or 'distributed', got {io!r}")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
-    grids = resolve(discover(sdfg), schedule)
-    order = resolve_solvers(solvers)
-    work = copy.deepcopy(sdfg)  # lowered on a copy: every error surfaces before the SDFG changes
-    rep = _lower(work, grids, order, device, fuse, IoMode(io))
-    _adopt(sdfg, work)
-    if device == "cpu":
-        from .toolchain import blas
-        rep.blas = str(blas())
-        if threads == 1:
-            _single_threaded(sdfg)
-    _REPORTS[sdfg] = rep
-    if verbose:
-        print(rep)
-    return sdfg
-
-
-def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str = "cpu",
-           fuse: bool = True, io: IoMode = IoMode.ROOT) -> LoweringReport:
+def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str = "cpu",
+              fuse: bool = True, io: IoMode = IoMode.ROOT) -> LoweringReport:
+    """Lowers ``sdfg`` in place for ``grids`` ({map name: grid}, already checked) with the solvers in
+    ``solvers`` order; raises before the first rewrite where it can, so callers lower a copy."""
     _split_states(sdfg)
     kernels = discover(sdfg)
     expanded = _expand_uneven_library_nodes(sdfg, kernels, grids)
@@ -138,12 +75,15 @@ def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str =
         plans.append((plan, kr))
 
     _scalars_to_arrays(sdfg, {a.array for plan, _ in plans for a in plan.accesses})
-    chosen: Dict[Tuple[int, str, MoveKind], Tuple[Move, str]] = {}
+    chosen: Dict[Tuple[int, str, MoveKind, str], Tuple[Move, str]] = {}
     refusals: Dict[Tuple[int, str, MoveKind], list] = {}
     for plan, kr in plans:
-        read = {a.array for a in plan.accesses if a.direction == "in"}
+        read = {a.array for a in plan.accesses if a.direction == "in" and not a.prior}
+        fills = [id(a) for a in _scatters(plan, _local_buffers(plan))]
         for a in plan.accesses:
             for move in _moves(sdfg, plan, a):
+                if move.kind == MoveKind.SCATTER and id(a) not in fills:
+                    continue  # a read fills the same buffer
                 if a.accumulates and a.array in read and move.grid_side.may_overlap():
                     raise UnsupportedPattern(a.array, a.subset, "the array is read and accumulated (write-conflict "
                                              "resolution) by the same kernel, and several ranks hold each element")
@@ -151,9 +91,9 @@ def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str =
                 if solver is None:
                     raise UnsupportedPattern(a.array, a.subset, "no solver implements it: " +
                                              "; ".join(f"{n}: {why}" for n, why in refused))
-                key = (plan.kernel.index, a.array, move.kind)
-                chosen[key] = (move, solver.name)
-                refusals[key] = [(n, why) for n, why in refused if move.kind in get(n).kinds]
+                chosen[(plan.kernel.index, a.array, move.kind, _role(a))] = (move, solver.name)
+                refusals.setdefault((plan.kernel.index, a.array, move.kind),
+                                    [(n, why) for n, why in refused if move.kind in get(n).kinds])
 
     init_state = _add_runtime_state(sdfg, [p for p, _ in plans])
     comm_states = {init_state}
@@ -180,7 +120,7 @@ def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str =
         layouts = {}
     root_states = []
     for st in ordered_states(sdfg):
-        if st in comm_states or st in guarded or st.number_of_nodes() == 0:
+        if st in comm_states or st in guarded or st.number_of_nodes() == 0 or has_moves(st):
             continue
         root_states.append(st)
         comm_states |= set(_guard(sdfg, st, f"{RANK} == 0"))
@@ -197,18 +137,75 @@ def _lower(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str =
     return rep
 
 
+def _role(a: Access) -> str:
+    """Which rank-local buffer of its array an access fills or empties: the reads' ("in") or the
+    write's ("out"; prior values of a write go there too)."""
+    return "out" if a.direction == "out" or a.prior else "in"
+
+
+def _local_buffers(plan: KernelPlan) -> Dict[Tuple[str, str], Tuple[str, object]]:
+    """(array, role) -> (rank-local buffer name, its subset in grid coordinates).
+
+    The analysis gives at most one read and one write per array (all reads of an array merged into their
+    bounding box: block plus halo). A read and a write of the same block share one buffer; a write of
+    another block (the interior ``A[1:N-1]`` of an array read whole) gets a buffer of its own: the kernel
+    reads the values from before it, as a map's semantics say, and the gather sends exactly the written
+    block."""
+    k = plan.kernel.index
+    out = {}
+    for array in dict.fromkeys(a.array for a in plan.accesses):
+        reads = [a for a in plan.accesses if a.array == array and _role(a) == "in"]
+        writes = [a for a in plan.accesses if a.array == array and a.direction == "out"]
+        priors = [a for a in plan.accesses if a.array == array and a.prior]
+        for what, accs in (("reads", reads), ("writes", writes), ("prior values", priors)):
+            if len(accs) > 1 and not all(same_subset(accs[0].subset, b.subset) for b in accs[1:]):
+                raise UnsupportedPattern(array, "] and [".join(str(a.subset) for a in accs),
+                                         f"kernel '{plan.kernel.label}' has {what} of several blocks per rank, but "
+                                         "each array gets one rank-local buffer per role")
+        read = reads[0] if reads else None
+        write = writes[0] if writes else (priors[0] if priors else None)
+        shared = read is not None and write is not None and same_subset(read.subset, write.subset)
+        base = f"__dp{k}_{array}"
+        if read is not None:
+            out[(array, "in")] = (base if shared or write is None else base + "_in", read.subset)
+        if write is not None:
+            out[(array, "out")] = (base if shared or read is None else base + "_out", write.subset)
+    return out
+
+
+def _scatters(plan: KernelPlan, buffers) -> List[Access]:
+    """The accesses that fill a rank-local buffer, one per buffer and role: a read, an accumulated write
+    (its prior value), or the prior values of a dynamic write, unless a read fills the same buffer."""
+    out = []
+    for a in plan.accesses:
+        if not (a.direction == "in" or a.accumulates):
+            continue
+        if a.prior and buffers.get((a.array, "in"), (None, ))[0] == buffers[(a.array, "out")][0]:
+            continue
+        if any(b.array == a.array and _role(b) == _role(a) and b.direction == a.direction for b in out):
+            continue
+        out.append(a)
+    return out
+
+
 def _moves(sdfg: SDFG, plan: KernelPlan, a: Access) -> List[Move]:
     """The scatter and/or gather of one access of a kernel: rank 0 <-> the kernel's grid."""
     desc = sdfg.arrays[a.array]
     k = plan.kernel.index
     op = ReduceOp.of(a.op)
     out = []
-    shape, size = tuple(desc.shape), desc.dtype.bytes
+    # Symbols that ``sdfg.specialize`` fixed count as their values, so the blocks (and the report's bytes)
+    # are known before run time.
+    fixed = {dace.symbolic.symbol(n): v for n, v in sdfg.constants.items() if isinstance(v, (int, np.integer))}
+    subset = dace.subsets.Range([tuple(sympy.sympify(x).subs(fixed) for x in r) for r in a.subset]) if fixed \
+        else a.subset
+    shape = tuple(sympy.sympify(x).subs(fixed) if fixed else x for x in desc.shape)
+    size = desc.dtype.bytes
     if a.direction == "in" or a.accumulates:
-        dist = Distribution.on_grid(a.subset, plan.grid, plan.coords, k)
+        dist = Distribution.on_grid(subset, plan.grid, plan.coords, k)
         out.append(Move(a.array, ROOT, dist, shape, size, op if a.accumulates else None, a.accumulates))
     if a.direction == "out":
-        dist = Distribution.on_grid(a.subset, plan.grid, plan.coords, k, pending=op)
+        dist = Distribution.on_grid(subset, plan.grid, plan.coords, k, pending=op)
         out.append(Move(a.array, dist, ROOT, shape, size, op, a.accumulates))
     return out
 
@@ -229,36 +226,16 @@ def _note_fusion(f, by_kernel):
 
 def _report_moves(sdfg: SDFG, rep: LoweringReport, by_kernel, refusals):
     """The report's communication, once, from the solvers' answers for the Moves that remain."""
-    for _, dm in distributed_memlets(sdfg):
+    for st, dm in distributed_memlets(sdfg):
         move = dm.move()
-        e, t = entry(move, get(dm.implementation), refusals.get((dm.grid_id, move.array, move.kind), ()))
+        e, t = entry(move, get(dm.implementation), refusals.get((dm.grid_id, move.array, move.kind), ()), trips_of(sdfg, st))
         rep.traffic.append(t)
         kr = by_kernel.get(dm.grid_id)
         if kr is not None:
             kr.comm.append(e)
 
 
-def _adopt(target: SDFG, source: SDFG):
-    """Makes ``target`` the lowered ``source`` in place (the caller's SDFG object stays valid): every
-    back-reference to ``source`` is pointed at ``target``."""
-    target.__dict__.clear()
-    target.__dict__.update(source.__dict__)
-    for blk in target.all_control_flow_blocks():
-        if getattr(blk, "_sdfg", None) is source:
-            blk._sdfg = target
-        if getattr(blk, "_parent_graph", None) is source:
-            blk._parent_graph = target
-    for n, parent in target.all_nodes_recursive():
-        if isinstance(n, nodes.NestedSDFG) and n.sdfg.parent_sdfg is source:
-            n.sdfg.parent_sdfg = target
-    for sub in target.all_sdfgs_recursive():
-        for blk in sub.all_control_flow_regions():
-            if getattr(blk, "_parent_graph", None) is source:
-                blk._parent_graph = target
-    target.reset_cfg_list()
-
-
-def _single_threaded(sdfg: SDFG):
+def single_threaded(sdfg: SDFG):
     """One thread per rank: library nodes other than BLAS calls are expanded (their maps included), and
     every CPU map becomes a sequential loop, so DaCe emits no OpenMP and no atomic updates."""
     from dace.libraries.blas import nodes as blas_nodes
@@ -344,8 +321,8 @@ def _work_nodes(state: SDFGState):
 
 def _split_states(sdfg: SDFG):
     """One work node (kernel or tasklet) per state, so each state can run on its own set of ranks
-    (see :mod:`dace_partition.transformations.prepare`, which also turns scalar arguments into arrays)."""
-    from .transformations.prepare import split_states
+    (see :mod:`dace_partition.passes.prepare`, which also turns scalar arguments into arrays)."""
+    from .prepare import split_states
     split_states(sdfg)
 
 
@@ -403,41 +380,34 @@ def _apply_plan(sdfg: SDFG, plan: KernelPlan, chosen):
     elif k.kind == "nested":
         _tile_body(plan)
 
+    buffers = _local_buffers(plan)
     locals_: Dict[Tuple[str, str], str] = {}
-    by_array: Dict[str, List[Access]] = {}
-    for a in plan.accesses:
-        by_array.setdefault(a.array, []).append(a)
-    for array, accs in by_array.items():
-        ins = [a for a in accs if a.direction == "in"]
-        outs = [a for a in accs if a.direction == "out"]
-        shared = ins and outs and same_subset(ins[0].subset, outs[0].subset)
-        for a in accs:
-            suffix = "" if shared or len(accs) == 1 else f"_{a.direction}"
-            name = f"__dp{k.index}_{array}{suffix}"
-            if name not in sdfg.arrays:
-                desc = sdfg.arrays[array]
-                shape = block_shape(a.subset, plan.grid, plan.coords)
-                sdfg.add_array(name, shape, desc.dtype, storage=desc.storage, transient=True)
-            locals_[(array, a.direction)] = name
+    for (array, role), (name, subset) in buffers.items():
+        if name not in sdfg.arrays:
+            desc = sdfg.arrays[array]
+            sdfg.add_array(name, block_shape(subset, plan.grid, plan.coords), desc.dtype, storage=desc.storage,
+                           transient=True)
+        locals_[(array, role)] = name
 
     pre = state.parent_graph.add_state_before(state, f"{state.label}_scatter",
                                               is_start_block=state.parent_graph.start_block is state)
     post = state.parent_graph.add_state_after(state, f"{state.label}_gather")
+    for a in _scatters(plan, buffers):
+        local = locals_[(a.array, _role(a))]
+        move, solver = chosen[(k.index, a.array, MoveKind.SCATTER, _role(a))]
+        dm = DistributedMemlet(f"scatter_{a.array}" + ("" if _role(a) == "in" else "_out"), move)
+        dm.implementation = solver
+        pre.add_edge(pre.add_read(a.array), None, dm, "_in", Memlet.from_array(a.array, sdfg.arrays[a.array]))
+        pre.add_edge(dm, "_out", pre.add_write(local), None, Memlet.from_array(local, sdfg.arrays[local]))
     for a in plan.accesses:
-        local = locals_[(a.array, a.direction)]
-        if a.direction == "in" or a.accumulates:
-            move, solver = chosen[(k.index, a.array, MoveKind.SCATTER)]
-            dm = DistributedMemlet(f"scatter_{a.array}", move)
-            dm.implementation = solver
-            pre.add_edge(pre.add_read(a.array), None, dm, "_in", Memlet.from_array(a.array, sdfg.arrays[a.array]))
-            pre.add_edge(dm, "_out", pre.add_write(local), None, Memlet.from_array(local, sdfg.arrays[local]))
         if a.direction == "out":
-            move, solver = chosen[(k.index, a.array, MoveKind.GATHER)]
+            local = locals_[(a.array, "out")]
+            move, solver = chosen[(k.index, a.array, MoveKind.GATHER, "out")]
             dm = DistributedMemlet(f"gather_{a.array}", move)
             dm.implementation = solver
             post.add_edge(post.add_read(local), None, dm, "_in", Memlet.from_array(local, sdfg.arrays[local]))
             post.add_edge(dm, "_out", post.add_write(a.array), None, Memlet.from_array(a.array, sdfg.arrays[a.array]))
-    _rewire(sdfg, plan, locals_)
+    _rewire(sdfg, plan, locals_, buffers)
     local_names = set(locals_.values())
     for n in state.data_nodes():
         if state.entry_node(n) is None and n.data not in local_names and state.degree(n) > 0:
@@ -446,11 +416,14 @@ def _apply_plan(sdfg: SDFG, plan: KernelPlan, chosen):
     return pre, post
 
 
-def _rewire(sdfg: SDFG, plan: KernelPlan, locals_):
-    """Points the kernel at its rank-local arrays (map kernels: memlets offset into the local block)."""
+def _rewire(sdfg: SDFG, plan: KernelPlan, locals_, buffers):
+    """Points the kernel at its rank-local arrays (map kernels: memlets offset into the local block).
+
+    Every read of an array, through whichever connector, is re-based onto the same buffer (the origin of
+    the reads' bounding box), so a stencil runs unchanged on block plus halo."""
     k = plan.kernel
     state = k.state
-    subsets_ = {(a.array, a.direction): a.subset for a in plan.accesses}
+    subsets_ = {key: subset for key, (_, subset) in buffers.items()}
     if k.kind == "map":
         entry, exit_ = k.node, state.exit_node(k.node)
         outer = [(e, "in") for e in state.in_edges(entry)] + [(e, "out") for e in state.out_edges(exit_)]

@@ -8,7 +8,6 @@ and only the memlets into rank-local arrays need an offset (done by the lowering
 from typing import List, Optional, Sequence
 
 import dace
-import sympy
 from dace import nodes, subsets
 from dace.properties import ListProperty, make_properties
 from dace.sdfg import utils as sdutil

@@ -25,8 +25,8 @@ import numpy as np
 import dace
 from dace.sdfg import SDFG
 
-from .errors import ScheduleError
-from .lowering import is_lowered, ranks_needed
+from ..errors import ScheduleError
+from ..ir import is_lowered, ranks_needed
 
 
 class RunError(RuntimeError):
@@ -279,7 +279,7 @@ def build(sdfg: SDFG) -> str:
     """Builds the lowered program once (rebuilt only when the SDFG changes) and returns its build folder."""
     if not is_lowered(sdfg):
         raise ScheduleError(f"SDFG '{sdfg.name}' has not been lowered: call dace_partition.lower first")
-    from .ir import record_of
+    from ..ir import record_of
     digest = hashlib.sha1((str(sdfg.to_json()) + record_of(sdfg).to_json()).encode()).hexdigest()
     cached = getattr(sdfg, "_dp_build", None)
     if cached and cached[0] == digest and glob.glob(os.path.join(cached[1], "build", "lib*")):
@@ -300,8 +300,8 @@ def build(sdfg: SDFG) -> str:
 
 
 def _save_bound(sdfg: SDFG, folder: str) -> str:
-    from .ir import record_of
-    from .ir.record import save
+    from ..ir import record_of
+    from ..ir.record import save
     save(record_of(sdfg), folder)  # ranks needed, io mode, layouts: beside the build, for load()
     bound = bound_values(sdfg)
     path = os.path.join(folder, _BOUND_FILE)
@@ -552,7 +552,7 @@ def load(build_folder: str, comm=None) -> Program:
     if os.path.exists(path):
         with np.load(path, allow_pickle=False) as f:
             bound = {k: f[k].copy() for k in f.files}
-    from .ir.record import read
+    from ..ir.record import read
     record = read(build_folder)
     if record is None:
         raise ValueError(f"'{build_folder}' holds no dace-partition program (no {'dace_partition.json'}): build it "
@@ -562,7 +562,7 @@ def load(build_folder: str, comm=None) -> Program:
 
 def written_arguments(sdfg: SDFG):
     """Non-transient arrays the program writes (its results when it returns nothing)."""
-    from .schedule import ordered_states
+    from ..schedule import ordered_states
     names = []
     for st in ordered_states(sdfg):
         for n in st.data_nodes():
@@ -575,8 +575,8 @@ def written_arguments(sdfg: SDFG):
 def _check_run_inputs(sdfg: SDFG, inputs):
     """``run`` takes whole arrays; for io="distributed" programs, those with a layout are checked
     against its global shape (the worker cuts them into tiles)."""
-    from .distributed_io import layouts
-    lays = layouts(sdfg)
+    from ..ir import layouts_of
+    lays = layouts_of(sdfg)
     syms = _syms(inputs)
     local = dict(inputs)
     for name, lay in lays.items():
@@ -602,7 +602,7 @@ def run(sdfg: SDFG, ranks: int, timeout: float = 300, launcher=None, **inputs):
     return launch(sdfg, ranks, timeout, inputs, launcher=launcher)[0]
 
 
-def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = "dace_partition._worker", prefix=(),
+def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = "dace_partition.runtime._worker", prefix=(),
            collect=None, caller: str = "run()", launcher=None):
     """Checks, builds and runs ``sdfg`` on ``ranks`` ranks with the entry module ``worker`` (behind the
     command ``prefix``, e.g. ``env LD_PRELOAD=...``); returns rank 0's outputs and ``collect(tmp)``."""

@@ -17,9 +17,9 @@ from dace.frontend.operations import detect_reduction_type
 from dace.sdfg import SDFG, SDFGState
 from dace.sdfg.propagation import propagate_subset
 
-from .errors import ScheduleError, UnsupportedPattern
-from .schedule import Kernel, MapInfo, grid_size, ordered_states
-from .transformations.rank_tiling import tile_range
+from ..errors import ScheduleError, UnsupportedPattern
+from ..schedule import Kernel, MapInfo, grid_size, ordered_states
+from .rank_tiling import tile_range
 
 _OPS = {
     dtypes.ReductionType.Sum: "sum",
@@ -37,6 +37,9 @@ class Access:
     subset: subsets.Range
     op: Optional[str] = None  # write-conflict resolution of a write: sum, prod, min, max
     accumulates: bool = False  # a write with WCR whose prior value must be kept (counted once)
+    # An "in" that only fills the output's buffer with the prior values of elements the kernel may not
+    # overwrite (dynamic writes, replicated copies): it belongs to the write, not to the kernel's reads.
+    prior: bool = False
 
     def __str__(self):
         op = f" ({self.op})" if self.op else ""
@@ -84,41 +87,126 @@ def wcr_op(memlet, array) -> Optional[str]:
     return _OPS[red]
 
 
-def map_accesses(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, rng: subsets.Range) -> List[Access]:
-    """Outer accesses of a map if it ran over ``rng`` (its tile), without modifying the SDFG."""
+def map_accesses(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, rng: subsets.Range,
+                 positions: Optional[Dict[str, int]] = None) -> List[Access]:
+    """Outer accesses of a map if it ran over ``rng`` (its tile), without modifying the SDFG.
+
+    All reads of one array are propagated together, whatever connector they come through (several
+    access nodes of the array after MapFusion, ``A[i-1]``, ``A[i]``, ``A[i+1]``): the result is one read
+    per array, the bounding box of the tile's reads (its block plus halo), so the kernel gets one scatter
+    and one local buffer per array. Writes are merged the same way. ``positions`` ({coordinate symbol:
+    grid size}) lets the bounding box compare bounds at every grid position (see :func:`bounding_box`).
+    """
     out: List[Access] = []
     exit_ = state.exit_node(entry)
     params = entry.map.params
+    reads: Dict[str, list] = {}
     for e in state.in_edges(entry):
         if e.data.data is None or e.dst_conn is None or not e.dst_conn.startswith("IN_"):
             continue
         inner = [ie.data for ie in state.out_edges_by_connector(entry, "OUT_" + e.dst_conn[3:]) if ie.data.data]
-        if not inner:
-            continue
-        arr = e.data.data
-        m = _propagate(inner, sdfg, arr, params, rng, entry)
-        out.append(Access(arr, "in", _range(m.subset, arr)))
+        if inner:
+            reads.setdefault(e.data.data, []).extend(inner)
+    for arr, inner in reads.items():
+        out.append(Access(arr, "in", _propagate_union(inner, sdfg, arr, params, rng, entry, positions)))
+    writes: Dict[str, list] = {}
+    dynamic = set()
     for e in state.out_edges(exit_):
         if e.data.data is None or e.src_conn is None or not e.src_conn.startswith("OUT_"):
             continue
         inner_edges = [ie for ie in state.in_edges_by_connector(exit_, "IN_" + e.src_conn[4:]) if ie.data.data]
         if not inner_edges:
             continue
+        writes.setdefault(e.data.data, []).extend(inner_edges)
+        if e.data.dynamic or any(ie.data.dynamic for ie in inner_edges):
+            dynamic.add(e.data.data)
+    for arr, inner_edges in writes.items():
         inner = [ie.data for ie in inner_edges]
-        arr = e.data.data
-        m = _propagate(inner, sdfg, arr, params, rng, entry)
+        subset = _propagate_union(inner, sdfg, arr, params, rng, entry, positions)
         ops = {wcr_op(i, arr) for i in inner} | {_nested_write_op(state, ie, arr) for ie in inner_edges}
         ops = ops - {None} or {None}
         if len(ops) > 1:
-            raise UnsupportedPattern(arr, m.subset, f"written with different conflict resolutions {ops}")
+            raise UnsupportedPattern(arr, subset, f"written with different conflict resolutions {ops}")
         op = ops.pop()
-        subset = _range(m.subset, arr)
         out.append(Access(arr, "out", subset, op, accumulates=op is not None))
-        if op is None and (e.data.dynamic or any(i.dynamic for i in inner)):
+        if op is None and arr in dynamic:
             # A write that may skip elements: they must keep their prior values.
             if not any(a.array == arr and a.direction == "in" and same_subset(a.subset, subset) for a in out):
-                out.append(Access(arr, "in", subset))
+                out.append(Access(arr, "in", subset, prior=True))
     return out
+
+
+def _propagate_union(inner, sdfg: SDFG, arr: str, params, rng, entry, positions) -> subsets.Range:
+    """The tile's accesses through ``inner`` (memlets of one array), as their bounding box.
+
+    Each distinct memlet is propagated on its own and the union is taken here: DaCe's own union assumes
+    symbols are large and positive, and keeps ``int_ceil(r*9, 2)`` over ``10`` as the upper bound of
+    ``A[i]`` and ``A[10]``, which drops the halo of a grid coordinate ``r`` that is small."""
+    distinct = list({str(m.subset): m for m in inner}.values())
+    if len(distinct) == 1:
+        return _range(_propagate(distinct, sdfg, arr, params, rng, entry).subset, arr)
+    ranges = [_range(_propagate([m], sdfg, arr, params, rng, entry).subset, arr) for m in distinct]
+    return bounding_box(ranges, positions)
+
+
+def bounding_box(ranges: Sequence[subsets.Range], positions: Optional[Dict[str, int]] = None) -> subsets.Range:
+    """Per dimension, the smallest begin and the largest end of ``ranges`` (unit steps).
+
+    A bound is dropped only where another one provably passes it: their difference is a number, or it
+    holds at every grid position (``positions``: {coordinate symbol: grid size}) when the coordinates are
+    its only symbols. Bounds left undecided stay as ``Min``/``Max``, evaluated per rank like any block."""
+    if len({r.dims() for r in ranges}) != 1:
+        raise ValueError(f"ranges of different dimensions: {ranges}")
+    out = []
+    for d in range(ranges[0].dims()):
+        begin = _extreme([sympy.sympify(r[d][0]) for r in ranges], -1, positions or {})
+        end = _extreme([sympy.sympify(r[d][1]) for r in ranges], 1, positions or {})
+        out.append((begin, end, 1))
+    return subsets.Range(out)
+
+
+def _extreme(values, sign: int, positions: Dict[str, int]):
+    """The least (sign -1) or greatest (sign 1) of symbolic integers, as far as it can be proven."""
+    keep: list = []
+    for v in values:
+        passed = False
+        for k in list(keep):
+            rel = _compare(v, k, positions)  # -1: v <= k everywhere, 1: v >= k, 0: equal, None: unknown
+            if rel is None:
+                continue
+            if rel == 0 or rel == -sign:
+                passed = True  # k is at least as extreme as v
+                break
+            keep.remove(k)
+        if not passed:
+            keep.append(v)
+    if len(keep) == 1:
+        return keep[0]
+    return sympy.Min(*keep) if sign < 0 else sympy.Max(*keep)
+
+
+def _compare(a, b, positions: Dict[str, int]) -> Optional[int]:
+    diff = dace.symbolic.simplify(a - b)
+    if getattr(diff, "is_number", False):
+        return int(bool(diff > 0)) - int(bool(diff < 0))
+    free = diff.free_symbols
+    syms = {f: positions[str(f)] for f in free if str(f) in positions}
+    if len(syms) != len(free):
+        return None
+    signs = set()
+    for pos in itertools.product(*[range(g) for g in syms.values()]):
+        try:
+            v = int(diff.subs(dict(zip(syms, pos))))
+        except (TypeError, ValueError):
+            return None
+        signs.add((v > 0) - (v < 0))
+    if signs <= {0}:
+        return 0
+    if signs <= {0, 1}:
+        return 1
+    if signs <= {0, -1}:
+        return -1
+    return None
 
 
 def _propagate(inner, sdfg: SDFG, arr: str, params, rng, entry):
@@ -208,12 +296,16 @@ def same_subset(a: subsets.Range, b: subsets.Range) -> bool:
     return True
 
 
+def _positions(grid, coords) -> Dict[str, int]:
+    return {c: g for g, c in zip(grid, coords) if c}
+
+
 def plan_map_kernel(sdfg: SDFG, kernel: Kernel, grid: Tuple[int, ...]) -> KernelPlan:
     coords = coord_symbols(kernel.index, grid)
     entry = kernel.node
     rng = tile_range(entry.map.range, grid, coords)
     plan = KernelPlan(kernel, grid, coords, principal=kernel.maps[0].name)
-    plan.accesses = map_accesses(sdfg, kernel.state, entry, rng)
+    plan.accesses = map_accesses(sdfg, kernel.state, entry, rng, _positions(grid, coords))
     refuse_views(sdfg, plan.accesses, kernel.label)
     refuse_growing_blocks(plan, kernel.label)
     if len(grid) > len(entry.map.params):
@@ -240,7 +332,7 @@ def copies_write_whole_values(plan: KernelPlan) -> List[Access]:
                                      f"dims {tuple(partial)}): its partial results and its copies cannot be told "
                                      "apart; replicate a kernel that does not split the reduction")
         if a.accumulates:
-            out.append(Access(a.array, "in", a.subset))
+            out.append(Access(a.array, "in", a.subset, prior=True))
         out.append(Access(a.array, "out", a.subset))
     return out
 
@@ -292,7 +384,7 @@ def plan_nested_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, .
         chosen = None
         last_conflict = None
         for g, cs in candidates:
-            accesses = map_accesses(body, st, entry, tile_range(entry.map.range, g, cs))
+            accesses = map_accesses(body, st, entry, tile_range(entry.map.range, g, cs), _positions(g, cs))
             conflict = None
             for a in accesses:
                 ref = canonical.get(a.array)
@@ -332,11 +424,19 @@ def plan_nested_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, .
             arr = e.data.data
             if arr is None:
                 continue
-            conn = kernel.connectors.get((direction, arr))
+            own = e.dst_conn if direction == "in" else e.src_conn
+            conn = own if own in canonical else kernel.connectors.get((direction, arr))
             if conn not in canonical:
                 raise UnsupportedPattern(arr, e.data.subset, f"'{kernel.label}' uses it (connector {conn}), but "
                                          "none of its maps accesses it, so no per-rank constraint exists")
             subset = _outer(canonical[conn], e.data, arr, conn)
+            twin = next((a for a in plan.accesses if a.array == arr and a.direction == direction), None)
+            if twin is not None:
+                if same_subset(twin.subset, subset):
+                    continue  # the same block on two connectors: one buffer serves both
+                raise UnsupportedPattern(arr, f"{twin.subset}] and [{subset}", f"'{kernel.label}' takes the array on "
+                                         "two connectors with different blocks per rank (e.g. A @ A); one rank-local "
+                                         "buffer cannot serve both, so leave this kernel out of the schedule")
             if direction == "in":
                 plan.accesses.append(Access(arr, "in", subset))
                 continue

@@ -23,9 +23,9 @@ from dace.sdfg import SDFG, SDFGState
 from dace.sdfg.graph import SubgraphView
 from dace.transformation.helpers import nest_state_subgraph
 
-from .cuda_build import CUDA_ENVIRONMENT
-from .distributed_memlet import DistributedMemlet
-from .schedule import expand_all
+from ..runtime.cuda_build import CUDA_ENVIRONMENT
+from ..solvers.node import DistributedMemlet
+from ..schedule import expand_all
 
 #: Placed in the generated CUDA file before ``__dace_init_cuda``: DaCe's CUDA initialization starts with
 #: ``cudaGetDeviceCount``, so routing that first call through the device selection makes every stream and

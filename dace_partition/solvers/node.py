@@ -11,7 +11,7 @@ import dace.library
 from dace import nodes
 from dace.properties import ListProperty, Property, ShapeProperty, SubsetProperty
 
-from .ir import Distribution, Move, ReduceOp
+from ..ir import Distribution, Move, ReduceOp
 
 _SIDES = ("src", "dst")
 

@@ -1,0 +1,126 @@
+"""The user's entry points: ``lower(sdfg, schedule)``, its ``report``, and the layouts of a program
+lowered with ``io="distributed"``.
+
+``lower`` checks the schedule (:mod:`.schedule`), runs the partition pass and the passes after it
+(:mod:`.passes`) on a copy, and adopts the copy only when all of them succeeded, so every error is raised
+before the caller's SDFG changes.
+
+:func:`layout` tells which global subset each rank holds; :meth:`Layout.scatter` and
+:meth:`Layout.gather` cut whole arrays into tiles and join them back (for tests and small runs). The
+layouts are part of the program's :class:`~dace_partition.ir.ProgramRecord`, saved beside its build, so a
+program loaded from its build folder knows them.
+"""
+import copy
+import weakref
+from typing import Dict, Optional, Sequence
+
+import numpy as np
+from dace import nodes
+from dace.sdfg import SDFG
+
+from .errors import ScheduleError
+from .ir import IoMode, Layout, is_lowered, layouts_of, ranks_needed
+from .passes.partition import partition, single_threaded
+from .report import LoweringReport
+from .schedule import discover, resolve
+from .solvers.registry import resolve_solvers
+
+__all__ = ["lower", "report", "ranks_needed", "is_lowered", "Layout", "layouts", "layout", "scatter", "gather"]
+
+_REPORTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def report(sdfg: SDFG) -> LoweringReport:
+    """The report of the last ``lower`` call on this SDFG."""
+    try:
+        return _REPORTS[sdfg]
+    except KeyError:
+        raise ValueError(f"SDFG '{sdfg.name}' has not been lowered in this process") from None
+
+
+def lower(sdfg: SDFG, schedule, *, solvers=None, fuse: bool = True, device: str = "cpu", io: str = "root",
+          threads: Optional[int] = 1, verbose: bool = False) -> SDFG:
+    """Transforms ``sdfg`` in place into an SPMD program and returns it.
+
+    ``schedule`` maps maps (names from :func:`maps`, ``MapInfo``, ``Map`` or ``MapEntry`` objects) to
+    process-grid shapes, one integer per map parameter. ``device="gpu"`` runs the rank-local kernels on
+    CUDA GPUs. ``solvers`` is an ordered list of solver names or objects to try for each memlet
+    (default: grid_mapped, blocks, then registered plug-ins). ``fuse`` removes round trips of
+    intermediates through rank 0 where both kernels hold the same blocks (thesis 4.5). Every error is
+    raised before the SDFG changes.
+
+    ``io="root"`` (default): the program takes and returns whole arrays on rank 0. ``io="distributed"``:
+    every rank passes and gets back only its tiles of the arguments the partitioned kernels touch
+    (see :func:`dace_partition.layout`), and nothing passes through rank 0.
+
+    ``threads=1`` (default, one rank per core): every rank runs its kernels in one thread, so maps are
+    sequential loops and write conflicts (reductions) are plain updates instead of atomics.
+    ``threads=None`` keeps DaCe's OpenMP maps for hybrid MPI + OpenMP runs (``OMP_NUM_THREADS`` threads
+    per rank). Matrix products run on BLAS either way (see :mod:`dace_partition.runtime.toolchain`).
+    """
+    if is_lowered(sdfg):
+        raise ScheduleError(f"SDFG '{sdfg.name}' has already been lowered")
+    if device not in ("cpu", "gpu"):
+        raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
+    if io not in ("root", "distributed"):
+        raise ValueError(f"io must be 'root' or 'distributed', got {io!r}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
+    grids = resolve(discover(sdfg), schedule)
+    order = resolve_solvers(solvers)
+    work = copy.deepcopy(sdfg)  # lowered on a copy: every error surfaces before the SDFG changes
+    rep = partition(work, grids, order, device, fuse, IoMode(io))
+    _adopt(sdfg, work)
+    if device == "cpu":
+        from .runtime.toolchain import blas
+        rep.blas = str(blas())
+        if threads == 1:
+            single_threaded(sdfg)
+    _REPORTS[sdfg] = rep
+    if verbose:
+        print(rep)
+    return sdfg
+
+
+def _adopt(target: SDFG, source: SDFG):
+    """Makes ``target`` the lowered ``source`` in place (the caller's SDFG object stays valid): every
+    back-reference to ``source`` is pointed at ``target``."""
+    target.__dict__.clear()
+    target.__dict__.update(source.__dict__)
+    for blk in target.all_control_flow_blocks():
+        if getattr(blk, "_sdfg", None) is source:
+            blk._sdfg = target
+        if getattr(blk, "_parent_graph", None) is source:
+            blk._parent_graph = target
+    for n, parent in target.all_nodes_recursive():
+        if isinstance(n, nodes.NestedSDFG) and n.sdfg.parent_sdfg is source:
+            n.sdfg.parent_sdfg = target
+    for sub in target.all_sdfgs_recursive():
+        for blk in sub.all_control_flow_regions():
+            if getattr(blk, "_parent_graph", None) is source:
+                blk._parent_graph = target
+    target.reset_cfg_list()
+
+
+def layouts(sdfg) -> Dict[str, Layout]:
+    """The layouts of a lowered SDFG or a loaded Program (empty for root-in/root-out)."""
+    return layouts_of(sdfg)
+
+
+def layout(sdfg, array: str) -> Layout:
+    """Which global subset of ``array`` each rank holds (``sdfg`` may also be a loaded Program)."""
+    lays = layouts(sdfg)
+    if array not in lays:
+        known = sorted(lays) or "none: the program was not lowered with io='distributed'"
+        raise KeyError(f"'{array}' has no distributed layout; arrays with one: {known}")
+    return lays[array]
+
+
+def scatter(sdfg, array: str, value, rank: int, **symbols) -> np.ndarray:
+    """Rank ``rank``'s tile of the whole array ``value`` (see :class:`Layout`)."""
+    return layout(sdfg, array).scatter(value, rank, **symbols)
+
+
+def gather(sdfg, array: str, tiles: Sequence[np.ndarray], **symbols) -> np.ndarray:
+    """The whole array from the tiles of every rank (``tiles[r]`` from rank r)."""
+    return layout(sdfg, array).gather(tiles, **symbols)

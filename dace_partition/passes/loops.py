@@ -1,0 +1,408 @@
+"""Loop-carried distribution: arrays that a loop's kernels keep on their grid across iterations.
+
+After the partition pass, each kernel of a time loop (``for t in range(T): B = f(A); A = g(B)``) scatters
+its inputs from rank 0 and gathers its outputs back, in every iteration. :class:`FuseLoops` finds the
+loops of the program's state machine and, for each array that only DistributedMemlets touch inside a
+loop (no rank-0 code in the loop reads or writes it) and that one kernel of the loop writes (one gather,
+final values, one holder per element):
+
+* scatters it once before the loop into the writer's buffer (``local_H``, the written blocks ``H``) and
+  gathers it once after the loop from there;
+* removes the gather inside the loop: ``local_H`` always holds the current value of the written blocks;
+* each scatter inside the loop (a reader, blocks ``D``) becomes either nothing (``D`` = ``H``: the reader
+  reads ``local_H``) or a grid-to-grid Move ``H -> D`` from the solver registry (a shifted read is a halo
+  exchange between neighbours). Elements of ``D`` that no ``H`` block covers (a stencil's fixed boundary)
+  never change in the loop: the reader's buffer is also filled once before the loop.
+
+An array read but never written in the loop has its scatters hoisted before the loop. Arrays that rank-0
+code touches inside the loop (``ey[0, :] = fict[t]``) keep their round trip, so rank 0 always sees and
+publishes the current value; values rank 0 computes in the loop reach the kernels through those scatters.
+
+A loop whose condition reads data would be evaluated by each rank on its own copy, which only rank 0
+keeps current: such a loop around distributed kernels is refused before any rank starts.
+
+:func:`trips` gives the trip count of the loops around a state (the report multiplies per-iteration bytes
+by it).
+"""
+from dataclasses import dataclass
+from typing import Dict, FrozenSet, List, Optional, Tuple
+
+import dace
+import sympy
+from dace.memlet import Memlet
+from dace.sdfg import SDFG, SDFGState
+
+from ..errors import UnsupportedPattern
+from ..ir import ROOT, Move
+from ..ir.move import intersection, volume
+from ..solvers.halo import disjoint_tiles
+from ..solvers.node import DistributedMemlet
+from .fusion import Fusion, FusionKind
+from .graph import MovePass, destination_buffer, distributed_memlets, drop, rename_data, source_buffer, uses
+
+
+@dataclass(frozen=True)
+class Loop:
+    """A natural loop of the top-level state machine."""
+    head: SDFGState  # the guard: its out-edges decide whether to iterate
+    body: FrozenSet[SDFGState]  # every state of the loop, the guard included
+    entries: Tuple[object, ...]  # edges into the guard from outside
+    exits: Tuple[object, ...]  # edges from the loop to outside
+
+    def trips(self, sdfg: SDFG):
+        """Iterations per execution of the loop (an int or a formula in the program's symbols), None when
+        they depend on data."""
+        from dace.transformation.interstate.loop_detection import find_for_loop
+        for e in sdfg.out_edges(self.head):
+            if e.dst not in self.body:
+                continue
+            try:
+                found = find_for_loop(sdfg, self.head, e.dst)
+            except Exception:  # noqa: BLE001 - not a for loop DaCe recognises
+                found = None
+            if found:
+                _, (start, end, step), _ = found
+                n = sympy.floor((sympy.sympify(end) - start) / step) + 1
+                n = dace.symbolic.simplify(sympy.Max(n, 0))
+                return int(n) if not getattr(n, "free_symbols", None) else n
+        return None
+
+
+def find_loops(sdfg: SDFG) -> List[Loop]:
+    """Natural loops of the SDFG's own states (back edges found by depth-first search), innermost first."""
+    if any(not isinstance(b, SDFGState) for b in sdfg.nodes()):
+        return []  # control-flow regions: not handled here (their round trips stay)
+    start = sdfg.start_block
+    seen, on_stack, back = set(), set(), []
+    stack = [(start, iter(sdfg.out_edges(start)))]
+    seen.add(start)
+    on_stack.add(start)
+    while stack:
+        node, it = stack[-1]
+        e = next(it, None)
+        if e is None:
+            stack.pop()
+            on_stack.discard(node)
+            continue
+        if e.dst in on_stack:
+            back.append(e)
+        elif e.dst not in seen:
+            seen.add(e.dst)
+            on_stack.add(e.dst)
+            stack.append((e.dst, iter(sdfg.out_edges(e.dst))))
+    loops: Dict[SDFGState, set] = {}
+    for e in back:
+        head, body = e.dst, {e.dst}
+        work = [e.src]
+        while work:
+            n = work.pop()
+            if n in body:
+                continue
+            body.add(n)
+            work += [x.src for x in sdfg.in_edges(n)]
+        loops.setdefault(head, set()).update(body)
+    out = []
+    for head, body in loops.items():
+        entries = tuple(e for e in sdfg.in_edges(head) if e.src not in body)
+        exits = tuple(e for s in body for e in sdfg.out_edges(s) if e.dst not in body)
+        out.append(Loop(head, frozenset(body), entries, exits))
+    return sorted(out, key=lambda lp: len(lp.body))
+
+
+def trips(sdfg: SDFG, state) -> Optional[object]:
+    """How many times ``state`` runs per call: the product of the trip counts of the loops around it (1
+    outside loops; None when a loop's count depends on data)."""
+    n = 1
+    for lp in find_loops(sdfg):
+        if state in lp.body:
+            t = lp.trips(sdfg)
+            if t is None:
+                return None
+            n = n * t
+    region = getattr(state, "parent_graph", None)
+    while region is not None and region is not sdfg:  # LoopRegions (their round trips are kept)
+        if hasattr(region, "loop_condition"):
+            t = _region_trips(region)
+            if t is None:
+                return None
+            n = n * t
+        region = getattr(region, "parent_graph", None)
+    return n
+
+
+def _region_trips(region):
+    try:
+        from dace.transformation.passes.analysis import loop_analysis as la
+        start, end, step = la.get_init_assignment(region), la.get_loop_end(region), la.get_loop_stride(region)
+    except Exception:  # noqa: BLE001 - not a counted loop
+        return None
+    if start is None or end is None or not step:
+        return None
+    t = dace.symbolic.simplify(sympy.Max(sympy.floor((end - start) / step) + 1, 0))
+    return int(t) if not getattr(t, "free_symbols", None) else t
+
+
+def _edge_on(sdfg: SDFG, edge, label: str, before_head: bool) -> SDFGState:
+    """A new state on ``edge``. Entering a loop, the edge's assignments (the loop variable's start) move to
+    the edge after the new state, so the guard still sees a for loop."""
+    st = sdfg.add_state(label)
+    sdfg.remove_edge(edge)
+    cond, assign = edge.data.condition, dict(edge.data.assignments)
+    if before_head:
+        sdfg.add_edge(edge.src, st, dace.InterstateEdge(condition=cond))
+        sdfg.add_edge(st, edge.dst, dace.InterstateEdge(assignments=assign))
+    else:
+        sdfg.add_edge(edge.src, st, dace.InterstateEdge(condition=cond, assignments=assign))
+        sdfg.add_edge(st, edge.dst, dace.InterstateEdge())
+    return st
+
+
+def _covered(h, d) -> bool:
+    """Whether every element of every rank's block of ``d`` lies in some block of ``h`` (known sizes only;
+    symbolic blocks count as not covered, which costs one extra scatter before the loop, never a wrong
+    value)."""
+    a, b = h.blocks(), d.blocks()
+    if a is None or b is None:
+        return False
+    return all(sum(intersection(x, blk) for x in a) == volume(blk[1]) for blk in b)
+
+
+def _only_moved(sdfg: SDFG, arr: str, body, moved) -> bool:
+    """Whether every access of ``arr`` inside the loop is an end of one of the DistributedMemlets ``moved``."""
+    ids = {id(n) for n in moved}
+    for st, n in uses(sdfg, arr):
+        if st not in body:
+            continue
+        ends = [e.dst for e in st.out_edges(n)] + [e.src for e in st.in_edges(n)]
+        if not ends or not all(id(x) in ids for x in ends):
+            return False
+    return True
+
+
+def _condition_data(sdfg: SDFG, lp: Loop) -> List[str]:
+    """Data containers the loop's exit condition reads (through interstate assignments too), other than
+    scalar arguments that nothing writes (every rank holds those) and the runtime's own values."""
+    names = set()
+    for e in sdfg.out_edges(lp.head):
+        names |= {str(s) for s in e.data.read_symbols()}
+    assigned = {}
+    for e in sdfg.edges():
+        for k, v in e.data.assignments.items():
+            assigned.setdefault(k, set()).update(str(s) for s in dace.symbolic.pystr_to_symbolic(v).free_symbols)
+            try:
+                assigned[k] |= {str(s) for s in dace.InterstateEdge(assignments={k: v}).read_symbols()}
+            except Exception:  # noqa: BLE001
+                pass
+    todo, seen = list(names), set()
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        todo += list(assigned.get(n, ()))
+    out = []
+    for n in sorted(seen):
+        desc = sdfg.arrays.get(n)
+        if desc is None or n.startswith("__dp"):
+            continue
+        written = any(st.in_degree(a) > 0 for st, a in uses(sdfg, n))
+        if isinstance(desc, dace.data.Scalar) and not desc.transient and not written:
+            continue
+        out.append(n)
+    return out
+
+
+def _copy_target(sdfg: SDFG, st: SDFGState):
+    """``(T, X, offset)`` when ``st`` only copies all of transient ``T`` into a same-shaped box of ``X``
+    starting at ``offset`` (how DaCe writes ``X[1:, :] = X[1:, :] - ...``); else None."""
+    if st.number_of_nodes() != 2 or st.number_of_edges() != 1:
+        return None
+    e = st.edges()[0]
+    t, x = e.src, e.dst
+    if not (isinstance(t, dace.nodes.AccessNode) and isinstance(x, dace.nodes.AccessNode)) or t.data == x.data:
+        return None
+    tdesc, xdesc = sdfg.arrays[t.data], sdfg.arrays[x.data]
+    if not tdesc.transient or isinstance(xdesc, dace.data.View) or len(tdesc.shape) != len(xdesc.shape):
+        return None
+    src, dst = e.data.get_src_subset(e, st), e.data.get_dst_subset(e, st)
+    if src is None or dst is None:
+        return None
+    for (b, _, s), n, (db, _, ds), sz, dsz in zip(src, tdesc.shape, dst, src.size(), dst.size()):
+        if s != 1 or ds != 1 or b != 0 or dace.symbolic.simplify(sz - n) != 0 or dace.symbolic.simplify(dsz - n) != 0:
+            return None
+    return t.data, x.data, [db for db, _, _ in dst]
+
+
+def fold_copies(sdfg: SDFG, lp: Loop, implement) -> int:
+    """Inside a loop, ``gather T to rank 0; X[box] = T`` (a kernel that writes a temporary, copied into
+    the array on rank 0) becomes one gather of ``X`` in the shifted blocks, so ``X`` has one writer the
+    loop can keep on the grid. Only where nothing touches ``X`` between the gather and the copy. Returns
+    how many were folded."""
+    order = [st for st in _ordered(sdfg) if st in lp.body]
+    dms = [(st, n) for st, n in distributed_memlets(sdfg) if st in lp.body]
+    done = 0
+    for st in order:
+        found = _copy_target(sdfg, st)
+        if found is None:
+            continue
+        t, x, offset = found
+        seq = [(gs, g) for gs, g in dms if g.array == t]
+        if len(seq) != 1 or seq[0][1].dst_grid or len(uses(sdfg, t)) != 2:
+            continue
+        gst, g = seq[0]
+        if g.accumulates or g.op or g.distribution("src").partial or order.index(gst) > order.index(st):
+            continue
+        between = order[order.index(gst) + 1:order.index(st)]
+        if any(n.data == x for s in between for n in s.data_nodes()):
+            continue
+        h = g.distribution("src")
+        shifted = tuple((b + o, e + o, k) for (b, e, k), o in zip(h.subset, offset))
+        move = Move(x, type(h)(h.grid, h.coords, shifted, h.grid_id, h.pending), ROOT,
+                    tuple(sdfg.arrays[x].shape), int(g.itemsize))
+        g.set_move(move)
+        g.implementation = implement(move)
+        out = gst.out_edges(g)[0]
+        out.dst.data = x
+        out.data = Memlet.from_array(x, sdfg.arrays[x])
+        st.remove_nodes_from(list(st.nodes()))
+        if not uses(sdfg, t):
+            del sdfg.arrays[t]
+        done += 1
+    return done
+
+
+def _ordered(sdfg: SDFG):
+    from ..schedule import ordered_states
+    return ordered_states(sdfg)
+
+
+def _computed_from(sdfg: SDFG, name: str) -> List[str]:
+    """The program's arrays read by the states that write ``name`` (for error messages)."""
+    out = []
+    for st, n in uses(sdfg, name):
+        if st.in_degree(n) == 0:
+            continue
+        for a in st.data_nodes():
+            if a.data != name and st.out_degree(a) > 0 and not sdfg.arrays[a.data].transient and a.data not in out:
+                out.append(a.data)
+    return out
+
+
+class FuseLoops(MovePass):
+    """Keeps loop-carried arrays on their grid across the iterations of a loop (module docstring)."""
+
+    def apply_pass(self, sdfg: SDFG, pipeline_results) -> List[Fusion]:
+        out: List[Fusion] = []
+        done = set()
+        while True:
+            loops = [lp for lp in find_loops(sdfg) if lp.head not in done]
+            if not loops:
+                return out
+            lp = loops[0]
+            done.add(lp.head)
+            out += self._loop(sdfg, lp)
+
+    def _loop(self, sdfg: SDFG, lp: Loop) -> List[Fusion]:
+        dms = [(st, n) for st, n in distributed_memlets(sdfg) if st in lp.body]
+        kernels = any("_member" in e.data.condition.as_string for e in sdfg.edges() if e.src in lp.body)
+        if not dms and not kernels:
+            return []
+        if fold_copies(sdfg, lp, self.implement):
+            dms = [(st, n) for st, n in distributed_memlets(sdfg) if st in lp.body]
+        data = _condition_data(sdfg, lp)
+        if data:
+            src = _computed_from(sdfg, data[0])
+            how = f" (computed on rank 0 from {', '.join(repr(x) for x in src)})" if src else ""
+            raise UnsupportedPattern(data[0], "", f"the condition of loop '{lp.head.label}' reads '{data[0]}'{how}, "
+                                     "which only rank 0 keeps current, and the loop runs distributed kernels: every "
+                                     "rank would decide on its own copy; bound the loop by a symbol or an argument")
+        if len(lp.entries) != 1 or len(lp.exits) != 1:
+            return []
+        plans = []
+        for arr in dict.fromkeys(n.array for _, n in dms):
+            seq = [(st, n) for st, n in dms if n.array == arr]
+            if any(n.src_grid and n.dst_grid for _, n in seq):
+                continue  # already grid-to-grid: leave it
+            if not _only_moved(sdfg, arr, lp.body, [n for _, n in seq]):
+                continue  # rank-0 code uses it in the loop: keep the round trip
+            scatters = [(st, n) for st, n in seq if not n.src_grid]
+            gathers = [(st, n) for st, n in seq if not n.dst_grid]
+            if any(n.accumulates or n.op for _, n in seq):
+                continue
+            if not gathers:
+                plans.append((arr, None, scatters))
+                continue
+            if len(gathers) != 1:
+                continue
+            h = gathers[0][1].distribution("src")
+            if h.partial or not disjoint_tiles(h):
+                continue
+            plans.append((arr, gathers[0], scatters))
+        if not plans:
+            return []
+        pre = _edge_on(sdfg, lp.entries[0], f"dp_loop_{lp.head.label}_pre", True)
+        post = None
+        out = []
+        for arr, gather, scatters in plans:
+            if gather is None:
+                for st, s in scatters:  # read-only in the loop: scatter once, before it
+                    self._copy_scatter(sdfg, pre, s, destination_buffer(st, s))
+                    drop(st, s)
+                    out.append(Fusion(FusionKind.HOIST, arr, -1, s.dst_grid_id))
+                continue
+            if post is None:
+                post = _edge_on(sdfg, lp.exits[0], f"dp_loop_{lp.head.label}_post", False)
+            out += self._carry(sdfg, pre, post, arr, gather, scatters)
+        return out
+
+    def _copy_scatter(self, sdfg: SDFG, state: SDFGState, s: DistributedMemlet, local: str, move: Move = None):
+        move = move or s.move()
+        dm = DistributedMemlet(f"scatter_{move.array}", move)
+        dm.implementation = s.implementation if move == s.move() else self.implement(move)
+        state.add_edge(state.add_read(move.array), None, dm, "_in",
+                       Memlet.from_array(move.array, sdfg.arrays[move.array]))
+        state.add_edge(dm, "_out", state.add_write(local), None, Memlet.from_array(local, sdfg.arrays[local]))
+
+    def _carry(self, sdfg: SDFG, pre, post, arr, gather, scatters) -> List[Fusion]:
+        gst, g = gather
+        h = g.distribution("src")
+        local_h = source_buffer(gst, g)
+        out = []
+        first = []  # pre-loop scatters of readers' boundaries, then the written blocks
+        for sst, s in scatters:
+            d = s.distribution("dst")
+            local_d = destination_buffer(sst, s)
+            if local_d == local_h:
+                drop(sst, s)
+                out.append(Fusion(FusionKind.NOOP, arr, h.grid_id, d.grid_id))
+                continue
+            # Reading local_h in place is unsafe where the reading kernel also writes it (it might read an
+            # element after writing another): then the move stays (a local copy, no message).
+            in_place = not any(st.out_degree(n) > 0 and any(m.data == local_h and st.in_degree(m) > 0
+                                                            for m in st.data_nodes())
+                               for st, n in uses(sdfg, local_d))
+            if in_place and d.same_blocks(h) and tuple(sdfg.arrays[local_d].shape) == tuple(sdfg.arrays[local_h].shape):
+                drop(sst, s)
+                rename_data(sdfg, local_d, local_h)
+                out.append(Fusion(FusionKind.NOOP, arr, h.grid_id, d.grid_id))
+                continue
+            move = Move(arr, h, d, tuple(g.shape), int(g.itemsize))
+            solver = self.implement(move)
+            if not _covered(h, d):
+                first.append((s, local_d))
+            sst.remove_node(sst.in_edges(s)[0].src)
+            s.set_move(move)
+            s.implementation = solver
+            sst.add_edge(sst.add_read(local_h), None, s, "_in", Memlet.from_array(local_h, sdfg.arrays[local_h]))
+            out.append(Fusion(FusionKind.MOVE, arr, h.grid_id, d.grid_id, move, solver))
+        for s, local_d in first:
+            m = s.move()
+            self._copy_scatter(sdfg, pre, s, local_d, Move(arr, ROOT, m.dst, m.shape, m.itemsize))
+        self._copy_scatter(sdfg, pre, g, local_h, Move(arr, ROOT, h, tuple(g.shape), int(g.itemsize)))
+        move = g.move()
+        dm = DistributedMemlet(f"gather_{arr}", move)
+        dm.implementation = g.implementation
+        drop(gst, g)
+        post.add_edge(post.add_read(local_h), None, dm, "_in", Memlet.from_array(local_h, sdfg.arrays[local_h]))
+        post.add_edge(dm, "_out", post.add_write(arr), None, Memlet.from_array(arr, sdfg.arrays[arr]))
+        return out

@@ -1,0 +1,148 @@
+// dace-partition runtime: halo exchange between grid neighbours (solvers/halo.py).
+//
+// A redistribution between two block layouts of the same grid where each rank needs only borders of
+// its neighbours' blocks (a shifted read, a block plus halo). Each rank posts one MPI_Irecv per peer
+// whose source block intersects its destination block and one MPI_Isend per peer that needs part of its
+// own block, straight from and into the rank-local buffers: each face is a derived datatype (strided
+// faces included), so nothing is packed. The part of its destination block a rank already holds is a
+// local copy. Set-up (every rank's blocks, O(P) once; the peers and their datatypes) happens at a site's
+// first call and again only when the blocks change (the same rank-independent probes as `redistribute`).
+// Peers are found from the blocks, not assumed, so tiny or uneven blocks (a halo reaching past an empty
+// neighbour) still get every element; the solver accepts only moves whose pattern is neighbour-only.
+#pragma once
+#include "dace_partition_runtime.h"
+
+namespace {
+namespace dace_partition {
+
+struct HaloPeer {
+    int peer;
+    MPI_Datatype type;  // the face in the local buffer, displacement included
+};
+
+struct HaloSite {
+    int src_gid = 0, dst_gid = 0, ndim = 0;
+    MPI_Datatype base = MPI_DATATYPE_NULL;
+    std::vector<long long> shapes, probe;
+    bool built = false;
+    Block src_me, dst_me, own;  // own: what this rank copies locally
+    std::vector<HaloPeer> sends, recvs;
+    std::vector<MPI_Request> reqs;
+
+    void release() {
+        for (HaloPeer &p : sends) MPI_Type_free(&p.type);
+        for (HaloPeer &p : recvs) MPI_Type_free(&p.type);
+        sends.clear();
+        recvs.clear();
+        built = false;
+    }
+};
+
+inline std::map<std::pair<std::type_index, std::type_index>, std::vector<HaloSite>> &halo_sites() {
+    static std::map<std::pair<std::type_index, std::type_index>, std::vector<HaloSite>> m;
+    return m;
+}
+
+inline void free_halo_sites() {
+    for (auto &kv : halo_sites())
+        for (HaloSite &s : kv.second) s.release();
+    halo_sites().clear();
+}
+
+// `box` (global indices) inside a local buffer holding `owner`, as a datatype placed at its offset.
+inline MPI_Datatype face_type(MPI_Datatype base, const Block &box, const Block &owner, const long long *strides) {
+    Block rel = box;
+    for (size_t j = 0; j < rel.start.size(); ++j) rel.start[j] = box.start[j] - owner.start[j];
+    MPI_Datatype t = strided_block(base, rel, strides);
+    MPI_Datatype r = placed(1, t, linear(rel, strides) * (long long)extent_of(base));
+    MPI_Type_free(&t);
+    return r;
+}
+
+inline void build_halo(HaloSite &s, const char *array, int ndim, const BlockFn &src_fn, const BlockFn &dst_fn,
+                       const long long *sstr, const long long *dshape, const long long *dstr) {
+    int me = world_rank(), n = world_size();
+    std::vector<Block> src = world_blocks(grid(s.src_gid).dims, ndim, src_fn);
+    std::vector<Block> dst = world_blocks(grid(s.dst_gid).dims, ndim, dst_fn);
+    for (int j = 0; j < ndim; ++j)
+        if (dst[me].count[j] > dshape[j]) fail("block of '%s' does not fit its local buffer", array);
+    s.src_me = src[me];
+    s.dst_me = dst[me];
+    s.own = intersect(src[me], dst[me]);
+    for (int q = 0; q < n; ++q) {
+        if (q == me) continue;
+        Block in = intersect(src[q], dst[me]);
+        if (in.elements() > 0) s.recvs.push_back(HaloPeer{q, face_type(s.base, in, dst[me], dstr)});
+        Block out = intersect(src[me], dst[q]);
+        if (out.elements() > 0) s.sends.push_back(HaloPeer{q, face_type(s.base, out, src[me], sstr)});
+    }
+    s.reqs.resize(s.sends.size() + s.recvs.size());
+}
+
+template <typename T>
+void halo_exchange(const char *array, int ndim, int src_gid, BlockFn src_fn, const T *src_local,
+                   const long long *src_lstrides, int dst_gid, BlockFn dst_fn, T *dst_local,
+                   const long long *dst_lshape, const long long *dst_lstrides) {
+    MPI_Datatype base = mpi_type(dst_local);
+    static std::vector<long long> shapes, probe, probe2;
+    shapes.assign(src_lstrides, src_lstrides + ndim);
+    shapes.insert(shapes.end(), dst_lshape, dst_lshape + ndim);
+    shapes.insert(shapes.end(), dst_lstrides, dst_lstrides + ndim);
+    probe_blocks(grid(src_gid), ndim, src_fn, probe, false);  // rank-independent: all ranks rebuild together
+    probe_blocks(grid(dst_gid), ndim, dst_fn, probe2, false);
+    probe.insert(probe.end(), probe2.begin(), probe2.end());
+    std::vector<HaloSite> &v = halo_sites()[std::make_pair(fn_type(src_fn), fn_type(dst_fn))];
+    HaloSite *sp = nullptr;
+    for (HaloSite &c : v)
+        if (c.src_gid == src_gid && c.dst_gid == dst_gid && c.ndim == ndim && c.base == base && c.shapes == shapes)
+            sp = &c;
+    if (!sp) {
+        at_exit(free_halo_sites);
+        v.emplace_back();
+        sp = &v.back();
+        sp->src_gid = src_gid, sp->dst_gid = dst_gid, sp->ndim = ndim, sp->base = base, sp->shapes = shapes;
+    }
+    HaloSite &s = *sp;
+    if (!s.built || s.probe != probe) {
+        s.release();
+        s.probe = probe;
+        build_halo(s, array, ndim, src_fn, dst_fn, src_lstrides, dst_lshape, dst_lstrides);
+        s.built = true;
+    }
+    const int tag = 0x4a10;
+    size_t k = 0;
+    for (const HaloPeer &p : s.recvs)
+        check(MPI_Irecv(dst_local, 1, p.type, p.peer, tag, comm(), &s.reqs[k++]), "MPI_Irecv");
+    for (const HaloPeer &p : s.sends)
+        check(MPI_Isend(const_cast<T *>(src_local), 1, p.type, p.peer, tag, comm(), &s.reqs[k++]), "MPI_Isend");
+    // The local part overlaps the messages in flight (it touches other elements of dst_local).
+    if (s.own.elements() > 0) {
+        int nd = ndim;
+        long long inner = s.own.count[nd - 1];
+        Block rows = s.own;
+        rows.count[nd - 1] = 1;
+        bool unit = src_lstrides[nd - 1] == 1 && dst_lstrides[nd - 1] == 1;
+        std::vector<long long> idx(nd, 0);
+        long long n = rows.elements();
+        for (long long i = 0; i < n; ++i) {
+            long long so = 0, d = 0;
+            for (int j = 0; j < nd; ++j) {
+                long long g = s.own.start[j] + idx[j];
+                so += (g - s.src_me.start[j]) * src_lstrides[j];
+                d += (g - s.dst_me.start[j]) * dst_lstrides[j];
+            }
+            if (unit)
+                std::copy(src_local + so, src_local + so + inner, dst_local + d);
+            else
+                for (long long e = 0; e < inner; ++e) dst_local[d + e * dst_lstrides[nd - 1]] = src_local[so + e * src_lstrides[nd - 1]];
+            for (int j = nd - 1; j >= 0; --j) {
+                if (++idx[j] < rows.count[j]) break;
+                idx[j] = 0;
+            }
+        }
+    }
+    if (k) check(MPI_Waitall((int)k, s.reqs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+}
+
+}  // namespace dace_partition
+}  // namespace

@@ -1,0 +1,173 @@
+// Hierarchy-aware reduction of partial results (P^2 programs, dace_partition/solvers/hierarchical.py).
+//
+// The solver synthesizes and chooses the program at lowering time and emits it as a table of ints:
+//   nsteps, nranks, then per step: collective, then per grid rank: colour (-1: not in a group this
+//   step), position in the group, npack, pack chunks..., nunpack, unpack chunks...
+// The rank's block is cut into equal chunks (the solver checks divisibility); a step packs the chunks
+// it sends into a scratch buffer, runs one collective on the group's sub-communicator and unpacks
+// what it received. Sub-communicators come from MPI_Comm_split of the grid communicator, once per
+// distinct group set (shared by every call site with the same groups), and are freed at exit.
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dace_partition_runtime.h"
+
+namespace {
+namespace dace_partition {
+namespace hier {
+
+enum Collective { H_ALLREDUCE = 1, H_REDUCE_SCATTER = 2, H_ALLGATHER = 3, H_REDUCE = 4, H_BCAST = 5 };
+
+// One rank's view of one step, read from the table.
+struct Step {
+    int coll = 0, colour = -1, pos = 0;
+    std::vector<int> pack, unpack;
+    MPI_Comm c = MPI_COMM_NULL;
+};
+
+// (grid id, colour and key of every grid rank) -> sub-communicator.
+inline std::map<std::pair<int, std::vector<int>>, MPI_Comm> &subcomms() {
+    static std::map<std::pair<int, std::vector<int>>, MPI_Comm> m;
+    return m;
+}
+// Call site (its table) -> this rank's steps, with their communicators bound.
+inline std::map<const int *, std::vector<Step>> &sites() {
+    static std::map<const int *, std::vector<Step>> m;
+    return m;
+}
+
+inline void free_all() {
+    for (auto &kv : subcomms())
+        if (kv.second != MPI_COMM_NULL) MPI_Comm_free(&kv.second);
+    subcomms().clear();
+    sites().clear();
+}
+
+inline std::string normalized(const char *s) {
+    std::string out;
+    for (; s && *s; ++s)
+        if (*s != ' ' && *s != '\t') out += (char)((*s == '*' || *s == 'X') ? 'x' : *s);
+    return out;
+}
+
+// Parses the table and splits the sub-communicators (collective over the grid, first call only).
+inline std::vector<Step> &bind(const int *table, int n, int gid, const char *hierarchy) {
+    auto it = sites().find(table);
+    if (it != sites().end()) return it->second;
+    const char *env = std::getenv("DACE_PARTITION_HIERARCHY");
+    if (env && *env && normalized(env) != normalized(hierarchy))
+        fail("this program was lowered for DACE_PARTITION_HIERARCHY=%s but runs with DACE_PARTITION_HIERARCHY=%s; "
+             "lower it again",
+             hierarchy, env);
+    Grid &g = grid(gid);
+    int me = 0;
+    MPI_Comm_rank(g.cart, &me);
+    int at = 0;
+    auto next = [&]() {
+        if (at >= n) fail("hierarchical reduction table of %d ints is truncated", n);
+        return table[at++];
+    };
+    int nsteps = next(), nranks = next();
+    int gsize = 0;
+    MPI_Comm_size(g.cart, &gsize);
+    if (gsize != nranks) fail("hierarchical reduction planned for %d grid ranks, the grid has %d", nranks, gsize);
+    std::vector<Step> steps(nsteps);
+    for (int s = 0; s < nsteps; ++s) {
+        int coll = next();
+        std::vector<int> key;
+        for (int r = 0; r < nranks; ++r) {
+            Step st;
+            st.coll = coll;
+            st.colour = next();
+            st.pos = next();
+            for (int i = 0, np = next(); i < np; ++i) st.pack.push_back(next());
+            for (int i = 0, nu = next(); i < nu; ++i) st.unpack.push_back(next());
+            key.push_back(st.colour);
+            key.push_back(st.pos);
+            if (r == me) steps[s] = st;
+        }
+        auto k = std::make_pair(gid, key);
+        auto c = subcomms().find(k);
+        if (c == subcomms().end()) {
+            MPI_Comm sub = MPI_COMM_NULL;
+            int colour = steps[s].colour < 0 ? MPI_UNDEFINED : steps[s].colour;
+            check(MPI_Comm_split(g.cart, colour, steps[s].pos, &sub), "MPI_Comm_split");
+            c = subcomms().emplace(k, sub).first;
+            at_exit(free_all);
+        }
+        steps[s].c = c->second;
+    }
+    return sites().emplace(table, std::move(steps)).first->second;
+}
+
+template <typename T>
+void pack(const T *buf, const std::vector<int> &chunks, long long chunk, T *to) {
+    for (size_t i = 0; i < chunks.size(); ++i) std::memcpy(to + i * chunk, buf + chunks[i] * chunk, chunk * sizeof(T));
+}
+template <typename T>
+void unpack(T *buf, const std::vector<int> &chunks, long long chunk, const T *from) {
+    for (size_t i = 0; i < chunks.size(); ++i)
+        std::memcpy(buf + chunks[i] * chunk, from + i * chunk, chunk * sizeof(T));
+}
+
+// `out` = the combination over this rank's replica group of every rank's `in` (count elements, cut
+// into chunks of `chunk` elements). Counts fit an int: the solver refuses larger blocks.
+template <typename T>
+void allreduce(const char *array, int gid, const int *table, int n, const char *hierarchy, long long chunk,
+               const T *in, T *out, long long count, int op) {
+    Grid &g = grid(gid);
+    if (!g.member) return;
+    std::vector<Step> &steps = bind(table, n, gid, hierarchy);
+    if (in != out) std::memcpy(out, in, count * sizeof(T));
+    MPI_Datatype t = mpi_type(out);
+    MPI_Op o = mpi_op(op);
+    std::vector<T> a, b;
+    for (const Step &st : steps) {
+        if (st.colour < 0) continue;
+        int np = (int)(st.pack.size() * chunk), nu = (int)(st.unpack.size() * chunk);
+        a.resize(np);
+        b.resize(nu);
+        pack(out, st.pack, chunk, a.data());
+        switch (st.coll) {
+            case H_ALLREDUCE:
+                check(MPI_Allreduce(MPI_IN_PLACE, a.data(), np, t, o, st.c), "MPI_Allreduce");
+                unpack(out, st.unpack, chunk, a.data());
+                break;
+            case H_REDUCE:
+                if (st.pos == 0)
+                    check(MPI_Reduce(MPI_IN_PLACE, a.data(), np, t, o, 0, st.c), "MPI_Reduce");
+                else
+                    check(MPI_Reduce(a.data(), nullptr, np, t, o, 0, st.c), "MPI_Reduce");
+                unpack(out, st.unpack, chunk, a.data());
+                break;
+            case H_REDUCE_SCATTER:
+                check(MPI_Reduce_scatter_block(a.data(), b.data(), nu, t, o, st.c), "MPI_Reduce_scatter_block");
+                unpack(out, st.unpack, chunk, b.data());
+                break;
+            case H_ALLGATHER:
+                check(MPI_Allgather(a.data(), np, t, b.data(), np, t, st.c), "MPI_Allgather");
+                unpack(out, st.unpack, chunk, b.data());
+                break;
+            case H_BCAST:
+                if (st.pos == 0) {
+                    check(MPI_Bcast(a.data(), np, t, 0, st.c), "MPI_Bcast");
+                } else {
+                    check(MPI_Bcast(b.data(), nu, t, 0, st.c), "MPI_Bcast");
+                    unpack(out, st.unpack, chunk, b.data());
+                }
+                break;
+            default:
+                fail("%s: unknown collective %d in a hierarchical reduction table", array, st.coll);
+        }
+    }
+}
+
+}  // namespace hier
+}  // namespace dace_partition
+}  // namespace

@@ -1,0 +1,123 @@
+"""A user's schedule checked against the program: {map name: process grid}, or a ScheduleError that
+names the map and the reason before anything changes."""
+from dataclasses import dataclass
+from typing import Dict, List, Sequence, Tuple
+
+import dace
+from dace import nodes
+
+from ..errors import ScheduleError
+from .discover import Kernel, MapInfo
+
+
+def resolve(kernels: List[Kernel], schedule) -> Dict[str, Tuple[int, ...]]:
+    """Checks a user schedule against the program and returns {map name: grid}.
+
+    Keys may be map names, :class:`MapInfo` objects, or the ``Map`` / ``MapEntry`` objects of the SDFG.
+    """
+    _FREE.clear()
+    infos = [m for k in kernels for m in k.maps]
+    by_name = {m.name: m for m in infos}
+    by_map = {id(m.map): m for m in infos}
+    out: Dict[str, Tuple[int, ...]] = {}
+    for key, grid in dict(schedule or {}).items():
+        if isinstance(key, MapInfo):
+            key = key.name
+        if isinstance(key, nodes.MapEntry):
+            key = key.map
+        if isinstance(key, nodes.Map):
+            info = by_map.get(id(key))
+            if info is None:
+                raise ScheduleError(f"map '{key.label}' in the schedule is not a schedulable map of this SDFG; "
+                                    f"known maps: {sorted(by_name)}")
+        elif isinstance(key, str):
+            info = by_name.get(key)
+            if info is None:
+                raise ScheduleError(f"unknown map '{key}' in the schedule; known maps: {sorted(by_name)}")
+        else:
+            raise ScheduleError(f"schedule key {key!r} is neither a map name nor a map")
+        out[info.name] = check_grid(info, grid)
+    return out
+
+
+@dataclass(frozen=True)
+class Replicated:
+    """A map grid whose every tile is computed by ``copies`` groups of ranks (see :func:`replicate`)."""
+    grid: Tuple[int, ...]
+    copies: int
+
+    def __str__(self):
+        return f"replicate({self.grid}, {self.copies})"
+
+
+def replicate(grid, copies: int) -> Replicated:
+    """Schedule value: tile a map by ``grid`` and run every tile on ``copies`` groups of ranks.
+
+    This is JAX's "mesh axis that shards nothing": the copies read the same data and write the same
+    values, so a consumer of partial sums scheduled this way gets them by ``MPI_Allreduce``, and each
+    copy keeps what it computed for the next kernel on the same grid. The replica dimension is the
+    fastest-varying (last) dimension of the process grid.
+    """
+    if isinstance(grid, int) and not isinstance(grid, bool):
+        grid = (grid, )
+    if isinstance(copies, bool) or not isinstance(copies, int) or copies < 1:
+        raise ScheduleError(f"replicate(): copies must be a positive integer, got {copies!r}")
+    return Replicated(tuple(grid), copies)
+
+
+def check_grid(info: MapInfo, grid) -> Tuple[int, ...]:
+    """The process grid of a scheduled map: one entry per parameter (a replicated grid has one more)."""
+    if isinstance(grid, Replicated):
+        tiles = check_grid(info, grid.grid)
+        return tiles + (grid.copies, ) if grid.copies > 1 else tiles
+    if isinstance(grid, int) and not isinstance(grid, bool):
+        grid = (grid, )
+    try:
+        grid = tuple(grid)
+    except TypeError:
+        raise ScheduleError(f"grid for map '{info.name}' must be a tuple of integers, got {grid!r}")
+    if len(grid) != len(info.params):
+        raise ScheduleError(f"grid {grid} for map '{info.name}' has {len(grid)} dimension(s), but the map has "
+                            f"{len(info.params)} parameter(s) {list(info.params)}")
+    for g in grid:
+        if isinstance(g, bool) or not isinstance(g, (int, )) and not (hasattr(g, "__index__")):
+            raise ScheduleError(f"grid {grid} for map '{info.name}' has a non-integer entry {g!r}")
+        if int(g) < 1:
+            raise ScheduleError(f"grid {grid} for map '{info.name}' has a non-positive entry {g}")
+    grid = tuple(int(g) for g in grid)
+    for p, g, ext in zip(info.params, grid, info.shape):
+        if not isinstance(ext, int):
+            if g > 1 and not _fixed_symbols(ext, info):
+                raise ScheduleError(f"map '{info.name}' has extent {ext} along '{p}', which changes while the "
+                                    "program runs (e.g. a loop variable or an outer map index); only extents "
+                                    "given by the program's arguments can be split (DaCe's LoopToMap could not "
+                                    "make the enclosing loop a map: its iterations are not provably independent)")
+            continue
+        if g > ext:
+            raise ScheduleError(f"grid {grid} for map '{info.name}' splits '{p}' into {g} parts, but its extent "
+                                f"is only {ext}")
+    for (b, e, s), p, g in zip(info.map.range, info.params, grid):
+        if s != 1 and g != 1:
+            raise ScheduleError(f"map '{info.name}' has step {s} along '{p}'; splitting strided maps is not "
+                                "supported yet")
+    return grid
+
+
+_FREE: Dict[int, tuple] = {}  # id(sdfg) -> (sdfg, names of its free symbols and constants), per resolve()
+
+
+def _fixed_symbols(expr, info: MapInfo) -> bool:
+    """Whether a symbolic extent depends only on the program's arguments (free symbols of the SDFG)."""
+    sdfg = info.kernel.state.sdfg
+    cached = _FREE.get(id(sdfg))
+    if cached is None or cached[0] is not sdfg:  # sdfg.free_symbols walks the whole program: once per resolve
+        cached = _FREE[id(sdfg)] = (sdfg, {str(s) for s in sdfg.free_symbols} | set(sdfg.constants))
+    free = cached[1]
+    return all(str(s) in free for s in dace.symbolic.pystr_to_symbolic(str(expr)).free_symbols)
+
+
+def grid_size(grid: Sequence[int]) -> int:
+    n = 1
+    for g in grid:
+        n *= g
+    return n

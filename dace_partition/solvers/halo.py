@@ -1,0 +1,164 @@
+"""The halo solver: a redistribution between two block layouts of the same grid in which every rank
+needs only borders of its grid neighbours' blocks (a shifted stencil read, a block plus halo).
+
+Why a solver and not a new :class:`~dace_partition.ir.MoveKind`: a halo exchange moves the same thing as
+any other REDISTRIBUTE (a destination block filled from source blocks); what differs is only the pattern
+of who talks to whom, which is a property of the two distributions that a solver can test, exactly as the
+synthesized solver tests "block layouts of one mesh". A new kind would have to be derived by every
+consumer of ``Move.kind`` (report, ``minimum``, the other solvers) for no change in meaning, and a
+plug-in that already serves REDISTRIBUTE would silently stop seeing these moves.
+
+Implementation (``dace_partition_halo.h``): one ``MPI_Irecv`` per neighbour whose source block meets this
+rank's destination block and one ``MPI_Isend`` per neighbour that needs part of this rank's block, each a
+derived datatype on the rank-local buffer (strided faces are not packed), the part the rank already holds
+copied locally while the messages are in flight. Set up once per call site. ``cost`` is exactly the
+bytes each rank receives from other ranks (the local part is a copy), which the PMPI counter measures.
+"""
+import itertools
+from typing import Optional
+
+import dace.library
+import sympy
+
+from ..ir import Cost, Distribution, Move, MoveKind
+from ..ir.move import intersection
+from ..runtime.environment import RUNTIME_INCLUDE
+from .base import Solver
+from .blocks import _arr, _block_fn
+
+
+@dace.library.environment
+class DacePartitionHalo:
+    """Adds the halo header to a program that uses the halo solver (MPI comes from DacePartitionMPI)."""
+    cmake_minimum_version = None
+    cmake_packages = ["MPI"]
+    cmake_variables = {}
+    cmake_includes = [RUNTIME_INCLUDE]
+    cmake_libraries = ["${MPI_CXX_LIBRARIES}"]
+    cmake_compile_flags = ["-I${MPI_CXX_HEADER_DIR}"]
+    cmake_link_flags = ["${MPI_LINKER_FLAGS}"]
+    cmake_files = []
+    headers = ["mpi.h", "dace_partition_runtime.h", "dace_partition_halo.h"]
+    state_fields = []
+    init_code = ""
+    finalize_code = ""
+    dependencies = []
+
+
+def _split_grid(d: Distribution):
+    return [g for g in d.grid if g > 1]
+
+
+def _coords_of(rank: int, grid) -> tuple:
+    out = []
+    for g in reversed(grid):
+        out.append(rank % g)
+        rank //= g
+    return tuple(reversed(out))
+
+
+def _shift_is_constant(src: Distribution, dst: Distribution) -> bool:
+    """Symbolic blocks: whether every bound of the destination differs from the source's by a constant
+    (the same tiling shifted or widened), after naming the destination's coordinates as the source's."""
+    names = {}
+    for (gs, cs), (gd, cd) in zip([(g, c) for g, c in zip(src.grid, src.coords) if g > 1],
+                                  [(g, c) for g, c in zip(dst.grid, dst.coords) if g > 1]):
+        if cs and cd:
+            names[cd] = cs
+    for (b1, e1, _), (b2, e2, _) in zip(src.subset, dst.subset):
+        for x, y in ((b1, b2), (e1, e2)):
+            y = sympy.sympify(y)
+            y = y.subs({f: sympy.Symbol(names[str(f)]) for f in y.free_symbols if str(f) in names})
+            x = sympy.sympify(x)
+            x = x.subs({f: sympy.Symbol(str(f)) for f in x.free_symbols})
+            y = y.subs({f: sympy.Symbol(str(f)) for f in y.free_symbols})
+            diff = sympy.simplify(y - x)
+            if diff.free_symbols or not diff.is_integer:
+                return False
+    return True
+
+
+def disjoint_tiles(d: Distribution) -> bool:
+    """Whether no element has two holders: known blocks are checked; symbolic ones must tile each split
+    dimension contiguously (the block at coordinate c + 1 starts right after the one at c, as the tiles of a
+    map do), which is proved symbolically, not sampled."""
+    if d.replicas > 1:
+        return False
+    if d.blocks() is not None:
+        return not d.may_overlap()
+    for (b, e, _), g in zip(d.subset, d.splits):
+        if g is None:
+            continue
+        c = d.coords[g]
+        sym = next((f for f in sympy.sympify(b).free_symbols | sympy.sympify(e).free_symbols if str(f) == c), None)
+        if sym is None:
+            return False
+        gap = sympy.expand(sympy.sympify(b).subs(sym, sym + 1) - sympy.sympify(e) - 1)
+        if gap != 0:
+            return False
+    return True
+
+
+class HaloSolver(Solver):
+    name = "halo"
+    kinds = frozenset({MoveKind.REDISTRIBUTE})
+    environments = [DacePartitionHalo]
+
+    def refuse(self, move: Move) -> Optional[str]:
+        why = super().refuse(move)
+        if why:
+            return why
+        src, dst = move.src, move.dst
+        if src.partial:
+            return "moves final values, not partial results"
+        if _split_grid(src) != _split_grid(dst) or src.size != dst.size:
+            return f"needs the same grid on both sides (source {src.grid}, destination {dst.grid})"
+        if src.replicas > 1:
+            return "the source is replicated (each element has several holders)"
+        for side in (src, dst):
+            if any(s != 1 for _, _, s in side.subset):
+                return "strided subsets are not blocks"
+        if src.splits != dst.splits:
+            return "source and destination split different array dimensions"
+        a, b = src.blocks(), dst.blocks()
+        if a is None or b is None:
+            if not disjoint_tiles(src):
+                return "source blocks may overlap (an element would arrive twice)"
+            if not _shift_is_constant(src, dst):
+                return "blocks known only at run time and not a constant shift of the source's tiling"
+            return None
+        if src.may_overlap():
+            return "source blocks overlap (an element would arrive twice)"
+        grid = src.grid
+        for me, q in itertools.product(range(len(b)), range(len(a))):
+            if me == q or not intersection(a[q], b[me]):
+                continue
+            cm, cq = _coords_of(me, grid), _coords_of(q, grid)
+            if any(abs(x - y) > 1 for x, y in zip(cm, cq)):
+                return (f"rank {me} needs elements of rank {q}, which is not its grid neighbour "
+                        f"(coordinates {cm} and {cq})")
+        return None
+
+    def cost(self, move: Move) -> Cost:
+        calls = ("MPI_Isend/MPI_Irecv(grid neighbours, derived datatypes)", )
+        world = move.world
+        src, dst = move.src.world_blocks(world), move.dst.world_blocks(world)
+        if src is None or dst is None:
+            return Cost(None, None, calls)
+        per, msgs = [0] * world, 0
+        for me in range(world):
+            for q in range(world):
+                if q != me:
+                    n = intersection(src[q], dst[me])
+                    per[me] += n * move.itemsize
+                    msgs += 1 if n else 0
+        return Cost(tuple(per), msgs, calls)
+
+    def emit(self, move: Move, src_desc, dst_desc) -> str:
+        src_fn = _block_fn(move.src.subset, move.src.coords)
+        dst_fn = _block_fn(move.dst.subset, move.dst.coords)
+        return ("{\n" f"const long long __sstr[] = {_arr(src_desc.strides)};\n"
+                f"const long long __dshape[] = {_arr(dst_desc.shape)}; const long long __dstr[] = {_arr(dst_desc.strides)};\n"
+                f'dace_partition::halo_exchange<{dst_desc.dtype.ctype}>("{move.array}", {len(move.dst.subset)}, '
+                f"{move.src.grid_id}, {src_fn}, _in, __sstr, {move.dst.grid_id}, {dst_fn}, _out, __dshape, __dstr);\n}}")
+

@@ -1,2 +1,0 @@
-"""SDFG transformations of the lowering pipeline."""
-from .rank_tiling import RankTileMap, tile_range
