@@ -11,6 +11,8 @@ layouts are part of the program's :class:`~dace_partition.ir.ProgramRecord`, sav
 program loaded from its build folder knows them.
 """
 import copy
+import time
+import warnings
 import weakref
 from typing import Dict, Optional, Sequence
 
@@ -66,11 +68,17 @@ def lower(sdfg: SDFG, schedule, *, solvers=None, fuse: bool = True, device: str 
         raise ValueError(f"io must be 'root' or 'distributed', got {io!r}")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
+    t0 = time.perf_counter()
     grids = resolve(discover(sdfg), schedule)
     order = resolve_solvers(solvers)
     work = copy.deepcopy(sdfg)  # lowered on a copy: every error surfaces before the SDFG changes
+    t1 = time.perf_counter()
     rep = partition(work, grids, order, device, fuse, IoMode(io))
+    rep.timings = {"schedule check and copy": t1 - t0, **rep.timings}
     _adopt(sdfg, work)
+    slow = rep.slow_steps()
+    if slow:
+        warnings.warn(f"'{sdfg.name}': {slow}", stacklevel=2)
     if device == "cpu":
         from .runtime.toolchain import blas
         rep.blas = str(blas())

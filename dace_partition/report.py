@@ -9,12 +9,29 @@ a formula in the program's symbols such as ``T``, or None when the count depends
 per iteration, and :meth:`LoweringReport.bytes_per_rank` multiplies them out per call. Given the
 program's symbols, it also costs Moves whose blocks are known only at run time (symbolic sizes).
 """
+import time
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import sympy
 
 from .ir import Cost, Distribution, Move, MoveKind
+
+
+SLOW_LOWERING_S = 20.0  # a lowering slower than this says where the time went (report and a warning)
+
+
+class Steps:
+    """Wall time per step of the lowering, so a slow ``lower`` names the step to blame."""
+
+    def __init__(self):
+        self.times: Dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def done(self, step: str):
+        now = time.perf_counter()
+        self.times[step] = self.times.get(step, 0.0) + now - self._t
+        self._t = now
 
 
 def direction_of(move: Move) -> str:
@@ -127,6 +144,15 @@ class LoweringReport:
     traffic: List[Traffic] = field(default_factory=list)  # every remaining Move, in program order
     persistent_bytes: object = 0  # rank-local buffers per rank, allocated once (int, or a formula)
     blas: str = ""  # the BLAS of the rank-local kernels
+    timings: Dict[str, float] = field(default_factory=dict)  # seconds per lowering step (see Steps)
+
+    def slow_steps(self, threshold: float = SLOW_LOWERING_S) -> Optional[str]:
+        """None when lowering took less than ``threshold`` seconds, else which steps took the time."""
+        total = sum(self.timings.values())
+        if total < threshold:
+            return None
+        worst = sorted(self.timings.items(), key=lambda kv: -kv[1])[:3]
+        return f"lowering took {total:.1f} s; slowest steps: " + ", ".join(f"{k} {v:.1f} s" for k, v in worst)
 
     def bytes_per_rank(self, **symbols) -> Optional[List[int]]:
         """Bytes each rank receives from other ranks in one call of the program, loops multiplied out (None:
@@ -180,6 +206,9 @@ class LoweringReport:
             trips = sorted({_times(t.trips) for t in looped})
             lines.append(f"  per call: {outside if outside is not None else 'run-time'} B outside loops + "
                          f"{sum(it) if it is not None else 'run-time'} B per iteration ({', '.join(trips)})")
+        slow = self.slow_steps()
+        if slow:
+            lines.append(f"  {slow}")
         return "\n".join(lines)
 
     def calls(self, array: str) -> List[str]:

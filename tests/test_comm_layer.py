@@ -173,6 +173,16 @@ def test_report_and_record_come_from_one_lowering():
     assert copy.deepcopy(sdfg) is not sdfg and record_of(copy.deepcopy(sdfg)) == rec
     # no metadata hides in the generated code any more
     assert "ranks_needed" not in (sdfg.exit_code.get("frame").as_string if sdfg.exit_code.get("frame") else "")
+    # every step of the lowering is timed; a fast lowering says nothing about it
+    assert {"schedule check and copy", "constraints and solver choice", "partition kernels", "report"} <= set(rep.timings)
+    assert rep.slow_steps() is None and "lowering took" not in str(rep)
+
+
+def test_slow_lowering_names_its_slowest_steps():
+    rep = dp.LoweringReport("p", 2, timings={"fusion (kernels and loops)": 31.0, "report": 0.5, "partition kernels": 2.0})
+    slow = rep.slow_steps()
+    assert slow.startswith("lowering took 33.5 s") and slow.index("fusion") < slow.index("partition") < slow.index("report")
+    assert slow in str(rep) and rep.slow_steps(threshold=40) is None
 
 
 def test_layouts_round_trip_through_the_record():

@@ -116,6 +116,10 @@ class Move:
         for me in range(world):
             if self.src.partial:
                 low[me] = sum(intersection(src[q], dst[me]) for q in range(world) if q != me) * size
+            elif volume(dst[me][1]) and not self.src.may_overlap():
+                # one holder per element: what others hold of my block (elements nobody holds, such as a
+                # boundary never written, cannot come from this move)
+                low[me] = sum(intersection(src[q], dst[me]) for q in range(world) if q != me) * size
             elif volume(dst[me][1]):
                 low[me] = (volume(dst[me][1]) - intersection(src[me], dst[me])) * size
         return low

@@ -30,7 +30,7 @@ from ..errors import UnsupportedPattern
 from ..ir import ROOT, Distribution, IoMode, Move, MoveKind, ProgramRecord, ReduceOp, attach
 from . import FuseRoundTrips, FusionKind, LocalizeArguments
 from .graph import distributed_memlets, has_moves, trips_of
-from ..report import KernelReport, LoweringReport, entry
+from ..report import Steps, KernelReport, LoweringReport, entry
 from ..schedule import Kernel, discover, expand_all, ordered_states
 from ..solvers.base import block_shape
 from ..solvers.registry import choose, get
@@ -43,13 +43,16 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: st
               fuse: bool = True, io: IoMode = IoMode.ROOT) -> LoweringReport:
     """Lowers ``sdfg`` in place for ``grids`` ({map name: grid}, already checked) with the solvers in
     ``solvers`` order; raises before the first rewrite where it can, so callers lower a copy."""
+    steps = Steps()
     _split_states(sdfg)
     kernels = discover(sdfg)
     expanded = _expand_uneven_library_nodes(sdfg, kernels, grids)
     if expanded:
         kernels = discover(sdfg)
+    steps.done("prepare and discover kernels")
     plans: List[KernelPlan] = []
     rep = LoweringReport(sdfg.name, 1)
+    rep.timings = steps.times
     for k in kernels:
         scheduled = [m for m in k.maps if m.name in grids]
         if not scheduled:
@@ -95,6 +98,7 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: st
                 refusals.setdefault((plan.kernel.index, a.array, move.kind),
                                     [(n, why) for n, why in refused if move.kind in get(n).kinds])
 
+    steps.done("constraints and solver choice")
     init_state = _add_runtime_state(sdfg, [p for p, _ in plans])
     comm_states = {init_state}
     guarded = set()
@@ -104,9 +108,11 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: st
         guarded.add(plan.kernel.state)
         comm_states |= set(_guard(sdfg, plan.kernel.state, f"__dp{plan.kernel.index}_member == 1"))
     by_kernel = {plan.kernel.index: kr for plan, kr in plans}
+    steps.done("partition kernels")
     if fuse:
         for f in FuseRoundTrips(solvers).apply_pass(sdfg, {}):
             _note_fusion(f, by_kernel)
+        steps.done("fusion (kernels and loops)")
     if io == IoMode.DISTRIBUTED:
         layouts, changes = LocalizeArguments(solvers).apply_pass(sdfg, {})
         rep.io = str(IoMode.DISTRIBUTED)
@@ -130,9 +136,11 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: st
     for plan, _ in plans:
         dims = ", ".join(str(g) for g in plan.grid)
         sdfg.append_init_code(f'dace_partition::init_grid({plan.kernel.index}, "{plan.principal}", {{{dims}}});\n')
+    steps.done("rank-local arguments, guards, devices")
     _report_moves(sdfg, rep, by_kernel, refusals)
     rep.persistent_bytes = _make_local_buffers_persistent(sdfg)
     sdfg.append_exit_code("dace_partition::free_grids();\n")
+    steps.done("report")
     attach(sdfg, ProgramRecord(sdfg.name, rep.ranks_needed, io, layouts))
     return rep
 

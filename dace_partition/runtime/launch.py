@@ -331,6 +331,8 @@ class CallSignature:
         self.scalars = [k for k in self.args if k not in self.arrays]
         self.dtypes = {k: np.dtype(d.dtype.as_numpy_dtype()) for k, d in self.arrays.items()}
         self.symbol_names = sorted(self.free)
+        # sizes fixed by sdfg.specialize() are constants, no longer arguments
+        self.constants = {k: int(v) for k, v in sdfg.constants.items() if isinstance(v, (int, np.integer))}
         self._layouts = {}
 
     def layout(self, symbols: Dict[str, int]):
@@ -339,6 +341,7 @@ class CallSignature:
         lay = self._layouts.get(key)
         if lay is None:
             lay = {}
+            symbols = {**self.constants, **symbols}
             for name, desc in self.arrays.items():
                 shape = tuple(int(dace.symbolic.evaluate(s, symbols)) for s in desc.shape)
                 strides = tuple(int(dace.symbolic.evaluate(s, symbols)) * self.dtypes[name].itemsize

@@ -22,27 +22,17 @@ import sympy
 
 from ..ir import Cost, Distribution, Move, MoveKind
 from ..ir.move import intersection
-from ..runtime.environment import RUNTIME_INCLUDE
+from ..runtime.environment import DacePartitionMPI
 from .base import Solver
 from .blocks import _arr, _block_fn
 
 
 @dace.library.environment
-class DacePartitionHalo:
-    """Adds the halo header to a program that uses the halo solver (MPI comes from DacePartitionMPI)."""
-    cmake_minimum_version = None
-    cmake_packages = ["MPI"]
-    cmake_variables = {}
-    cmake_includes = [RUNTIME_INCLUDE]
-    cmake_libraries = ["${MPI_CXX_LIBRARIES}"]
-    cmake_compile_flags = ["-I${MPI_CXX_HEADER_DIR}"]
-    cmake_link_flags = ["${MPI_LINKER_FLAGS}"]
-    cmake_files = []
+class DacePartitionHalo(DacePartitionMPI):
+    """The MPI build settings plus the halo header (MPI itself is set up by DacePartitionMPI's init code,
+    so this one adds none)."""
     headers = ["mpi.h", "dace_partition_runtime.h", "dace_partition_halo.h"]
-    state_fields = []
     init_code = ""
-    finalize_code = ""
-    dependencies = []
 
 
 def _split_grid(d: Distribution):

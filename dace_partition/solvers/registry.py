@@ -1,8 +1,10 @@
 """Which solvers exist, in which order ``lower`` tries them, and how third parties add their own.
 
 Built in, tried in this order for every move: ``grid_mapped`` (scatters and gathers of equal blocks,
-thesis ch. 5), ``allreduce`` (partial results into the same blocks), ``synthesized`` (grid-to-grid
-between block layouts of one mesh, 000_*.txt), ``blocks`` (any rectangular per-rank block). Packages
+thesis ch. 5), ``hierarchical`` (P^2 reduction programs, only with ``DACE_PARTITION_HIERARCHY``),
+``allreduce`` (partial results into the same blocks), ``synthesized`` (grid-to-grid between block layouts
+of one mesh, 000_*.txt), ``halo`` (grid-to-grid between neighbours only), ``blocks`` (any rectangular
+per-rank block). Packages
 register more under the entry-point group ``dace_partition.solvers`` (each entry point loads a
 :class:`~dace_partition.solvers.base.Solver` subclass or instance); they are tried after the built-ins
 unless ``lower(..., solvers=[...])`` says otherwise.
