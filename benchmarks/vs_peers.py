@@ -45,6 +45,8 @@ def build(wl, ranks, tag):
     out, lower_s = {}, {}
     for variant, io in (("ours_root", "root"), ("ours_dist", "distributed")):
         sdfg = wl.program().to_sdfg()
+        if wl.prepare:
+            wl.prepare(sdfg)
         sdfg.name = f"vp_{wl.name}_{io[:4]}_{ranks}{tag}"
         t0 = time.perf_counter()
         try:
@@ -57,6 +59,8 @@ def build(wl, ranks, tag):
         if variant == "ours_root":
             out["report"] = str(dp.report(sdfg))
     sdfg = wl.program().to_sdfg()
+    if wl.prepare:
+        wl.prepare(sdfg)
     sdfg.name = f"vp_{wl.name}_single{tag}"
     _single_threaded(sdfg)  # the same local optimizations as a lowered program gets
     import dace

@@ -68,7 +68,7 @@ def test_partial_sums_are_reduced_on_the_way(rng):
 
 
 @pytest.mark.parametrize("grids,ranks", [(((2, 2, 1), (4, 1, 1)), 4), (((2, 1, 2), (1, 2, 2)), 4),
-                                         (((2, 2, 2), (2, 1, 1)), 8)])
+                                         pytest.param(((2, 2, 2), (2, 1, 1)), 8, marks=pytest.mark.slow)])
 def test_matmul_chain_on_different_grids(rng, grids, ranks):
     """C = (A @ B) @ D, the two matmuls on different grids: the intermediate moves grid to grid."""
     sdfg = lowered(P.matmul_chain, (("_MatMult_.gemm_map", grids[0]), ("_MatMult_.gemm_map_1", grids[1])))

@@ -149,8 +149,11 @@ def test_dace_runtime_needs_cub3_shim(tmp_path):
 
 # ---------------------------------------------------------------- CUDA builds (nvcc, no GPU needed)
 
+DEFAULT_BUILDS = ("bcast_add", "matmul_2x2x2")  # each nvcc build costs ~30 s: the rest run under -m slow
+
+
 @needs_nvcc
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", [n if n in DEFAULT_BUILDS else pytest.param(n, marks=pytest.mark.slow) for n in CASES])
 def test_cuda_build(name):
     sdfg, folder = built(name)
     cuda = _sources(folder, "cuda", "cu")

@@ -125,6 +125,7 @@ def mlp_wide(x: dace.float64[64, 16], w1: dace.float64[16, 32], b1: dace.float64
     return h @ w2 + b2
 
 
+@pytest.mark.slow  # 8 oversubscribed ranks, two builds; the 2x2 case runs by default
 def test_megatron_mlp_2x4_reduce_scatter_allreduce_allgather(rng, monkeypatch):
     """8 ranks (oversubscribed), 32 KiB of partial sums per rank: ReduceScatter / AllReduce / AllGather."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")

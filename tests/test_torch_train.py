@@ -38,6 +38,7 @@ def check_step(sdfg, result, ref_loss, ref_params, tol=1e-5):
         np.testing.assert_allclose(new[k], ref, rtol=tol, atol=tol, err_msg=k)
 
 
+@pytest.mark.slow  # the Adam step on 2 ranks covers the same path by default
 def test_mlp_sgd_data_parallel_4_ranks():
     """Forward, cross entropy, backward and SGD on 4 ranks, batch split; gradients by allreduce."""
     model = mlp()
