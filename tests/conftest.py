@@ -61,3 +61,21 @@ def run_counted(sdfg, ranks, **inputs):
     assert res["bytes"] == expected, (f"counted {res['bytes']} B per rank, report says {expected}\n"
                                       f"{res['calls']}\n{dp.report(sdfg)}")
     return res["outputs"]
+
+
+def redistribute_sdfg(name, problem, plan):
+    """One Redistribute node between a source and a destination tile of ``plan`` (a synthesized plan for
+    ``problem`` = (mesh, shape, src, dst, dtype)): the smallest SDFG that runs the synthesized executor."""
+    import dace
+    from dace_partition.solvers.synthesis.sdfg_node import Redistribute
+    mesh, shape, src, dst, dtype = problem
+    dt = dace.dtypes.typeclass(np.dtype(dtype).type)
+    sdfg = dace.SDFG(name)
+    sdfg.add_array("src_tile", plan.initial.tile, dt)
+    sdfg.add_array("dst_tile", plan.steps[-1].after.tile, dt)
+    state = sdfg.add_state()
+    node = Redistribute("redistribute", mesh=mesh, shape=shape, src=src, dst=dst, dtype=dt)
+    state.add_node(node)
+    state.add_edge(state.add_read("src_tile"), None, node, "_in", dace.Memlet("src_tile"))
+    state.add_edge(node, "_out", state.add_write("dst_tile"), None, dace.Memlet("dst_tile"))
+    return sdfg

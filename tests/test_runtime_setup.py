@@ -13,7 +13,7 @@ import pytest
 import dace_partition as dp
 from dace_partition.runtime.launch import mpi_environment, mpiexec_command
 from dace_partition.runtime.mpi_count import build_counter
-from dace_partition.solvers.synthesis.sdfg_node import Redistribute
+from conftest import redistribute_sdfg
 
 import programs as P
 
@@ -53,18 +53,9 @@ def _inc_folder():
 
 
 def _redistribute_folder():
-    mesh, shape, src, dst, dtype = RP.PROBLEM
     plan = RP.plan_of()
     assert [s.op for s in plan.steps] == ["alltoall", "allpermute"]
-    dt = dace.dtypes.typeclass(np.dtype(dtype).type)
-    sdfg = dace.SDFG("t_runtime_setup_redistribute")
-    sdfg.add_array("src_tile", plan.initial.tile, dt)
-    sdfg.add_array("dst_tile", plan.steps[-1].after.tile, dt)
-    state = sdfg.add_state()
-    node = Redistribute("redistribute", mesh=mesh, shape=shape, src=src, dst=dst, dtype=dt)
-    state.add_node(node)
-    state.add_edge(state.add_read("src_tile"), None, node, "_in", dace.Memlet("src_tile"))
-    state.add_edge(node, "_out", state.add_write("dst_tile"), None, dace.Memlet("dst_tile"))
+    sdfg = redistribute_sdfg("t_runtime_setup_redistribute", RP.PROBLEM, plan)
     os.environ.update(mpi_environment())
     sdfg.compile(return_program_handle=False)
     return sdfg.build_folder

@@ -3,32 +3,20 @@ import os
 import sys
 
 import dace
-import numpy as np
 import pytest
 
 import dace_partition
 from dace_partition.solvers.synthesis.sdfg_node import Redistribute, emit
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "mpi_scripts"))
-from conftest import mpi_script  # noqa: E402
+from conftest import mpi_script, redistribute_sdfg  # noqa: E402
 import synthesis_sdfg_run as run  # noqa: E402
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "mpi_scripts", "synthesis_sdfg_run.py")
 
 
 def build(k):
-    mesh, shape, src, dst, dtype = run.PROBLEMS[k]
-    plan = run.plan_of(k)
-    dt = dace.dtypes.typeclass(np.dtype(dtype).type)
-    sdfg = dace.SDFG(f"test_synthesis_redistribute_{k}")
-    sdfg.add_array("src_tile", plan.initial.tile, dt)
-    sdfg.add_array("dst_tile", plan.steps[-1].after.tile, dt)
-    state = sdfg.add_state()
-    node = Redistribute("redistribute", mesh=mesh, shape=shape, src=src, dst=dst, dtype=dt)
-    state.add_node(node)
-    state.add_edge(state.add_read("src_tile"), None, node, "_in", dace.Memlet("src_tile"))
-    state.add_edge(node, "_out", state.add_write("dst_tile"), None, dace.Memlet("dst_tile"))
-    return sdfg
+    return redistribute_sdfg(f"test_synthesis_redistribute_{k}", run.PROBLEMS[k], run.plan_of(k))
 
 
 def test_problems_cover_every_collective():
