@@ -103,13 +103,15 @@ class Traffic:
 
     def per_call(self, **symbols) -> Optional[List[int]]:
         """Bytes each rank receives from this Move in one call of the program: per iteration times the trip
-        count; with ``symbols`` (the program's sizes), also for blocks known only at run time."""
+        count; with ``symbols`` (the program's sizes), also for blocks known only at run time. A loop whose
+        count depends on data (``while res > tol``) takes it from ``iterations=``."""
         per = self.per_rank
+        iterations = symbols.pop("iterations", None)
         if per is None and symbols and self.move is not None:
             from .solvers.registry import get
             cost = get(self.solver).cost(_bind(self.move, symbols))
             per = None if cost.per_rank is None else list(cost.per_rank)
-        n = _value(self.trips, symbols)
+        n = _value(self.trips, symbols) if self.trips is not None else iterations
         if per is None or n is None:
             return None
         return [b * n for b in per]
@@ -156,7 +158,8 @@ class LoweringReport:
 
     def bytes_per_rank(self, **symbols) -> Optional[List[int]]:
         """Bytes each rank receives from other ranks in one call of the program, loops multiplied out (None:
-        sizes or trip counts known only at run time; pass the program's symbols, e.g. ``N=40, T=5``)."""
+        sizes or trip counts known only at run time; pass the program's symbols, e.g. ``N=40, T=5``, and
+        ``iterations=`` for a loop whose count depends on data)."""
         rows = [t.per_call(**symbols) for t in self.traffic]
         if any(r is None for r in rows):
             return None

@@ -37,10 +37,12 @@ def fdtd(ex: dace.float64[18, 12], ey: dace.float64[18, 12], hz: dace.float64[18
 
 
 @dace.program
-def converge(A: dace.float64[16], res: dace.float64[1]):
-    while res[0] > 1e-3:
-        A[:] = 0.5 * A
-        res[0] = np.sum(A)
+def jacobi_until(A: dace.float64[N], B: dace.float64[N], res: dace.float64[1], tol: dace.float64):
+    res[0] = tol + 1.0
+    while res[0] > tol:
+        B[1:-1] = 0.33 * (A[:-2] + A[1:-1] + A[2:])
+        A[1:-1] = 0.33 * (B[:-2] + B[1:-1] + B[2:])
+        res[0] = np.sum(np.abs(A[1:-1] - B[1:-1]))
 
 
 def ref_jacobi1d(A, B, T):
@@ -141,16 +143,91 @@ def test_fdtd_boundary_written_on_rank0_each_step(rng):
         np.testing.assert_allclose(out[k], v, rtol=1e-13, atol=1e-13, err_msg=k)
 
 
-def test_data_dependent_loop_condition_is_refused_before_running():
-    sdfg = converge.to_sdfg()
-    with pytest.raises(UnsupportedPattern, match="condition of loop .*computed on rank 0 from .res.*only rank 0 keeps current"):
-        dp.lower(sdfg, {"_Mult__map": (2, )})
-    assert not dp.api.is_lowered(sdfg)
+def test_loop_until_a_global_residual_is_small(rng):
+    """``while res[0] > tol`` around kernels and a distributed sum: rank 0 combines the partial sums
+    (MPI_Reduce) and broadcasts the value the condition reads before every evaluation, so all ranks run
+    the same iterations; A and B stay on the grid."""
+    sdfg = lower_all(jacobi_until, (2, ), "t_loops_until", skip=("Reduce.reduce_init_map", ))
+    rep = dp.report(sdfg)
+    cond = [t for t in rep.traffic if t.array not in ("A", "B") and "MPI_Bcast" in " ".join(t.calls)]
+    assert {t.trips for t in cond} == {1, None}, rep  # before the loop, and in every iteration
+    inside = [t for t in rep.traffic if t.array in ("A", "B") and t.trips != 1]
+    assert inside and all(t.solver == "halo" for t in inside), rep
+    n = 37
+    a, b = rng.standard_normal(n), rng.standard_normal(n)
+    ra, rb, resid = a.copy(), b.copy(), []
+    for _ in range(6):
+        rb[1:-1] = 0.33 * (ra[:-2] + ra[1:-1] + ra[2:])
+        ra[1:-1] = 0.33 * (rb[:-2] + rb[1:-1] + rb[2:])
+        resid.append(np.sum(np.abs(ra[1:-1] - rb[1:-1])))
+    assert all(x > y for x, y in zip(resid, resid[1:]))
+    tol = (resid[3] + resid[4]) / 2  # stops after exactly 5 iterations
+    ra, rb, _ = ref_until(a, b, tol)
+    res = np.zeros(1)
+    out = counted(sdfg, 2, dict(N=n, iterations=5), A=a, B=b, res=res, tol=tol, N=n)
+    np.testing.assert_allclose(out["A"], ra, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(out["B"], rb, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(out["res"], [resid[4]], rtol=1e-12)
+
+
+def ref_until(a, b, tol):
+    a, b, r, k = a.copy(), b.copy(), tol + 1.0, 0
+    while r > tol:
+        b[1:-1] = 0.33 * (a[:-2] + a[1:-1] + a[2:])
+        a[1:-1] = 0.33 * (b[:-2] + b[1:-1] + b[2:])
+        r = np.sum(np.abs(a[1:-1] - b[1:-1]))
+        k += 1
+    return a, b, k
 
 
 def test_io_distributed_refuses_a_loop_whose_reads_exceed_its_writes():
-    """Jacobi's fixed boundary is read but never written: no rank's written tile holds it, so rank-local
-    arguments cannot carry it (a block+halo layout would); refused in words, before any rank starts."""
+    """As written (a chain of maps, each reading another shifted block) and with symbolic sizes, no read
+    block contains the others on every rank, so no block-plus-halo tile can carry the argument: refused
+    in words, before any rank starts."""
     sdfg = jacobi1d.to_sdfg()
     with pytest.raises(UnsupportedPattern, match="read in blocks .* but written in other blocks"):
         dp.lower(sdfg, {m.name: (2, ) for m in dp.maps(sdfg)}, io="distributed")
+
+
+def test_branch_data_is_what_conditions_read_and_only_rank_0_keeps():
+    """Without the compiler: a for loop bounded by a scalar argument needs nothing; a while loop reading
+    an array through a symbol assigned from a transient (how DaCe writes ``while res[0] > tol``) gets that
+    transient broadcast where the symbol is assigned (before the loop and at the end of each iteration)."""
+    from dace_partition.passes.conditions import BroadcastBranchData
+    assert BroadcastBranchData([], 2, 9).decide(jacobi1d.to_sdfg()) == []
+    sdfg = jacobi_until.to_sdfg()
+    found = BroadcastBranchData([], 2, 9).decide(sdfg)
+    assert len(found) == 2 and all(len(b.arrays) == 1 for b in found), found
+    name = found[0].arrays[0]
+    assert sdfg.arrays[name].transient and all(b.arrays == (name, ) for b in found)
+    # the guard reads the symbol, not data: no broadcast after it
+    assert all(not b.after.endswith("guard") for b in found), found
+
+
+def test_io_distributed_stencil_tiles_are_block_plus_halo(rng):
+    """Map-fused 2-D Jacobi (DaCe's MapFusion, as a user runs it) with io="distributed" on a (2, 2) grid:
+    each rank passes its block plus one ghost layer (the array's fixed boundary included); in the loop
+    only halos move, and after it the written blocks go back into the tiles with their halos, so the
+    overlapping tiles agree and join into the whole result."""
+    from dace.transformation.dataflow import MapFusion
+    sdfg = jacobi2d.to_sdfg()
+    sdfg.simplify()
+    sdfg.apply_transformations_repeated(MapFusion)
+    sdfg.name = "t_loops_jac2d_dist"
+    dp.lower(sdfg, {m.name: (2, 2) for m in dp.maps(sdfg)}, io="distributed")
+    rep = dp.report(sdfg)
+    assert all(t.solver == "halo" and t.source != "rank 0" and t.destination != "rank 0" for t in rep.traffic), rep
+    lay = dp.layout(sdfg, "A")
+    assert lay.block(0) == (slice(0, 13), slice(0, 11)) and lay.block(3) == (slice(11, 24), slice(9, 20)), lay
+    a, b, w = rng.standard_normal((24, 20)), rng.standard_normal((24, 20)), rng.standard_normal((24, 20))
+    T = 4
+    out = counted(sdfg, 4, dict(T=T), A=a, B=b, w=w, T=T)
+    ra, rb = a.copy(), b.copy()
+    for _ in range(T):
+        rb[1:-1, 1:-1] = w[1:-1, 1:-1] * (ra[1:-1, 1:-1] + ra[1:-1, :-2] + ra[1:-1, 2:] + ra[2:, 1:-1] + ra[:-2, 1:-1])
+        ra[1:-1, 1:-1] = 0.2 * (rb[1:-1, 1:-1] + rb[1:-1, :-2] + rb[1:-1, 2:] + rb[2:, 1:-1] + rb[:-2, 1:-1])
+    np.testing.assert_allclose(out["A"], ra, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(out["B"], rb, rtol=1e-13, atol=1e-13)
+    # Per sweep: one face (or edge) of A and of B from each neighbour, no more.
+    it = dp.report(sdfg).bytes_per_iteration(T=T)
+    assert it == [2 * (11 + 10) * 8] * 4, it

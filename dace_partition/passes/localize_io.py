@@ -67,8 +67,15 @@ class LocalizeArguments(MovePass):
                 raise UnsupportedPattern(name, home_dist.range, "io='distributed': the argument is accumulated into "
                                          "by several ranks per element, so its prior value would count more than once")
             if gathers and scatters and not scatters[0][1].distribution("dst").same_blocks(home_dist):
-                raise UnsupportedPattern(name, home_dist.range, "io='distributed': the argument is read in blocks "
-                                         f"[{scatters[0][1].dst_subset}] but written in other blocks; use io='root'")
+                tile = _halo_tile(scatters, gathers[0][1])
+                if tile is None:
+                    raise UnsupportedPattern(name, home_dist.range, "io='distributed': the argument is read in blocks "
+                                             f"[{scatters[0][1].dst_subset}] but written in other blocks, and no read "
+                                             "block contains, on every rank, the written block and every other read "
+                                             "(sizes must be known when lowering; fusing the stencil's maps into one "
+                                             "gives one block-plus-halo read); use io='root'")
+                self._localize_halo_tile(sdfg, name, desc, tile, scatters, gathers[0], layouts, changes)
+                continue
             local = local_buffer(home_state, home)
             layouts[name] = _layout_of(sdfg, name, home, local)
             ldesc = sdfg.arrays[local]
@@ -103,3 +110,60 @@ class LocalizeArguments(MovePass):
                 dm.implementation = self.implement(move)
                 st.add_edge(st.add_read(name), None, dm, "_in", Memlet.from_array(name, new))
         return layouts, changes
+
+    def _localize_halo_tile(self, sdfg: SDFG, name: str, desc, tile, scatters, gather, layouts, changes):
+        """The argument's tile is the block-plus-halo ``tile`` reads: every other buffer of the argument is
+        filled from it on the same rank, and after the last write the written blocks go back into it with
+        their halos (the same neighbour exchange as in the loop), so every rank's tile, ghost cells
+        included, holds the current values and overlapping tiles agree."""
+        sst, sdm = tile
+        dist = sdm.distribution("dst")
+        local = local_buffer(sst, sdm)
+        layouts[name] = _layout_of(sdfg, name, sdm, local)
+        new = dace.data.Array(desc.dtype, sdfg.arrays[local].shape, storage=desc.storage, transient=False)
+        sdfg.remove_data(name, validate=False)
+        sdfg.add_datadesc(name, new)
+        changes[name] = Localized(name, dist.grid_id)
+        drop(sst, sdm)
+        rename_data(sdfg, local, name)
+        for st, dm in scatters:
+            if dm is sdm:
+                continue
+            move = Move(name, dist, dm.distribution("dst"), tuple(dm.shape), int(dm.itemsize))
+            st.remove_node(st.in_edges(dm)[0].src)
+            dm.set_move(move)
+            dm.implementation = self.implement(move)
+            st.add_edge(st.add_read(name), None, dm, "_in", Memlet.from_array(name, new))
+        gst, g = gather
+        move = Move(name, g.distribution("src"), dist, tuple(g.shape), int(g.itemsize))
+        g.set_move(move)
+        g.implementation = self.implement(move)
+        out = gst.out_edges(g)[0]
+        out.data = Memlet.from_array(name, new)
+
+
+def _contains(outer, inner) -> bool:
+    (a, na), (b, nb) = outer, inner
+    if any(n == 0 for n in nb):
+        return True
+    return all(x <= y and y + m <= x + n for x, n, y, m in zip(a, na, b, nb))
+
+
+def _halo_tile(scatters, gather):
+    """The scatter whose blocks contain, rank by rank, the written blocks and every other scatter's blocks
+    (known sizes only), or None."""
+    g = gather.distribution("src")
+    if gather.op or gather.accumulates or g.partial or any(dm.accumulates for _, dm in scatters):
+        return None
+    written = g.blocks()
+    if written is None:
+        return None
+    others = [dm.distribution("dst") for _, dm in scatters]
+    blocks = [d.blocks() for d in others]
+    if any(b is None or len(b) != len(written) for b in blocks):
+        return None
+    for (st, dm), mine in zip(scatters, blocks):
+        if all(_contains(mine[r], written[r]) and all(_contains(mine[r], b[r]) for b in blocks)
+               for r in range(len(written))):
+            return st, dm
+    return None

@@ -18,8 +18,8 @@ An array read but never written in the loop has its scatters hoisted before the 
 code touches inside the loop (``ey[0, :] = fict[t]``) keep their round trip, so rank 0 always sees and
 publishes the current value; values rank 0 computes in the loop reach the kernels through those scatters.
 
-A loop whose condition reads data would be evaluated by each rank on its own copy, which only rank 0
-keeps current: such a loop around distributed kernels is refused before any rank starts.
+A loop whose condition reads data (``while res[0] > tol``) runs as well: :mod:`.conditions` broadcasts
+that data from rank 0 before each evaluation, so every rank takes the same branch.
 
 :func:`trips` gives the trip count of the loops around a state (the report multiplies per-iteration bytes
 by it).
@@ -179,39 +179,6 @@ def _only_moved(sdfg: SDFG, arr: str, body, moved) -> bool:
     return True
 
 
-def _condition_data(sdfg: SDFG, lp: Loop) -> List[str]:
-    """Data containers the loop's exit condition reads (through interstate assignments too), other than
-    scalar arguments that nothing writes (every rank holds those) and the runtime's own values."""
-    names = set()
-    for e in sdfg.out_edges(lp.head):
-        names |= {str(s) for s in e.data.read_symbols()}
-    assigned = {}
-    for e in sdfg.edges():
-        for k, v in e.data.assignments.items():
-            assigned.setdefault(k, set()).update(str(s) for s in dace.symbolic.pystr_to_symbolic(v).free_symbols)
-            try:
-                assigned[k] |= {str(s) for s in dace.InterstateEdge(assignments={k: v}).read_symbols()}
-            except Exception:  # noqa: BLE001
-                pass
-    todo, seen = list(names), set()
-    while todo:
-        n = todo.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        todo += list(assigned.get(n, ()))
-    out = []
-    for n in sorted(seen):
-        desc = sdfg.arrays.get(n)
-        if desc is None or n.startswith("__dp"):
-            continue
-        written = any(st.in_degree(a) > 0 for st, a in uses(sdfg, n))
-        if isinstance(desc, dace.data.Scalar) and not desc.transient and not written:
-            continue
-        out.append(n)
-    return out
-
-
 def _copy_target(sdfg: SDFG, st: SDFGState):
     """``(T, X, offset)`` when ``st`` only copies all of transient ``T`` into a same-shaped box of ``X``
     starting at ``offset`` (how DaCe writes ``X[1:, :] = X[1:, :] - ...``); else None."""
@@ -276,18 +243,6 @@ def _ordered(sdfg: SDFG):
     return ordered_states(sdfg)
 
 
-def _computed_from(sdfg: SDFG, name: str) -> List[str]:
-    """The program's arrays read by the states that write ``name`` (for error messages)."""
-    out = []
-    for st, n in uses(sdfg, name):
-        if st.in_degree(n) == 0:
-            continue
-        for a in st.data_nodes():
-            if a.data != name and st.out_degree(a) > 0 and not sdfg.arrays[a.data].transient and a.data not in out:
-                out.append(a.data)
-    return out
-
-
 class FuseLoops(MovePass):
     """Keeps loop-carried arrays on their grid across the iterations of a loop (module docstring)."""
 
@@ -309,13 +264,6 @@ class FuseLoops(MovePass):
             return []
         if fold_copies(sdfg, lp, self.implement):
             dms = [(st, n) for st, n in distributed_memlets(sdfg) if st in lp.body]
-        data = _condition_data(sdfg, lp)
-        if data:
-            src = _computed_from(sdfg, data[0])
-            how = f" (computed on rank 0 from {', '.join(repr(x) for x in src)})" if src else ""
-            raise UnsupportedPattern(data[0], "", f"the condition of loop '{lp.head.label}' reads '{data[0]}'{how}, "
-                                     "which only rank 0 keeps current, and the loop runs distributed kernels: every "
-                                     "rank would decide on its own copy; bound the loop by a symbol or an argument")
         if len(lp.entries) != 1 or len(lp.exits) != 1:
             return []
         plans = []

@@ -13,6 +13,7 @@ Everything not scheduled (and every kernel on a grid of one rank) runs on rank 0
 :func:`partition` also runs the passes that follow it (round-trip fusion, rank-local arguments, GPU
 offload) and returns the report built from the solvers' answers for the Moves that remain.
 """
+import re
 from typing import Dict, List, Tuple
 
 import dace
@@ -29,6 +30,7 @@ from ..runtime.environment import ENVIRONMENT
 from ..errors import UnsupportedPattern
 from ..ir import ROOT, Distribution, IoMode, Move, MoveKind, ProgramRecord, ReduceOp, attach
 from . import FuseRoundTrips, FusionKind, LocalizeArguments
+from .conditions import BroadcastBranchData
 from .graph import distributed_memlets, has_moves, trips_of
 from ..report import Steps, KernelReport, LoweringReport, entry
 from ..schedule import Kernel, discover, expand_all, ordered_states
@@ -124,6 +126,10 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: st
                     by_kernel[k].notes.append(f"reads the tiles of rank-local argument '{name}': no communication")
     else:
         layouts = {}
+    world_grid = max(p.kernel.index for p, _ in plans) + 1 if plans else 0
+    branch = BroadcastBranchData(solvers, rep.ranks_needed, world_grid)
+    if branch.apply_pass(sdfg, {}):
+        sdfg.append_init_code(branch.init_code())
     root_states = []
     for st in ordered_states(sdfg):
         if st in comm_states or st in guarded or st.number_of_nodes() == 0 or has_moves(st):
@@ -277,6 +283,19 @@ def _scalars_to_arrays(sdfg: SDFG, names):
         desc = sdfg.arrays[name]
         if isinstance(desc, dace.data.Scalar) and desc.transient:
             sdfg.arrays[name] = dace.data.Array(desc.dtype, [1], transient=True, storage=desc.storage)
+            _index_in_interstate_code(sdfg, name)
+
+
+def _index_in_interstate_code(sdfg: SDFG, name: str):
+    """Conditions and assignments that read the scalar ``name`` by value read its element ``name[0]``."""
+    pattern = re.compile(rf"\b{re.escape(name)}\b(?!\s*\[)")
+    for e in sdfg.all_interstate_edges():
+        cond = e.data.condition.as_string
+        if pattern.search(cond):
+            e.data.condition = CodeBlock(pattern.sub(f"{name}[0]", cond))
+        for k, v in list(e.data.assignments.items()):
+            if pattern.search(v):
+                e.data.assignments[k] = pattern.sub(f"{name}[0]", v)
 
 
 def _uneven(plan: KernelPlan) -> bool:

@@ -21,7 +21,7 @@ import dace.library
 import sympy
 
 from ..ir import Cost, Distribution, Move, MoveKind
-from ..ir.move import intersection
+from ..ir.move import intersection, volume
 from ..runtime.environment import DacePartitionMPI
 from .base import Solver
 from .blocks import _arr, _block_fn
@@ -89,6 +89,11 @@ def disjoint_tiles(d: Distribution) -> bool:
     return True
 
 
+def _holds(src_block, dst_block) -> bool:
+    """Whether a rank's source block contains its whole destination block: it receives nothing."""
+    return intersection(src_block, dst_block) == volume(dst_block[1])
+
+
 class HaloSolver(Solver):
     name = "halo"
     kinds = frozenset({MoveKind.REDISTRIBUTE})
@@ -117,6 +122,8 @@ class HaloSolver(Solver):
             if not _shift_is_constant(src, dst):
                 return "blocks known only at run time and not a constant shift of the source's tiling"
             return None
+        if all(_holds(a[r], b[r]) for r in range(len(b))):
+            return None  # a copy on every rank
         if src.may_overlap():
             return "source blocks overlap (an element would arrive twice)"
         grid = src.grid
@@ -137,6 +144,8 @@ class HaloSolver(Solver):
             return Cost(None, None, calls)
         per, msgs = [0] * world, 0
         for me in range(world):
+            if _holds(src[me], dst[me]):
+                continue  # its own block has everything (the executor's rule)
             for q in range(world):
                 if q != me:
                     n = intersection(src[q], dst[me])

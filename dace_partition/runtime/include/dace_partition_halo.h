@@ -69,12 +69,16 @@ inline void build_halo(HaloSite &s, const char *array, int ndim, const BlockFn &
     s.src_me = src[me];
     s.dst_me = dst[me];
     s.own = intersect(src[me], dst[me]);
+    // A rank whose own source block holds its whole destination block receives nothing (overlapping
+    // source tiles, e.g. block-plus-halo arguments, would otherwise send the same element twice).
+    auto self_sufficient = [&](int q) { return intersect(src[q], dst[q]).elements() == dst[q].elements(); };
+    bool mine = self_sufficient(me);
     for (int q = 0; q < n; ++q) {
         if (q == me) continue;
         Block in = intersect(src[q], dst[me]);
-        if (in.elements() > 0) s.recvs.push_back(HaloPeer{q, face_type(s.base, in, dst[me], dstr)});
+        if (!mine && in.elements() > 0) s.recvs.push_back(HaloPeer{q, face_type(s.base, in, dst[me], dstr)});
         Block out = intersect(src[me], dst[q]);
-        if (out.elements() > 0) s.sends.push_back(HaloPeer{q, face_type(s.base, out, src[me], sstr)});
+        if (!self_sufficient(q) && out.elements() > 0) s.sends.push_back(HaloPeer{q, face_type(s.base, out, src[me], sstr)});
     }
     s.reqs.resize(s.sends.size() + s.recvs.size());
 }
