@@ -58,8 +58,17 @@ def run_mpi(wl, variant, data, folder, reps, names):
 
         first_inputs, timed_inputs = fresh(), fresh()
         call = lambda a: prog(**a)  # noqa: E731
+        joined = {}
 
         def join(res):
+            # Arguments written in place (a stencil's A and B): their tiles, joined on rank 0.
+            for k in sorted(lays):
+                if k != "__return" and k in first_inputs:
+                    parts = comm.gather(first_inputs[k], root=0)
+                    if comm.rank == 0:
+                        joined[k] = lays[k].gather(parts)
+            if res is None:
+                return None
             tiles = comm.gather(np.asarray(res), root=0)
             return lays["__return"].gather(tiles) if comm.rank == 0 and "__return" in lays else \
                 (tiles[0] if comm.rank == 0 else None)
@@ -84,7 +93,8 @@ def run_mpi(wl, variant, data, folder, reps, names):
     whole_result = join(result)
     status = None
     if comm.rank == 0:
-        status = _check(wl, whole_result, first_inputs if variant == "ours_root" else None, ref)
+        after = first_inputs if variant == "ours_root" else (joined or None) if variant == "ours_dist" else None
+        status = _check(wl, whole_result, after, ref)
     best = float("inf")
     for _ in range(reps):
         comm.Barrier()

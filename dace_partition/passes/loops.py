@@ -32,7 +32,6 @@ import sympy
 from dace.memlet import Memlet
 from dace.sdfg import SDFG, SDFGState
 
-from ..errors import UnsupportedPattern
 from ..ir import ROOT, Move
 from ..ir.move import intersection, volume
 from ..solvers.halo import disjoint_tiles
@@ -315,6 +314,9 @@ class FuseLoops(MovePass):
         gst, g = gather
         h = g.distribution("src")
         local_h = source_buffer(gst, g)
+        inplace = _write_in_place(sdfg, gst, g, local_h, scatters)
+        if inplace is not None:
+            return self._carry_in_place(sdfg, pre, post, arr, gather, inplace)
         out = []
         first = []  # pre-loop scatters of readers' boundaries, then the written blocks
         for sst, s in scatters:
@@ -354,3 +356,101 @@ class FuseLoops(MovePass):
         post.add_edge(post.add_read(local_h), None, dm, "_in", Memlet.from_array(local_h, sdfg.arrays[local_h]))
         post.add_edge(dm, "_out", post.add_write(arr), None, Memlet.from_array(arr, sdfg.arrays[arr]))
         return out
+
+    def _carry_in_place(self, sdfg: SDFG, pre, post, arr, gather, inplace) -> List[Fusion]:
+        """The writer writes straight into the reader's block-plus-halo buffer (at the block's offset in
+        it), so each iteration moves only the halo: no copy of the own block. One scatter of the
+        reader's blocks before the loop (they contain the written ones), one gather of the written
+        blocks out of that buffer after it."""
+        gst, g = gather
+        sst, s, local_d, kst, off = inplace
+        h, d = g.distribution("src"), s.distribution("dst")
+        local_h = source_buffer(gst, g)
+        box = _box(sdfg.arrays[local_h].shape, off)
+        for e in kst.edges():
+            if e.data.data == local_h:
+                e.data.data = local_d
+                e.data.subset.offset(off, False)
+        for n in kst.data_nodes():
+            if n.data == local_h:
+                n.data = local_d
+        move = Move(arr, h, d, tuple(g.shape), int(g.itemsize))
+        solver = self.implement(move)
+        sst.remove_node(sst.in_edges(s)[0].src)
+        s.set_move(move)
+        s.implementation = solver
+        sst.add_edge(sst.add_read(local_d), None, s, "_in", Memlet(data=local_d, subset=box))
+        self._copy_scatter(sdfg, pre, s, local_d, Move(arr, ROOT, d, tuple(g.shape), int(g.itemsize)))
+        dm = DistributedMemlet(f"gather_{arr}", g.move())
+        dm.implementation = g.implementation
+        drop(gst, g)
+        post.add_edge(post.add_read(local_d), None, dm, "_in", Memlet(data=local_d, subset=box))
+        post.add_edge(dm, "_out", post.add_write(arr), None, Memlet.from_array(arr, sdfg.arrays[arr]))
+        if not uses(sdfg, local_h):
+            del sdfg.arrays[local_h]
+        return [Fusion(FusionKind.MOVE, arr, h.grid_id, d.grid_id, move, solver)]
+
+
+def _box(shape, off):
+    from dace import subsets
+    return subsets.Range([(o, o + n - 1, 1) for o, n in zip(off, shape)])
+
+
+def _offset(h, d) -> Optional[List[int]]:
+    """Per dimension, where every rank's written block starts inside its read block (the same constant on
+    every rank), if every read block contains the written one; else None."""
+    if h.grid != d.grid or h.splits != d.splits:
+        return None
+    names = {cd: cs for cs, cd in zip(h.coords, d.coords) if cs and cd}
+    off = []
+    for (hb, he, hs), (db, de, ds) in zip(h.subset, d.subset):
+        if hs != 1 or ds != 1:
+            return None
+        diffs = []
+        for x, y in ((_plain(hb), _plain(db, names)), (_plain(de, names), _plain(he))):
+            diff = sympy.simplify(x - y)
+            if diff.free_symbols or not diff.is_integer or int(diff) < 0:
+                return None
+            diffs.append(int(diff))
+        off.append(diffs[0])
+    a, b = h.blocks(), d.blocks()
+    if a is not None and b is not None:  # known sizes: checked rank by rank too
+        for (hs_, hn), (ds_, dn) in zip(a, b):
+            if volume(hn) and any(x - y != o for x, y, o in zip(hs_, ds_, off)):
+                return None
+    return off
+
+
+def _plain(expr, names=None):
+    """``expr`` over plain sympy symbols (DaCe's carry assumptions), coordinates renamed by ``names``."""
+    e = sympy.sympify(expr)
+    names = names or {}
+    return e.subs({f: sympy.Symbol(names.get(str(f), str(f))) for f in e.free_symbols})
+
+
+def _write_in_place(sdfg: SDFG, gst, g, local_h: str, scatters):
+    """``(reader state, reader scatter, its buffer, writer's kernel state, offset)`` when the loop's one
+    reader of the array reads a block plus halo containing the written block at a constant offset on
+    every rank, the writer is a map that only writes ``local_h`` and nothing else reads it, and the
+    reader's buffer is filled only by that scatter and not touched by the writer; else None."""
+    if len(scatters) != 1 or g.op or g.accumulates:
+        return None
+    sst, s = scatters[0]
+    local_d = destination_buffer(sst, s)
+    if local_d == local_h or s.accumulates:
+        return None
+    off = _offset(g.distribution("src"), s.distribution("dst"))
+    if off is None:
+        return None
+    users = [(st, n) for st, n in uses(sdfg, local_h) if st is not gst]
+    states = {st for st, _ in users}
+    if len(states) != 1:
+        return None
+    kst = next(iter(states))
+    for st, n in users:
+        if st.out_degree(n) > 0 or not all(isinstance(e.src, dace.nodes.MapExit) for e in st.in_edges(n)):
+            return None
+    for st, n in uses(sdfg, local_d):
+        if st is kst or (st.in_degree(n) > 0 and st is not sst):
+            return None
+    return sst, s, local_d, kst, off

@@ -33,6 +33,16 @@ _ORDER: List[str] = []
 _entry_points_loaded = False
 
 
+def _seen_through(sdfg, memlet):
+    """The buffer a solver's code sees: the array, or, where the memlet takes a box of it (a kernel's
+    block inside a block-plus-halo buffer), an array of the box's shape with the array's strides."""
+    desc = sdfg.arrays[memlet.data]
+    sub = memlet.subset
+    if sub is None or [str(x) for x in sub.size()] == [str(x) for x in desc.shape]:
+        return desc
+    return dace.data.Array(desc.dtype, sub.size(), strides=desc.strides, transient=True, storage=desc.storage)
+
+
 def _expansion_for(solver: Solver):
 
     class Expansion(ExpandTransformation):
@@ -40,8 +50,8 @@ def _expansion_for(solver: Solver):
 
         @staticmethod
         def expansion(node, parent_state, parent_sdfg):
-            src = parent_sdfg.arrays[parent_state.in_edges(node)[0].data.data]
-            dst = parent_sdfg.arrays[parent_state.out_edges(node)[0].data.data]
+            src = _seen_through(parent_sdfg, parent_state.in_edges(node)[0].data)
+            dst = _seen_through(parent_sdfg, parent_state.out_edges(node)[0].data)
             code = solver.emit(node.move(parent_sdfg), src, dst)
             ptr = dace.pointer(dst.dtype)
             t = dace.nodes.Tasklet(node.name, {"_in": ptr}, {"_out": ptr}, code, language=dace.Language.CPP)

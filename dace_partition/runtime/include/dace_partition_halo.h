@@ -83,6 +83,13 @@ inline void build_halo(HaloSite &s, const char *array, int ndim, const BlockFn &
     s.reqs.resize(s.sends.size() + s.recvs.size());
 }
 
+// Offset of the first element of `box` in a local buffer holding `block` with `strides`.
+inline long long linear_in(const Block &box, const Block &block, const long long *strides) {
+    long long off = 0;
+    for (size_t j = 0; j < box.start.size(); ++j) off += (box.start[j] - block.start[j]) * strides[j];
+    return off;
+}
+
 template <typename T>
 void halo_exchange(const char *array, int ndim, int src_gid, BlockFn src_fn, const T *src_local,
                    const long long *src_lstrides, int dst_gid, BlockFn dst_fn, T *dst_local,
@@ -119,8 +126,12 @@ void halo_exchange(const char *array, int ndim, int src_gid, BlockFn src_fn, con
         check(MPI_Irecv(dst_local, 1, p.type, p.peer, tag, comm(), &s.reqs[k++]), "MPI_Irecv");
     for (const HaloPeer &p : s.sends)
         check(MPI_Isend(const_cast<T *>(src_local), 1, p.type, p.peer, tag, comm(), &s.reqs[k++]), "MPI_Isend");
-    // The local part overlaps the messages in flight (it touches other elements of dst_local).
-    if (s.own.elements() > 0) {
+    // The local part overlaps the messages in flight (it touches other elements of dst_local). Where the
+    // source is the destination's own block (a kernel that writes into the block-plus-halo buffer it is
+    // read from), there is nothing to copy.
+    bool same = s.own.elements() > 0 && src_local + linear_in(s.own, s.src_me, src_lstrides) ==
+                                            dst_local + linear_in(s.own, s.dst_me, dst_lstrides);
+    if (s.own.elements() > 0 && !same) {
         int nd = ndim;
         long long inner = s.own.count[nd - 1];
         Block rows = s.own;
