@@ -260,7 +260,7 @@ def ref_heat3d(A, B, T):
 
 @pytest.mark.parametrize("grid,io,halo", [
     pytest.param((2, 1, 2), "distributed", 8 * (4 + 4 + 1), id="two_dims_distributed"),
-    pytest.param((2, 1, 1), "root", 8 * 8, id="one_dim_root", marks=pytest.mark.slow),
+    pytest.param((2, 1, 1), "root", 8 * 8, id="one_dim_root"),
 ])
 def test_heat3d_time_loop(rng, grid, io, halo):
     """The 7-point heat equation in a time loop, map-fused; per sweep each rank receives exactly the

@@ -27,9 +27,11 @@ class MovePass(ppl.Pass):
     def should_reapply(self, modified: ppl.Modifies) -> bool:
         return False
 
-    def implement(self, move: Move) -> str:
-        """The name of the first solver that accepts ``move``, or an UnsupportedPattern with every refusal."""
-        solver, refused = choose(move, self.solvers)
+    def implement(self, move: Move, box: bool = False) -> str:
+        """The name of the first solver that accepts ``move`` (with ``box``: among those whose code reads or
+        writes a box of a larger rank-local buffer), or an UnsupportedPattern with every refusal."""
+        solvers = [s for s in self.solvers if s.box_views] if box else self.solvers
+        solver, refused = choose(move, solvers)
         if solver is None:
             raise UnsupportedPattern(move.array, move.dst.range, f"no solver implements {move}: " +
                                      "; ".join(f"{n}: {why}" for n, why in refused))

@@ -137,7 +137,7 @@ class LocalizeArguments(MovePass):
         gst, g = gather
         move = Move(name, g.distribution("src"), dist, tuple(g.shape), int(g.itemsize))
         g.set_move(move)
-        g.implementation = self.implement(move)
+        g.implementation = self.implement(move, box=True)
         out = gst.out_edges(g)[0]
         out.data = Memlet.from_array(name, new)
 

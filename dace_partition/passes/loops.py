@@ -375,14 +375,14 @@ class FuseLoops(MovePass):
             if n.data == local_h:
                 n.data = local_d
         move = Move(arr, h, d, tuple(g.shape), int(g.itemsize))
-        solver = self.implement(move)
+        solver = self.implement(move, box=True)
         sst.remove_node(sst.in_edges(s)[0].src)
         s.set_move(move)
         s.implementation = solver
         sst.add_edge(sst.add_read(local_d), None, s, "_in", Memlet(data=local_d, subset=box))
         self._copy_scatter(sdfg, pre, s, local_d, Move(arr, ROOT, d, tuple(g.shape), int(g.itemsize)))
         dm = DistributedMemlet(f"gather_{arr}", g.move())
-        dm.implementation = g.implementation
+        dm.implementation = self.implement(g.move(), box=True)
         drop(gst, g)
         post.add_edge(post.add_read(local_d), None, dm, "_in", Memlet(data=local_d, subset=box))
         post.add_edge(dm, "_out", post.add_write(arr), None, Memlet.from_array(arr, sdfg.arrays[arr]))

@@ -66,6 +66,9 @@ class Solver:
     name = "solver"
     kinds: FrozenSet[MoveKind] = frozenset(MoveKind)
     environments: list = []
+    # Whether ``emit`` honours the rank-local buffer's strides, so the buffer may be a box of a larger one
+    # (a kernel's block inside a block-plus-halo buffer); solvers that assume a contiguous block do not.
+    box_views: bool = False
 
     def refuse(self, move: Move) -> Optional[str]:
         """None if this solver implements ``move``, else the reason in words."""

@@ -35,6 +35,7 @@ def _block_fn(subset, coords) -> str:
 
 class BlockSolver(Solver):
     name = "blocks"
+    box_views = True
     kinds = frozenset(MoveKind)
 
     def refuse(self, move: Move) -> Optional[str]:

@@ -96,6 +96,7 @@ def _holds(src_block, dst_block) -> bool:
 
 class HaloSolver(Solver):
     name = "halo"
+    box_views = True
     kinds = frozenset({MoveKind.REDISTRIBUTE})
     environments = [DacePartitionHalo]
 
