@@ -1,5 +1,6 @@
 """The ``hierarchical`` solver: P^2 reduction programs for ALLREDUCE moves when the machine hierarchy
-is known at lowering time (``DACE_PARTITION_HIERARCHY``), the flat ``MPI_Allreduce`` otherwise.
+is known at lowering time (``DACE_PARTITION_HIERARCHY``; the Slurm case is in test_hierarchy_detect.py),
+the flat ``MPI_Allreduce`` otherwise.
 
 Pure-Python tests check refusals and costs on hand-built Moves; the MPI tests lower the Megatron MLP
 with simulated hierarchies (2x2 on 4 ranks, 2x4 on 8 oversubscribed ranks), run it under mpiexec with
@@ -17,9 +18,16 @@ from dace_partition.solvers import registry
 from dace_partition.solvers.allreduce import AllreduceSolver
 from dace_partition.solvers.hierarchical import HierarchicalSolver, plan_move
 from dace_partition.solvers.reduction import ENV_VAR
+from dace_partition.solvers.reduction.slurm import NODES_VARS, TASKS_VAR
 
 MEGATRON = (("_MatMult_.gemm_map", (1, 4, 1)), ("_Add__map", (1, 4)), ("_numpy_maximum__map", (1, 4)),
             ("_MatMult_.gemm_map_1", (1, 1, 4)), ("_Add__map_1", dp.replicate((1, 1), 4)))
+
+
+def no_hierarchy(monkeypatch):
+    """Neither the variable nor a Slurm allocation: the hierarchy is unknown at lowering time."""
+    for v in (ENV_VAR, TASKS_VAR) + NODES_VARS:
+        monkeypatch.delenv(v, raising=False)
 
 
 def partial_move(n, ranks, itemsize=8):
@@ -30,7 +38,7 @@ def partial_move(n, ranks, itemsize=8):
 
 
 def test_refuses_without_the_setting_and_the_flat_solver_serves(monkeypatch):
-    monkeypatch.delenv(ENV_VAR, raising=False)
+    no_hierarchy(monkeypatch)
     m = partial_move(64, 4)
     assert m.kind == MoveKind.ALLREDUCE
     solver, refused = registry.choose(m, registry.resolve_solvers(None))
@@ -102,7 +110,7 @@ def reduction_entry(sdfg):
 
 def test_megatron_mlp_2x2_matches_flat_and_numpy(rng, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.delenv(ENV_VAR, raising=False)
+    no_hierarchy(monkeypatch)
     flat = lowered(P.mlp, MEGATRON)
     assert reduction_entry(flat).solver == "allreduce"
     monkeypatch.setenv(ENV_VAR, "2x2")
@@ -129,6 +137,7 @@ def mlp_wide(x: dace.float64[64, 16], w1: dace.float64[16, 32], b1: dace.float64
 def test_megatron_mlp_2x4_reduce_scatter_allreduce_allgather(rng, monkeypatch):
     """8 ranks (oversubscribed), 32 KiB of partial sums per rank: ReduceScatter / AllReduce / AllGather."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    no_hierarchy(monkeypatch)
     monkeypatch.setenv(ENV_VAR, "2x4")
     sched = tuple((k, dp.replicate((1, 1), 8) if k == "_Add__map_1" else tuple(8 if g == 4 else g for g in grid))
                   for k, grid in MEGATRON)
@@ -214,13 +223,25 @@ def test_every_program_sums_exactly_and_moves_the_predicted_bytes(executor, tmp_
         proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
-def test_a_program_run_under_another_hierarchy_stops_with_the_reason(executor, tmp_path):
+def test_a_program_run_under_another_hierarchy_stops_or_warns(executor, tmp_path):
     f = tmp_path / "cases.txt"
     write_cases(f, "2x2", 1)
     proc = run_executor(executor, 4, f, "4x1")
     assert proc.returncode != 0, proc.stdout[-2000:]
     assert "lowered for DACE_PARTITION_HIERARCHY=2x2 but runs with DACE_PARTITION_HIERARCHY=4x1" in proc.stderr, \
         proc.stderr[-2000:]
-    # without the setting at run time the plan runs as lowered (a real cluster's shape is not checked)
+    # without the setting at run time the plan runs as lowered, with the same bytes (the detection is
+    # set-up only), and grid rank 0 warns once that shared memory finds one node of 4 ranks, not 2x2
     proc = run_executor(executor, 4, f, None)
     assert proc.returncode == 0 and "HIERARCHICAL OK 122 counted" in proc.stdout, proc.stderr[-2000:]
+    warnings = [ln for ln in proc.stderr.splitlines() if "warning" in ln]
+    assert warnings == [(
+        "dace_partition: warning: the reductions of this program were lowered for the hierarchy 2x2 (2 nodes of 2 "
+        "ranks, node-major), but MPI_COMM_TYPE_SHARED finds 4 grid ranks on 1 node of 4 ranks; the results do not "
+        "change, the grouping may be slower; lower again with DACE_PARTITION_HIERARCHY=1x4 (set "
+        "DACE_PARTITION_HIERARCHY at run time to silence this check)")], proc.stderr[-2000:]
+    # lowered for what the machine is (one node of 4): no warning
+    plans = write_cases(f, "1x4", 1)
+    proc = run_executor(executor, 4, f, None)
+    assert proc.returncode == 0 and f"HIERARCHICAL OK {len(plans)} counted" in proc.stdout, proc.stderr[-2000:]
+    assert "warning" not in proc.stderr, proc.stderr[-2000:]

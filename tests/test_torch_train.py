@@ -77,6 +77,42 @@ def test_mlp_adam_data_parallel_2_ranks():
         np.testing.assert_allclose(new[f"exp_avg.{k}"], m, rtol=1e-5, atol=1e-6)
 
 
+def test_mlp_sgd_data_parallel_hierarchy_2x2(monkeypatch):
+    """The SGD step on 4 ranks lowered with DACE_PARTITION_HIERARCHY=2x2 (2 simulated nodes of 2 ranks):
+    every weight gradient is summed by the hierarchical program (AllReduce inside each node, then across),
+    under the PMPI byte counter (each rank receives exactly the report's bytes), equal to PyTorch.
+
+    12 classes instead of 10: a gradient combined by the program must split into one equal chunk per
+    group member (4 here); the 10-element bias gradient would keep the flat MPI_Allreduce."""
+    from conftest import run_counted
+
+    from dace_partition.solvers.hierarchical import HierarchicalSolver
+    from dace_partition.solvers.reduction import ENV_VAR
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv(ENV_VAR, "2x2")  # lowering and run time: the run-time check passes
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 12))
+    step, state = ts.module_step(model, "sgd", lr=0.1)
+    x, y = data(classes=12, seed=5)
+    sdfg = dp.from_torch_train_step(step, {"x": x, "labels": y}, state, name="t_torch_mlp_sgd_dp4_h2x2")
+    dp.lower(sdfg, ts.data_parallel(sdfg, 4, BATCH))
+    sums = [e for k in dp.report(sdfg).kernels for e in k.comm if e.op == "sum"]
+    hier = [e for e in sums if e.solver == "hierarchical"]
+    # the four parameter gradients (64x64, 64, 64x12 and 12 elements) in 2 groups of 2, twice
+    assert sorted(int(np.prod(e.move.src.blocks()[0][1])) for e in hier) == [12, 64, 768, 4096], [str(e) for e in sums]
+    for e in hier:
+        assert e.direction == "redistribute", str(e)
+        assert e.calls[0].startswith("hierarchical 2x2: (node, InsideGroup, AllReduce) ; (node, Parallel(root), "
+                                     "AllReduce)"), e.calls[0]
+        assert list(e.calls[1:]) == ["MPI_Allreduce(MPI_SUM, 2 groups of 2)"] * 2, e.calls
+    # the loss (one float per rank) cannot be cut into 4 chunks: flat, for the reason the solver gives
+    (loss_sum, ) = [e for e in sums if e.solver != "hierarchical"]
+    assert loss_sum.solver == "allreduce"
+    assert HierarchicalSolver().refuse(loss_sum.move) == "1 elements per rank do not split into 4 equal chunks"
+    out = run_counted(sdfg, 4, x=x.numpy(), labels=y.numpy())
+    check_step(sdfg, out, *eager_step(model, torch.optim.SGD, x, y, lr=0.1))
+
+
 class Block(nn.Module):
     """Layer norm, batched matmuls and softmax: the ops of attention, forward and backward."""
 

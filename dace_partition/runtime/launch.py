@@ -634,6 +634,9 @@ def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = "dace_p
             msgs = [l for l in err.splitlines() if "dace_partition" in l or "Error" in l]
             raise RunError(f"'{sdfg.name}' on {ranks} ranks failed (exit {proc.returncode}, launcher {lc}):\n" +
                            "\n".join(msgs[-20:] or err.splitlines()[-30:]))
+        for line in err.splitlines():  # the program's own warnings (e.g. a hierarchy the nodes do not match)
+            if line.startswith("dace_partition: warning"):
+                print(line, file=sys.stderr)
         res = np.load(os.path.join(tmp, "outputs.npz"), allow_pickle=False)
         kind = str(res["__kind"])
         if kind == "none":

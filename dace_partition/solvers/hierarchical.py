@@ -2,20 +2,23 @@
 
 Tried before the flat ``allreduce`` solver for every ALLREDUCE move.  The machine hierarchy comes
 from ``DACE_PARTITION_HIERARCHY`` (``"2x4"``: 2 nodes of 4 ranks, ranks node-major, as ``mpiexec``
-places them) **at lowering time**; without it the solver refuses and the flat ``MPI_Allreduce``
-serves.  It synthesizes the programs for the move's replica group (the grid's replica dimensions
-laid on the hierarchy), ranks them with the cost model and takes the best one only if it is
-predicted faster than the flat collective; otherwise it refuses, naming both predicted times, and
-the flat solver serves.
+places them) **at lowering time**, or, when it is unset, from the Slurm allocation the lowering runs
+in (``SLURM_JOB_NUM_NODES`` x tasks per node when every node has as many, ``reduction/slurm.py``);
+without either the solver refuses and the flat ``MPI_Allreduce`` serves.  It synthesizes the
+programs for the move's replica group (the grid's replica dimensions laid on the hierarchy), ranks
+them with the cost model and takes the best one only if it is predicted faster than the flat
+collective; otherwise it refuses, naming both predicted times, and the flat solver serves.
 
 Why at lowering time rather than a choice in the generated code at its first call: the report is
 made before any rank starts and its bytes must be exactly what the program moves (the PMPI
 counter checks it); the hierarchical program moves other bytes than the flat call (e.g. 2x2:
 1024 B instead of 768 B per rank for a 512 B block), so a run-time choice would make the report
 wrong for one of the two.  Fixing the program at lowering keeps report, bytes and predicted times
-true and the generated code free of any detection collective; the program checks at its first
-call that ``DACE_PARTITION_HIERARCHY``, if set at run time, is the one it was lowered for.  On a
-real cluster set the variable to its shape (nodes x ranks per node) when lowering.
+true; the program checks at its first call that ``DACE_PARTITION_HIERARCHY``, if set at run time,
+is the one it was lowered for (and stops otherwise), and, if unset, compares the hierarchy with the
+nodes ``MPI_Comm_split_type`` finds and warns once if they differ (``dace_partition_hierarchical.h``).
+On a real cluster lower inside the allocation, or set the variable to its shape (nodes x ranks per
+node) when lowering.
 
 Restrictions (each a refusal, so the flat call serves): every rank's block the same size, known at
 lowering, divisible into one chunk per group member (the block collectives keep the byte count
@@ -23,6 +26,7 @@ exact), at most ``INT_MAX`` elements, and a grid whose replica group maps onto t
 (``placement_from_grid``).
 """
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from functools import lru_cache
@@ -39,6 +43,7 @@ from .reduction.language import Collective
 from .reduction.lowering import LoweredStep, lower, synthesis_hierarchy
 from .reduction.model import SystemHierarchy, placement_from_grid
 from .reduction.mpi_exec import ENV_VAR
+from .reduction.slurm import slurm_hierarchy
 
 INT_MAX = 2**31 - 1
 
@@ -83,12 +88,14 @@ class HierarchicalPlan:
     ranks: Tuple[Tuple[RankStep, ...], ...]  # per step, per grid rank
     count: int  # elements per rank
     chunk: int  # elements per chunk
+    source: str = ""  # where the hierarchy came from (the report names it)
 
     def describe(self) -> str:
         names = synthesis_hierarchy(self.choice.placement).level_names
+        where = f"; hierarchy from {self.source}" if self.source else ""
         return (f"hierarchical {self.hierarchy}: {self.choice.program.describe(names)}, predicted "
                 f"{self.choice.predicted_s * 1e3:.4f} ms vs flat MPI_Allreduce {self.choice.flat_s * 1e3:.4f} ms "
-                f"({self.choice.candidates} programs)")
+                f"({self.choice.candidates} programs{where})")
 
     def bytes_per_rank(self, itemsize: int):
         """What each grid rank receives, in the PMPI counter's model of each call."""
@@ -161,8 +168,11 @@ def _rank_steps(step: LoweredStep, placement, nranks: int) -> Tuple[RankStep, ..
 
 
 @lru_cache(maxsize=256)
-def plan_move(move: Move, hierarchy: str) -> Tuple[Optional[HierarchicalPlan], Optional[str]]:
-    """``(plan, None)`` or ``(None, why the flat collective serves)``, for ``hierarchy`` ("2x4")."""
+def plan_move(move: Move, hierarchy: str,
+              source: str | None = None) -> Tuple[Optional[HierarchicalPlan], Optional[str]]:
+    """``(plan, None)`` or ``(None, why the flat collective serves)``, for ``hierarchy`` ("2x4") taken from
+    ``source`` (default: the variable)."""
+    source = source or f"{ENV_VAR}={hierarchy}"
     try:
         h = SystemHierarchy.parse(hierarchy)
     except ValueError as e:
@@ -170,8 +180,7 @@ def plan_move(move: Move, hierarchy: str) -> Tuple[Optional[HierarchicalPlan], O
     canonical = "x".join(str(n) for n in h.sizes)  # what the generated code compares at run time
     src = move.src
     if src.size != h.num_devices:
-        return None, (f"the grid {src.grid} has {src.size} ranks, {ENV_VAR}={hierarchy} describes "
-                      f"{h.num_devices}")
+        return None, f"the grid {src.grid} has {src.size} ranks, {source} describes {h.num_devices}"
     blocks = src.blocks()
     if blocks is None:
         return None, "block sizes known only at run time"
@@ -183,29 +192,42 @@ def plan_move(move: Move, hierarchy: str) -> Tuple[Optional[HierarchicalPlan], O
         return None, f"{count} elements per rank exceed an int count"
     placement = placement_from_grid(h, src.grid, src.replica_dims)
     if placement is None:
-        return None, f"the grid {src.grid} does not map onto the levels of {hierarchy}"
+        return None, f"the grid {src.grid} does not map onto the levels of {hierarchy} (from {source})"
     k = placement.group_size
     if count % k:
         return None, f"{count} elements per rank do not split into {k} equal chunks"
     choice = choose_reduction(h, placement, count * move.itemsize)
     if choice.is_flat:
         return None, f"the cost model predicts the flat MPI_Allreduce best: {choice.describe()}"
-    return build_plan(canonical, choice, count), None
+    return build_plan(canonical, choice, count, source), None
 
 
-def build_plan(hierarchy: str, choice: ReductionChoice, count: int) -> HierarchicalPlan:
+def build_plan(hierarchy: str, choice: ReductionChoice, count: int, source: str = "") -> HierarchicalPlan:
     """``choice.program`` lowered to every rank of ``choice.placement`` for ``count`` elements per rank
     (a multiple of the group size)."""
     placement = choice.placement
     steps = lower(choice.program, placement)
     n = placement.hierarchy.num_devices
     ranks = tuple(_rank_steps(st, placement, n) for st in steps)
-    return HierarchicalPlan(hierarchy, choice, steps, ranks, count, count // placement.group_size)
+    return HierarchicalPlan(hierarchy, choice, steps, ranks, count, count // placement.group_size, source)
 
 
-def hierarchy_setting() -> Optional[str]:
-    text = os.environ.get(ENV_VAR, "").strip()
-    return text or None
+def hierarchy_setting(env: Mapping[str, str] | None = None) -> tuple[str | None, str]:
+    """``(hierarchy, where it comes from)`` at lowering time, or ``(None, why it is unknown)``: the
+    variable if set (the override), else the Slurm allocation ``env`` (default ``os.environ``) shows."""
+    env = os.environ if env is None else env
+    text = (env.get(ENV_VAR) or "").strip()
+    if text:
+        return text, f"{ENV_VAR}={text}"
+    h, source = slurm_hierarchy(env)
+    if h is None:
+        return None, f"{ENV_VAR} is not set and {source}, so the machine hierarchy is unknown at lowering time"
+    return h, source
+
+
+# The hierarchy each accepted move was planned for when it was lowered: the build (code generation) may
+# run after the setting has changed or in an environment without it, and must emit what the report says.
+_LOWERED: dict = {}
 
 
 class HierarchicalSolver(Solver):
@@ -214,10 +236,13 @@ class HierarchicalSolver(Solver):
     environments = [DacePartitionHierarchical]
 
     def plan(self, move: Move) -> Tuple[Optional[HierarchicalPlan], Optional[str]]:
-        text = hierarchy_setting()
+        text, source = hierarchy_setting()
         if text is None:
-            return None, f"{ENV_VAR} is not set: the machine hierarchy is unknown at lowering time"
-        return plan_move(move, text)
+            return None, source
+        found = plan_move(move, text, source)
+        if found[0] is not None:
+            _LOWERED[move] = (text, source)
+        return found
 
     def refuse(self, move: Move) -> Optional[str]:
         why = super().refuse(move)
@@ -237,6 +262,8 @@ class HierarchicalSolver(Solver):
 
     def emit(self, move: Move, src_desc, dst_desc) -> str:
         plan, why = self.plan(move)
+        if plan is None and move in _LOWERED:  # built after the setting changed: the lowering's decision
+            plan, why = plan_move(move, *_LOWERED[move])
         if plan is None:
             raise ValueError(f"hierarchical solver asked to emit a move it refuses: {why}")
         table = plan.table()

@@ -7,11 +7,19 @@
 // it sends into a scratch buffer, runs one collective on the group's sub-communicator and unpacks
 // what it received. Sub-communicators come from MPI_Comm_split of the grid communicator, once per
 // distinct group set (shared by every call site with the same groups), and are freed at exit.
+//
+// At the first call the hierarchy the program was lowered for is checked: against
+// DACE_PARTITION_HIERARCHY if it is set at run time (a mismatch stops every rank), else against the nodes
+// MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) finds on the grid (a mismatch prints one warning on grid
+// rank 0 and runs on: the result is the same, only the grouping may be slower).
 #pragma once
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <numeric>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -56,15 +64,105 @@ inline std::string normalized(const char *s) {
     return out;
 }
 
+// The nodes of the grid's ranks as shared memory sees them: `regular` when every node holds the same
+// number of grid ranks and each node's ranks are consecutive (node-major, as the program's groups assume),
+// and a description. `nodes` is exact on grid rank 0 (the one that prints). Only communicator creation (set-up calls: no
+// traffic the PMPI byte counter sees, so the report's bytes stay exact); every communicator and group is
+// freed before returning. Collective over the grid.
+struct Nodes {
+    bool regular = false;  // equal sizes, node-major
+    int nodes = 0, per = 0;
+    std::string text;
+};
+
+inline Nodes detect_nodes(MPI_Comm cart) {
+    int me = 0, size = 0;
+    MPI_Comm_rank(cart, &me);
+    MPI_Comm_size(cart, &size);
+    MPI_Comm node = MPI_COMM_NULL;
+    check(MPI_Comm_split_type(cart, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &node), "MPI_Comm_split_type");
+    int local = 0, per = 0;
+    MPI_Comm_rank(node, &local);
+    MPI_Comm_size(node, &per);
+    // the grid ranks of this node, in grid-rank order (the key above): consecutive or not
+    MPI_Group ng = MPI_GROUP_NULL, cg = MPI_GROUP_NULL;
+    MPI_Comm_group(node, &ng);
+    MPI_Comm_group(cart, &cg);
+    std::vector<int> in(per), out(per);
+    std::iota(in.begin(), in.end(), 0);
+    check(MPI_Group_translate_ranks(ng, per, in.data(), cg, out.data()), "MPI_Group_translate_ranks");
+    MPI_Group_free(&ng);
+    MPI_Group_free(&cg);
+    MPI_Comm_free(&node);
+    int consecutive = out.back() - out.front() == per - 1 ? 1 : 0;
+    // one rank per node (the node's first): their communicator's size is the number of nodes
+    MPI_Comm leaders = MPI_COMM_NULL;
+    check(MPI_Comm_split(cart, local == 0 ? 0 : MPI_UNDEFINED, me, &leaders), "MPI_Comm_split");
+    Nodes n;
+    n.per = per;
+    if (leaders != MPI_COMM_NULL) {
+        MPI_Comm_size(leaders, &n.nodes);
+        MPI_Comm_free(&leaders);
+    }
+    // the ranks whose node has this rank's size and layout: all of them iff the nodes are alike
+    MPI_Comm same = MPI_COMM_NULL;
+    check(MPI_Comm_split(cart, 2 * per + consecutive, me, &same), "MPI_Comm_split");
+    int nsame = 0;
+    MPI_Comm_size(same, &nsame);
+    MPI_Comm_free(&same);
+    std::string ranks = std::to_string(size) + " grid ranks on " + std::to_string(n.nodes) + " node" +
+                        (n.nodes == 1 ? "" : "s");
+    if (nsame != size) {
+        n.text = ranks + " of unequal sizes or layouts (rank 0's node has " + std::to_string(per) + ")";
+    } else {
+        n.regular = consecutive == 1;
+        n.text = ranks + " of " + std::to_string(per) + (consecutive ? " ranks" : " ranks, not node-major");
+    }
+    return n;
+}
+
+// Run-time check of the hierarchy the program was lowered for (see the top of this file). Collective over
+// the grid; the detection runs once per grid and hierarchy, the warning is printed once per message.
+inline void check_hierarchy(int gid, const char *hierarchy) {
+    const char *env = std::getenv("DACE_PARTITION_HIERARCHY");
+    if (env && *env) {
+        if (normalized(env) != normalized(hierarchy))
+            fail("this program was lowered for DACE_PARTITION_HIERARCHY=%s but runs with DACE_PARTITION_HIERARCHY=%s; "
+                 "lower it again",
+                 hierarchy, env);
+        return;
+    }
+    static std::set<std::pair<int, std::string>> checked;
+    static std::set<std::string> warned;
+    std::string h = normalized(hierarchy);
+    if (!checked.insert(std::make_pair(gid, h)).second) return;
+    Grid &g = grid(gid);
+    Nodes n = detect_nodes(g.cart);
+    // lowered: the outermost level's size is the number of nodes, the others multiply to ranks per node
+    long long lnodes = std::atoll(h.c_str()), lper = 1;
+    for (size_t at = h.find('x'); at != std::string::npos; at = h.find('x', at + 1))
+        lper *= std::atoll(h.c_str() + at + 1);
+    int me = 0;
+    MPI_Comm_rank(g.cart, &me);
+    if (me != 0 || (n.regular && n.nodes == lnodes && n.per == lper)) return;
+    std::string msg = "dace_partition: warning: the reductions of this program were lowered for the hierarchy " + h +
+                      " (" + std::to_string(lnodes) + (lnodes == 1 ? " node of " : " nodes of ") +
+                      std::to_string(lper) + " ranks, node-major), but MPI_COMM_TYPE_SHARED finds " + n.text +
+                      "; the results do not change, the grouping may be slower" +
+                      (n.regular ? "; lower again with DACE_PARTITION_HIERARCHY=" + std::to_string(n.nodes) + "x" +
+                                       std::to_string(n.per)
+                                 : std::string()) +
+                      " (set DACE_PARTITION_HIERARCHY at run time to silence this check)";
+    if (!warned.insert(msg).second) return;
+    std::fprintf(stderr, "%s\n", msg.c_str());
+    std::fflush(stderr);
+}
+
 // Parses the table and splits the sub-communicators (collective over the grid, first call only).
 inline std::vector<Step> &bind(const int *table, int n, int gid, const char *hierarchy) {
     auto it = sites().find(table);
     if (it != sites().end()) return it->second;
-    const char *env = std::getenv("DACE_PARTITION_HIERARCHY");
-    if (env && *env && normalized(env) != normalized(hierarchy))
-        fail("this program was lowered for DACE_PARTITION_HIERARCHY=%s but runs with DACE_PARTITION_HIERARCHY=%s; "
-             "lower it again",
-             hierarchy, env);
+    check_hierarchy(gid, hierarchy);
     Grid &g = grid(gid);
     int me = 0;
     MPI_Comm_rank(g.cart, &me);
