@@ -123,7 +123,7 @@ def test_fused_softmax_partitioned_along_three_dims(rng):
     np.testing.assert_allclose(run_counted(sdfg, 8, x=x), e / e.sum(axis=3, keepdims=True), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("ranks", [pytest.param(2, marks=pytest.mark.slow), 4])  # 4 ranks covers 2
 def test_megatron_attention_one_allreduce(rng, ranks):
     """Multi-head attention split along heads: no communication through the projections, the scaled
     softmax and the attention; the output projection's partial sums meet in one MPI_Allreduce."""

@@ -134,7 +134,7 @@ def megatron_block(ranks):
     return module, sdfg
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("ranks", [pytest.param(2, marks=pytest.mark.slow), 4])  # 4 ranks covers 2
 def test_transformer_block_megatron(ranks):
     module, sdfg = megatron_block(ranks)
     x = np.random.default_rng(ranks).standard_normal((B, S, D)).astype(np.float32)
