@@ -253,6 +253,112 @@ def jacobi(scale=1):
                     heavy=True, prepare=_fuse_maps)
 
 
+# ------------------------------------------------------------------------------------------- heat3d
+def heat3d(scale=1):
+    """The 7-point heat equation (NPBench's heat_3d) in a time loop; planes split over the ranks."""
+    import dace
+    n, steps = 256 // scale, 10
+
+    def program():
+        @dace.program
+        def heat3d(A: dace.float64[n, n, n], B: dace.float64[n, n, n]):
+            for t in range(steps):
+                B[1:-1, 1:-1, 1:-1] = (0.125 * (A[2:, 1:-1, 1:-1] - 2.0 * A[1:-1, 1:-1, 1:-1] + A[:-2, 1:-1, 1:-1]) +
+                                       0.125 * (A[1:-1, 2:, 1:-1] - 2.0 * A[1:-1, 1:-1, 1:-1] + A[1:-1, :-2, 1:-1]) +
+                                       0.125 * (A[1:-1, 1:-1, 2:] - 2.0 * A[1:-1, 1:-1, 1:-1] + A[1:-1, 1:-1, :-2]) +
+                                       A[1:-1, 1:-1, 1:-1])
+                A[1:-1, 1:-1, 1:-1] = (0.125 * (B[2:, 1:-1, 1:-1] - 2.0 * B[1:-1, 1:-1, 1:-1] + B[:-2, 1:-1, 1:-1]) +
+                                       0.125 * (B[1:-1, 2:, 1:-1] - 2.0 * B[1:-1, 1:-1, 1:-1] + B[1:-1, :-2, 1:-1]) +
+                                       0.125 * (B[1:-1, 1:-1, 2:] - 2.0 * B[1:-1, 1:-1, 1:-1] + B[1:-1, 1:-1, :-2]) +
+                                       B[1:-1, 1:-1, 1:-1])
+        return heat3d
+
+    def step(x, lo, hi):
+        """The update of planes lo..hi-1 of x's interior (x holds those planes and one more on each side)."""
+        c = x[lo:hi, 1:-1, 1:-1]
+        return (0.125 * (x[lo + 1:hi + 1, 1:-1, 1:-1] - 2.0 * c + x[lo - 1:hi - 1, 1:-1, 1:-1]) +
+                0.125 * (x[lo:hi, 2:, 1:-1] - 2.0 * c + x[lo:hi, :-2, 1:-1]) +
+                0.125 * (x[lo:hi, 1:-1, 2:] - 2.0 * c + x[lo:hi, 1:-1, :-2]) + c)
+
+    def ref(A, B):
+        A, B = A.copy(), B.copy()
+        for _ in range(steps):
+            B[1:-1, 1:-1, 1:-1] = step(A, 1, n - 1)
+            A[1:-1, 1:-1, 1:-1] = step(B, 1, n - 1)
+        return np.stack([A, B])
+
+    def halo_tiles(comm, A, B):
+        """This rank's planes plus one ghost plane on each side (clipped at the array's faces)."""
+        lo, hi, _ = _rows(n, comm)
+        glo, ghi = max(lo - 1, 0), min(hi + 1, n)
+        return {"A": A[glo:ghi].copy(), "B": B[glo:ghi].copy(), "lo": lo, "hi": hi, "glo": glo}
+
+    def sweep(comm, t):
+        """Halo exchange of one plane with each neighbour, then the update of this rank's interior planes."""
+        from mpi4py import MPI
+        A, B, lo, hi, glo = t["A"], t["B"], t["lo"], t["hi"], t["glo"]
+        up, down = comm.rank - 1, comm.rank + 1
+        first, last = max(lo, 1) - glo, min(hi, n - 1) - glo
+
+        def exchange(X):
+            reqs = []
+            if up >= 0:
+                reqs += [comm.Isend(X[lo - glo], up, 1), comm.Irecv(X[0], up, 2)]
+            if down < comm.size:
+                reqs += [comm.Isend(X[hi - 1 - glo], down, 2), comm.Irecv(X[-1], down, 1)]
+            MPI.Request.Waitall(reqs)
+
+        for _ in range(steps):
+            exchange(A)
+            B[first:last, 1:-1, 1:-1] = step(A, first, last)
+            exchange(B)
+            A[first:last, 1:-1, 1:-1] = step(B, first, last)
+        return t
+
+    def own(t, X):
+        return X[t["lo"] - t["glo"]:t["hi"] - t["glo"]]
+
+    def mpi_root(comm, a):
+        A = _scatter_rows(comm, a["A"] if a else None, n, (n, n), np.float64)
+        B = _scatter_rows(comm, a["B"] if a else None, n, (n, n), np.float64)
+        lo, hi, _ = _rows(n, comm)
+        glo, ghi = max(lo - 1, 0), min(hi + 1, n)
+        t = {"A": np.empty((ghi - glo, n, n)), "B": np.empty((ghi - glo, n, n)), "lo": lo, "hi": hi, "glo": glo}
+        t["A"][lo - glo:hi - glo], t["B"][lo - glo:hi - glo] = A, B
+        sweep(comm, t)
+        outA = _gather_rows(comm, own(t, t["A"]), n, (n, n), np.float64)
+        outB = _gather_rows(comm, own(t, t["B"]), n, (n, n), np.float64)
+        return np.stack([outA, outB]) if comm.rank == 0 else None
+
+    def join(comm, t, out):
+        a = _gather_rows(comm, own(t, t["A"]), n, (n, n), np.float64)
+        b = _gather_rows(comm, own(t, t["B"]), n, (n, n), np.float64)
+        return np.stack([a, b]) if comm.rank == 0 else None
+
+    def jax(jnp, mesh, P, S):
+        def jstep(a):
+            c = a[1:-1, 1:-1, 1:-1]
+            return (0.125 * (a[2:, 1:-1, 1:-1] - 2.0 * c + a[:-2, 1:-1, 1:-1]) +
+                    0.125 * (a[1:-1, 2:, 1:-1] - 2.0 * c + a[1:-1, :-2, 1:-1]) +
+                    0.125 * (a[1:-1, 1:-1, 2:] - 2.0 * c + a[1:-1, 1:-1, :-2]) + c)
+
+        def f(A, B):
+            for _ in range(steps):
+                B = B.at[1:-1, 1:-1, 1:-1].set(jstep(A))
+                A = A.at[1:-1, 1:-1, 1:-1].set(jstep(B))
+            return jnp.stack([A, B])
+        return f, {"A": P("x", None, None), "B": P("x", None, None)}
+
+    def inputs(rng):
+        return {"A": rng.random((n, n, n)), "B": rng.random((n, n, n))}
+
+    return Workload("heat3d", f"7-point heat 3-D {n}^3, {steps} sweeps (map-fused)", program,
+                    lambda sdfg, r: _split_first(sdfg, r, n - 2), inputs, ref, mpi_root,
+                    lambda comm, a: halo_tiles(comm, a["A"], a["B"]), sweep, join, jax,
+                    outputs=lambda result, after: result if result is not None else np.stack([after["A"], after["B"]]),
+                    heavy=True, prepare=_fuse_maps)
+
+
 # ------------------------------------------------------------------------------------------- matmul
 def matmul(scale=1):
     import dace
@@ -387,4 +493,4 @@ def attention(scale=1):
                     mpi_root, setup, dist, lambda comm, t, out: out if comm.rank == 0 else None, jax, rtol=1e-9)
 
 
-ALL = [overhead, axpy, softmax, jacobi, matmul, mlp, attention]
+ALL = [overhead, axpy, softmax, jacobi, heat3d, matmul, mlp, attention]
