@@ -81,7 +81,6 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: st
 
     _scalars_to_arrays(sdfg, {a.array for plan, _ in plans for a in plan.accesses})
     chosen: Dict[Tuple[int, str, MoveKind, str], Tuple[Move, str]] = {}
-    refusals: Dict[Tuple[int, str, MoveKind], list] = {}
     for plan, kr in plans:
         read = {a.array for a in plan.accesses if a.direction == "in" and not a.prior}
         fills = [id(a) for a in _scatters(plan, _local_buffers(plan))]
@@ -97,8 +96,6 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: st
                     raise UnsupportedPattern(a.array, a.subset, "no solver implements it: " +
                                              "; ".join(f"{n}: {why}" for n, why in refused))
                 chosen[(plan.kernel.index, a.array, move.kind, _role(a))] = (move, solver.name)
-                refusals.setdefault((plan.kernel.index, a.array, move.kind),
-                                    [(n, why) for n, why in refused if move.kind in get(n).kinds])
 
     steps.done("constraints and solver choice")
     init_state = _add_runtime_state(sdfg, [p for p, _ in plans])
@@ -143,7 +140,7 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: st
         dims = ", ".join(str(g) for g in plan.grid)
         sdfg.append_init_code(f'dace_partition::init_grid({plan.kernel.index}, "{plan.principal}", {{{dims}}});\n')
     steps.done("rank-local arguments, guards, devices")
-    _report_moves(sdfg, rep, by_kernel, refusals)
+    _report_moves(sdfg, rep, by_kernel, solvers)
     rep.persistent_bytes = _make_local_buffers_persistent(sdfg)
     sdfg.append_exit_code("dace_partition::free_grids();\n")
     steps.done("report")
@@ -238,11 +235,25 @@ def _note_fusion(f, by_kernel):
         consumer.notes.append(f"reads '{f.array}' from the previous kernel's local buffer: no communication")
 
 
-def _report_moves(sdfg: SDFG, rep: LoweringReport, by_kernel, refusals):
-    """The report's communication, once, from the solvers' answers for the Moves that remain."""
+def _refusals(move: Move, chosen: str, solvers) -> list:
+    """(name, reason) of each solver for this kind of move that comes before ``chosen`` and refuses it."""
+    out = []
+    for s in solvers:
+        if s.name == chosen:
+            break
+        if move.kind in s.kinds:
+            why = s.refuse(move)
+            if why is not None:
+                out.append((s.name, why))
+    return out
+
+
+def _report_moves(sdfg: SDFG, rep: LoweringReport, by_kernel, solvers):
+    """The report's communication, once, from the solvers' answers for the Moves that remain (those made
+    by the passes after the partition too), with why each solver tried before the chosen one refused."""
     for st, dm in distributed_memlets(sdfg):
         move = dm.move()
-        e, t = entry(move, get(dm.implementation), refusals.get((dm.grid_id, move.array, move.kind), ()), trips_of(sdfg, st))
+        e, t = entry(move, get(dm.implementation), _refusals(move, dm.implementation, solvers), trips_of(sdfg, st))
         rep.traffic.append(t)
         kr = by_kernel.get(dm.grid_id)
         if kr is not None:
