@@ -164,7 +164,88 @@ def softmax(scale=1):
                     jax, rtol=1e-5)
 
 
-# ------------------------------------------------------------------------------------------- jacobi
+# ---------------------------------------------------------------------------- stencils (jacobi, heat3d)
+def _stencil(name, label, program, n, tail, steps, step, jstep):
+    """A two-array stencil in a time loop (``B = step(A); A = step(B)``) on ``n`` rows (planes) of shape
+    ``tail``, split by rows over the ranks. ``step(x, lo, hi)`` is the update of rows ``lo..hi-1`` of
+    ``x``'s interior (NumPy); ``jstep(a)`` the whole interior's update (JAX). The mpi4py peers keep one
+    ghost row per side and exchange it with the neighbours before each half-sweep."""
+    inner = (slice(1, -1), ) * len(tail)
+
+    def ref(A, B):
+        A, B = A.copy(), B.copy()
+        for _ in range(steps):
+            B[(slice(1, -1), ) + inner] = step(A, 1, n - 1)
+            A[(slice(1, -1), ) + inner] = step(B, 1, n - 1)
+        return np.stack([A, B])
+
+    def halo_tiles(comm, A, B):
+        """This rank's rows plus one ghost row on each side (clipped at the array's edges)."""
+        lo, hi, _ = _rows(n, comm)
+        glo, ghi = max(lo - 1, 0), min(hi + 1, n)
+        return {"A": A[glo:ghi].copy(), "B": B[glo:ghi].copy(), "lo": lo, "hi": hi, "glo": glo}
+
+    def sweep(comm, t):
+        """Halo exchange with the neighbours, then the update of this rank's interior rows."""
+        from mpi4py import MPI
+        A, B, lo, hi, glo = t["A"], t["B"], t["lo"], t["hi"], t["glo"]
+        up, down = comm.rank - 1, comm.rank + 1
+        first, last = max(lo, 1) - glo, min(hi, n - 1) - glo  # rows this rank updates, local indices
+
+        def exchange(X):
+            reqs = []
+            if up >= 0:
+                reqs += [comm.Isend(X[lo - glo], up, 1), comm.Irecv(X[0], up, 2)]
+            if down < comm.size:
+                reqs += [comm.Isend(X[hi - 1 - glo], down, 2), comm.Irecv(X[-1], down, 1)]
+            MPI.Request.Waitall(reqs)
+
+        for _ in range(steps):
+            exchange(A)
+            B[(slice(first, last), ) + inner] = step(A, first, last)
+            exchange(B)
+            A[(slice(first, last), ) + inner] = step(B, first, last)
+        return t
+
+    def own(t, X):
+        return X[t["lo"] - t["glo"]:t["hi"] - t["glo"]]
+
+    def mpi_root(comm, a):
+        A = _scatter_rows(comm, a["A"] if a else None, n, tail, np.float64)
+        B = _scatter_rows(comm, a["B"] if a else None, n, tail, np.float64)
+        lo, hi, _ = _rows(n, comm)
+        glo, ghi = max(lo - 1, 0), min(hi + 1, n)
+        t = {"A": np.empty((ghi - glo, ) + tail), "B": np.empty((ghi - glo, ) + tail), "lo": lo, "hi": hi, "glo": glo}
+        t["A"][lo - glo:hi - glo], t["B"][lo - glo:hi - glo] = A, B
+        sweep(comm, t)
+        outA = _gather_rows(comm, own(t, t["A"]), n, tail, np.float64)
+        outB = _gather_rows(comm, own(t, t["B"]), n, tail, np.float64)
+        return np.stack([outA, outB]) if comm.rank == 0 else None
+
+    def join(comm, t, out):
+        a = _gather_rows(comm, own(t, t["A"]), n, tail, np.float64)
+        b = _gather_rows(comm, own(t, t["B"]), n, tail, np.float64)
+        return np.stack([a, b]) if comm.rank == 0 else None
+
+    def jax(jnp, mesh, P, S):
+        at = (slice(1, -1), ) + inner
+
+        def f(A, B):
+            for _ in range(steps):
+                B = B.at[at].set(jstep(A))
+                A = A.at[at].set(jstep(B))
+            return jnp.stack([A, B])
+        return f, {"A": P("x", *(None, ) * len(tail)), "B": P("x", *(None, ) * len(tail))}
+
+    def inputs(rng):
+        return {"A": rng.random((n, ) + tail), "B": rng.random((n, ) + tail)}
+
+    return Workload(name, label, program, lambda sdfg, r: _split_first(sdfg, r, n - 2), inputs, ref, mpi_root,
+                    lambda comm, a: halo_tiles(comm, a["A"], a["B"]), sweep, join, jax,
+                    outputs=lambda result, after: result if result is not None else np.stack([after["A"], after["B"]]),
+                    heavy=True, prepare=_fuse_maps)
+
+
 def jacobi(scale=1):
     import dace
     n, steps = 4096 // scale, 10
@@ -177,83 +258,16 @@ def jacobi(scale=1):
                 A[1:-1, 1:-1] = 0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1])
         return jacobi
 
-    def ref(A, B):
-        A, B = A.copy(), B.copy()
-        for _ in range(steps):
-            B[1:-1, 1:-1] = 0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1])
-            A[1:-1, 1:-1] = 0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1])
-        return np.stack([A, B])
+    def step(x, lo, hi):
+        return 0.2 * (x[lo:hi, 1:-1] + x[lo:hi, :-2] + x[lo:hi, 2:] + x[lo + 1:hi + 1, 1:-1] + x[lo - 1:hi - 1, 1:-1])
 
-    def halo_tiles(comm, A, B):
-        """This rank's rows plus one ghost row on each side (clipped at the array's edges)."""
-        lo, hi, _ = _rows(n, comm)
-        glo, ghi = max(lo - 1, 0), min(hi + 1, n)
-        return {"A": A[glo:ghi].copy(), "B": B[glo:ghi].copy(), "lo": lo, "hi": hi, "glo": glo}
+    def jstep(a):
+        return 0.2 * (a[1:-1, 1:-1] + a[1:-1, :-2] + a[1:-1, 2:] + a[2:, 1:-1] + a[:-2, 1:-1])
 
-    def sweep(comm, t):
-        """Halo exchange with the neighbours, then the update of this rank's interior rows."""
-        A, B, lo, hi, glo = t["A"], t["B"], t["lo"], t["hi"], t["glo"]
-        up, down = comm.rank - 1, comm.rank + 1
-        first, last = max(lo, 1) - glo, min(hi, n - 1) - glo  # rows this rank updates, local indices
-
-        def exchange(X):
-            reqs = []
-            if up >= 0:
-                reqs += [comm.Isend(X[lo - glo], up, 1), comm.Irecv(X[0], up, 2)]
-            if down < comm.size:
-                reqs += [comm.Isend(X[hi - 1 - glo], down, 2), comm.Irecv(X[-1], down, 1)]
-            from mpi4py import MPI
-            MPI.Request.Waitall(reqs)
-
-        for _ in range(steps):
-            exchange(A)
-            B[first:last, 1:-1] = 0.2 * (A[first:last, 1:-1] + A[first:last, :-2] + A[first:last, 2:] +
-                                         A[first + 1:last + 1, 1:-1] + A[first - 1:last - 1, 1:-1])
-            exchange(B)
-            A[first:last, 1:-1] = 0.2 * (B[first:last, 1:-1] + B[first:last, :-2] + B[first:last, 2:] +
-                                         B[first + 1:last + 1, 1:-1] + B[first - 1:last - 1, 1:-1])
-        return t
-
-    def own(t, X):
-        return X[t["lo"] - t["glo"]:t["hi"] - t["glo"]]
-
-    def mpi_root(comm, a):
-        A = _scatter_rows(comm, a["A"] if a else None, n, (n, ), np.float64)
-        B = _scatter_rows(comm, a["B"] if a else None, n, (n, ), np.float64)
-        lo, hi, _ = _rows(n, comm)
-        glo, ghi = max(lo - 1, 0), min(hi + 1, n)
-        t = {"A": np.empty((ghi - glo, n)), "B": np.empty((ghi - glo, n)), "lo": lo, "hi": hi, "glo": glo}
-        t["A"][lo - glo:hi - glo], t["B"][lo - glo:hi - glo] = A, B
-        sweep(comm, t)
-        outA = _gather_rows(comm, own(t, t["A"]), n, (n, ), np.float64)
-        outB = _gather_rows(comm, own(t, t["B"]), n, (n, ), np.float64)
-        return np.stack([outA, outB]) if comm.rank == 0 else None
-
-    def join(comm, t, out):
-        a = _gather_rows(comm, own(t, t["A"]), n, (n, ), np.float64)
-        b = _gather_rows(comm, own(t, t["B"]), n, (n, ), np.float64)
-        return np.stack([a, b]) if comm.rank == 0 else None
-
-    def jax(jnp, mesh, P, S):
-        def f(A, B):
-            for _ in range(steps):
-                B = B.at[1:-1, 1:-1].set(0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] +
-                                                A[:-2, 1:-1]))
-                A = A.at[1:-1, 1:-1].set(0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] +
-                                                B[:-2, 1:-1]))
-            return jnp.stack([A, B])
-        return f, {"A": P("x", None), "B": P("x", None)}
-
-    def inputs(rng):
-        return {"A": rng.random((n, n)), "B": rng.random((n, n))}
-
-    return Workload("jacobi", f"5-point Jacobi {n}^2, {steps} sweeps (map-fused)", program, lambda sdfg, r: _split_first(sdfg, r, n - 2),
-                    inputs, ref, mpi_root, lambda comm, a: halo_tiles(comm, a["A"], a["B"]), sweep, join, jax,
-                    outputs=lambda result, after: result if result is not None else np.stack([after["A"], after["B"]]),
-                    heavy=True, prepare=_fuse_maps)
+    return _stencil("jacobi", f"5-point Jacobi {n}^2, {steps} sweeps (map-fused)", program, n, (n, ), steps, step,
+                    jstep)
 
 
-# ------------------------------------------------------------------------------------------- heat3d
 def heat3d(scale=1):
     """The 7-point heat equation (NPBench's heat_3d) in a time loop; planes split over the ranks."""
     import dace
@@ -274,89 +288,13 @@ def heat3d(scale=1):
         return heat3d
 
     def step(x, lo, hi):
-        """The update of planes lo..hi-1 of x's interior (x holds those planes and one more on each side)."""
         c = x[lo:hi, 1:-1, 1:-1]
         return (0.125 * (x[lo + 1:hi + 1, 1:-1, 1:-1] - 2.0 * c + x[lo - 1:hi - 1, 1:-1, 1:-1]) +
                 0.125 * (x[lo:hi, 2:, 1:-1] - 2.0 * c + x[lo:hi, :-2, 1:-1]) +
                 0.125 * (x[lo:hi, 1:-1, 2:] - 2.0 * c + x[lo:hi, 1:-1, :-2]) + c)
 
-    def ref(A, B):
-        A, B = A.copy(), B.copy()
-        for _ in range(steps):
-            B[1:-1, 1:-1, 1:-1] = step(A, 1, n - 1)
-            A[1:-1, 1:-1, 1:-1] = step(B, 1, n - 1)
-        return np.stack([A, B])
-
-    def halo_tiles(comm, A, B):
-        """This rank's planes plus one ghost plane on each side (clipped at the array's faces)."""
-        lo, hi, _ = _rows(n, comm)
-        glo, ghi = max(lo - 1, 0), min(hi + 1, n)
-        return {"A": A[glo:ghi].copy(), "B": B[glo:ghi].copy(), "lo": lo, "hi": hi, "glo": glo}
-
-    def sweep(comm, t):
-        """Halo exchange of one plane with each neighbour, then the update of this rank's interior planes."""
-        from mpi4py import MPI
-        A, B, lo, hi, glo = t["A"], t["B"], t["lo"], t["hi"], t["glo"]
-        up, down = comm.rank - 1, comm.rank + 1
-        first, last = max(lo, 1) - glo, min(hi, n - 1) - glo
-
-        def exchange(X):
-            reqs = []
-            if up >= 0:
-                reqs += [comm.Isend(X[lo - glo], up, 1), comm.Irecv(X[0], up, 2)]
-            if down < comm.size:
-                reqs += [comm.Isend(X[hi - 1 - glo], down, 2), comm.Irecv(X[-1], down, 1)]
-            MPI.Request.Waitall(reqs)
-
-        for _ in range(steps):
-            exchange(A)
-            B[first:last, 1:-1, 1:-1] = step(A, first, last)
-            exchange(B)
-            A[first:last, 1:-1, 1:-1] = step(B, first, last)
-        return t
-
-    def own(t, X):
-        return X[t["lo"] - t["glo"]:t["hi"] - t["glo"]]
-
-    def mpi_root(comm, a):
-        A = _scatter_rows(comm, a["A"] if a else None, n, (n, n), np.float64)
-        B = _scatter_rows(comm, a["B"] if a else None, n, (n, n), np.float64)
-        lo, hi, _ = _rows(n, comm)
-        glo, ghi = max(lo - 1, 0), min(hi + 1, n)
-        t = {"A": np.empty((ghi - glo, n, n)), "B": np.empty((ghi - glo, n, n)), "lo": lo, "hi": hi, "glo": glo}
-        t["A"][lo - glo:hi - glo], t["B"][lo - glo:hi - glo] = A, B
-        sweep(comm, t)
-        outA = _gather_rows(comm, own(t, t["A"]), n, (n, n), np.float64)
-        outB = _gather_rows(comm, own(t, t["B"]), n, (n, n), np.float64)
-        return np.stack([outA, outB]) if comm.rank == 0 else None
-
-    def join(comm, t, out):
-        a = _gather_rows(comm, own(t, t["A"]), n, (n, n), np.float64)
-        b = _gather_rows(comm, own(t, t["B"]), n, (n, n), np.float64)
-        return np.stack([a, b]) if comm.rank == 0 else None
-
-    def jax(jnp, mesh, P, S):
-        def jstep(a):
-            c = a[1:-1, 1:-1, 1:-1]
-            return (0.125 * (a[2:, 1:-1, 1:-1] - 2.0 * c + a[:-2, 1:-1, 1:-1]) +
-                    0.125 * (a[1:-1, 2:, 1:-1] - 2.0 * c + a[1:-1, :-2, 1:-1]) +
-                    0.125 * (a[1:-1, 1:-1, 2:] - 2.0 * c + a[1:-1, 1:-1, :-2]) + c)
-
-        def f(A, B):
-            for _ in range(steps):
-                B = B.at[1:-1, 1:-1, 1:-1].set(jstep(A))
-                A = A.at[1:-1, 1:-1, 1:-1].set(jstep(B))
-            return jnp.stack([A, B])
-        return f, {"A": P("x", None, None), "B": P("x", None, None)}
-
-    def inputs(rng):
-        return {"A": rng.random((n, n, n)), "B": rng.random((n, n, n))}
-
-    return Workload("heat3d", f"7-point heat 3-D {n}^3, {steps} sweeps (map-fused)", program,
-                    lambda sdfg, r: _split_first(sdfg, r, n - 2), inputs, ref, mpi_root,
-                    lambda comm, a: halo_tiles(comm, a["A"], a["B"]), sweep, join, jax,
-                    outputs=lambda result, after: result if result is not None else np.stack([after["A"], after["B"]]),
-                    heavy=True, prepare=_fuse_maps)
+    return _stencil("heat3d", f"7-point heat 3-D {n}^3, {steps} sweeps (map-fused)", program, n, (n, n), steps,
+                    step, lambda a: step(a, 1, a.shape[0] - 1))
 
 
 # ------------------------------------------------------------------------------------------- matmul
