@@ -28,6 +28,11 @@ def intersection(a, b) -> int:
     return n
 
 
+def contains(outer, inner) -> bool:
+    """Whether the (start, count) box ``outer`` holds all of ``inner`` (an empty ``inner`` always)."""
+    return intersection(outer, inner) == volume(inner[1])
+
+
 @dataclass(frozen=True)
 class Cost:
     """What a solver's implementation of a Move costs: the bytes each world rank receives from other

@@ -101,11 +101,10 @@ class BroadcastBranchData(MovePass):
                 "{dace_partition::world_size()});\n")
 
     def apply_pass(self, sdfg: SDFG, pipeline_results) -> List[Broadcast]:
-        found = branch_data(sdfg)
         if self.world < 2:
             return []
         out = []
-        for src, names in found.items():
+        for src, names in branch_data(sdfg).items():
             st = sdfg.add_state(f"dp_branch_data_{src.label}")
             for e in list(sdfg.out_edges(src)):
                 sdfg.remove_edge(e)

@@ -19,6 +19,7 @@ from dace.sdfg import SDFG
 
 from ..errors import UnsupportedPattern
 from ..ir import Layout, Move
+from ..ir.move import contains
 from .graph import MovePass, distributed_memlets, drop, local_buffer, rename_data, uses
 
 
@@ -142,13 +143,6 @@ class LocalizeArguments(MovePass):
         out.data = Memlet.from_array(name, new)
 
 
-def _contains(outer, inner) -> bool:
-    (a, na), (b, nb) = outer, inner
-    if any(n == 0 for n in nb):
-        return True
-    return all(x <= y and y + m <= x + n for x, n, y, m in zip(a, na, b, nb))
-
-
 def _halo_tile(scatters, gather):
     """The scatter whose blocks contain, rank by rank, the written blocks and every other scatter's blocks
     (known sizes only), or None."""
@@ -163,7 +157,7 @@ def _halo_tile(scatters, gather):
     if any(b is None or len(b) != len(written) for b in blocks):
         return None
     for (st, dm), mine in zip(scatters, blocks):
-        if all(_contains(mine[r], written[r]) and all(_contains(mine[r], b[r]) for b in blocks)
+        if all(contains(mine[r], written[r]) and all(contains(mine[r], b[r]) for b in blocks)
                for r in range(len(written))):
             return st, dm
     return None

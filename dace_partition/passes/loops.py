@@ -29,12 +29,13 @@ from typing import Dict, FrozenSet, List, Optional, Tuple
 
 import dace
 import sympy
+from dace import subsets
 from dace.memlet import Memlet
 from dace.sdfg import SDFG, SDFGState
 
 from ..ir import ROOT, Move
 from ..ir.move import intersection, volume
-from ..solvers.halo import disjoint_tiles
+from ..solvers.halo import bound_shifts, disjoint_tiles
 from ..solvers.node import DistributedMemlet
 from .fusion import Fusion, FusionKind
 from .graph import MovePass, destination_buffer, distributed_memlets, drop, rename_data, source_buffer, uses
@@ -392,40 +393,24 @@ class FuseLoops(MovePass):
 
 
 def _box(shape, off):
-    from dace import subsets
     return subsets.Range([(o, o + n - 1, 1) for o, n in zip(off, shape)])
 
 
 def _offset(h, d) -> Optional[List[int]]:
     """Per dimension, where every rank's written block starts inside its read block (the same constant on
     every rank), if every read block contains the written one; else None."""
-    if h.grid != d.grid or h.splits != d.splits:
+    if h.grid != d.grid or h.splits != d.splits or any(s != 1 for _, _, s in h.subset + d.subset):
         return None
-    names = {cd: cs for cs, cd in zip(h.coords, d.coords) if cs and cd}
-    off = []
-    for (hb, he, hs), (db, de, ds) in zip(h.subset, d.subset):
-        if hs != 1 or ds != 1:
-            return None
-        diffs = []
-        for x, y in ((_plain(hb), _plain(db, names)), (_plain(de, names), _plain(he))):
-            diff = sympy.simplify(x - y)
-            if diff.free_symbols or not diff.is_integer or int(diff) < 0:
-                return None
-            diffs.append(int(diff))
-        off.append(diffs[0])
+    shifts = bound_shifts(h, d)
+    if shifts is None or any(b > 0 or e < 0 for b, e in shifts):
+        return None
+    off = [-b for b, _ in shifts]
     a, b = h.blocks(), d.blocks()
     if a is not None and b is not None:  # known sizes: checked rank by rank too
         for (hs_, hn), (ds_, dn) in zip(a, b):
             if volume(hn) and any(x - y != o for x, y, o in zip(hs_, ds_, off)):
                 return None
     return off
-
-
-def _plain(expr, names=None):
-    """``expr`` over plain sympy symbols (DaCe's carry assumptions), coordinates renamed by ``names``."""
-    e = sympy.sympify(expr)
-    names = names or {}
-    return e.subs({f: sympy.Symbol(names.get(str(f), str(f))) for f in e.free_symbols})
 
 
 def _write_in_place(sdfg: SDFG, gst, g, local_h: str, scatters):

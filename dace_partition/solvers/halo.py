@@ -21,7 +21,7 @@ import dace.library
 import sympy
 
 from ..ir import Cost, Distribution, Move, MoveKind
-from ..ir.move import intersection, volume
+from ..ir.move import contains, intersection
 from ..runtime.environment import DacePartitionMPI
 from .base import Solver
 from .blocks import _arr, _block_fn
@@ -47,25 +47,33 @@ def _coords_of(rank: int, grid) -> tuple:
     return tuple(reversed(out))
 
 
-def _shift_is_constant(src: Distribution, dst: Distribution) -> bool:
-    """Symbolic blocks: whether every bound of the destination differs from the source's by a constant
-    (the same tiling shifted or widened), after naming the destination's coordinates as the source's."""
+def _plain(expr, names=None):
+    """``expr`` over plain sympy symbols (dropping DaCe's assumptions, so bounds cancel), with the
+    coordinates in ``names`` renamed."""
+    e = sympy.sympify(expr)
+    names = names or {}
+    return e.subs({f: sympy.Symbol(names.get(str(f), str(f))) for f in e.free_symbols})
+
+
+def bound_shifts(src: Distribution, dst: Distribution) -> Optional[list]:
+    """Per array dimension, ``(dst begin - src begin, dst end - src end)`` when both are the same integer at
+    every grid position (the destination's coordinates named as the source's): the same tiling shifted
+    or widened; else None."""
     names = {}
     for (gs, cs), (gd, cd) in zip([(g, c) for g, c in zip(src.grid, src.coords) if g > 1],
                                   [(g, c) for g, c in zip(dst.grid, dst.coords) if g > 1]):
         if cs and cd:
             names[cd] = cs
+    out = []
     for (b1, e1, _), (b2, e2, _) in zip(src.subset, dst.subset):
+        pair = []
         for x, y in ((b1, b2), (e1, e2)):
-            y = sympy.sympify(y)
-            y = y.subs({f: sympy.Symbol(names[str(f)]) for f in y.free_symbols if str(f) in names})
-            x = sympy.sympify(x)
-            x = x.subs({f: sympy.Symbol(str(f)) for f in x.free_symbols})
-            y = y.subs({f: sympy.Symbol(str(f)) for f in y.free_symbols})
-            diff = sympy.simplify(y - x)
+            diff = sympy.simplify(_plain(y, names) - _plain(x))
             if diff.free_symbols or not diff.is_integer:
-                return False
-    return True
+                return None
+            pair.append(int(diff))
+        out.append(tuple(pair))
+    return out
 
 
 def disjoint_tiles(d: Distribution) -> bool:
@@ -87,11 +95,6 @@ def disjoint_tiles(d: Distribution) -> bool:
         if gap != 0:
             return False
     return True
-
-
-def _holds(src_block, dst_block) -> bool:
-    """Whether a rank's source block contains its whole destination block: it receives nothing."""
-    return intersection(src_block, dst_block) == volume(dst_block[1])
 
 
 class HaloSolver(Solver):
@@ -120,10 +123,10 @@ class HaloSolver(Solver):
         if a is None or b is None:
             if not disjoint_tiles(src):
                 return "source blocks may overlap (an element would arrive twice)"
-            if not _shift_is_constant(src, dst):
+            if bound_shifts(src, dst) is None:
                 return "blocks known only at run time and not a constant shift of the source's tiling"
             return None
-        if all(_holds(a[r], b[r]) for r in range(len(b))):
+        if all(contains(a[r], b[r]) for r in range(len(b))):
             return None  # a copy on every rank
         if src.may_overlap():
             return "source blocks overlap (an element would arrive twice)"
@@ -145,7 +148,7 @@ class HaloSolver(Solver):
             return Cost(None, None, calls)
         per, msgs = [0] * world, 0
         for me in range(world):
-            if _holds(src[me], dst[me]):
+            if contains(src[me], dst[me]):
                 continue  # its own block has everything (the executor's rule)
             for q in range(world):
                 if q != me:
