@@ -8,6 +8,7 @@ import pytest
 import dace_partition as dp
 from dace_partition.errors import UnsupportedPattern
 from dace_partition.runtime.mpi_count import count_run
+from conformance.programs import _heat3d as heat3d_reference
 
 N = dace.symbol("N")
 M = dace.symbol("M")
@@ -50,6 +51,14 @@ def ref_jacobi1d(A, B, T):
     for _ in range(T):
         B[1:-1] = 0.33 * (A[:-2] + A[1:-1] + A[2:])
         A[1:-1] = 0.33 * (B[:-2] + B[1:-1] + B[2:])
+    return A, B
+
+
+def ref_jacobi2d(A, B, w, T):
+    A, B = A.copy(), B.copy()
+    for _ in range(T):
+        B[1:-1, 1:-1] = w[1:-1, 1:-1] * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1])
+        A[1:-1, 1:-1] = 0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1])
     return A, B
 
 
@@ -115,10 +124,7 @@ def test_jacobi2d_on_four_ranks(rng, grid):
     a, b, w = rng.standard_normal((24, 20)), rng.standard_normal((24, 20)), rng.standard_normal((24, 20))
     T = 4
     out = counted(sdfg, 4, dict(T=T), A=a, B=b, w=w, T=T)
-    ra, rb = a.copy(), b.copy()
-    for _ in range(T):
-        rb[1:-1, 1:-1] = w[1:-1, 1:-1] * (ra[1:-1, 1:-1] + ra[1:-1, :-2] + ra[1:-1, 2:] + ra[2:, 1:-1] + ra[:-2, 1:-1])
-        ra[1:-1, 1:-1] = 0.2 * (rb[1:-1, 1:-1] + rb[1:-1, :-2] + rb[1:-1, 2:] + rb[2:, 1:-1] + rb[:-2, 1:-1])
+    ra, rb = ref_jacobi2d(a, b, w, T)
     np.testing.assert_allclose(out["A"], ra, rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(out["B"], rb, rtol=1e-13, atol=1e-13)
     # Per iteration each rank receives one face from each neighbour, for each array read shifted.
@@ -127,7 +133,10 @@ def test_jacobi2d_on_four_ranks(rng, grid):
 
 
 def test_fdtd_boundary_written_on_rank0_each_step(rng):
-    sdfg = lower_all(fdtd, (2, ), "t_loops_fdtd", skip=("assign_33_8_map", ))
+    # ey[0, :] = fict[t]: one row, not split (DaCe names the map after its source line)
+    row = tuple(m.name for m in dp.maps(fdtd.to_sdfg()) if m.shape[0] == 1)
+    assert len(row) == 1, row
+    sdfg = lower_all(fdtd, (2, ), "t_loops_fdtd", skip=row)
     rows = moves(sdfg)
     # ey is written by rank-0 code in the loop: its round trip stays; ex and hz stay on the grid.
     assert any(r[0] == "rank 0" and r[3] == 5 for r in rows)
@@ -224,10 +233,7 @@ def test_io_distributed_stencil_tiles_are_block_plus_halo(rng):
     a, b, w = rng.standard_normal((24, 20)), rng.standard_normal((24, 20)), rng.standard_normal((24, 20))
     T = 4
     out = counted(sdfg, 4, dict(T=T), A=a, B=b, w=w, T=T)
-    ra, rb = a.copy(), b.copy()
-    for _ in range(T):
-        rb[1:-1, 1:-1] = w[1:-1, 1:-1] * (ra[1:-1, 1:-1] + ra[1:-1, :-2] + ra[1:-1, 2:] + ra[2:, 1:-1] + ra[:-2, 1:-1])
-        ra[1:-1, 1:-1] = 0.2 * (rb[1:-1, 1:-1] + rb[1:-1, :-2] + rb[1:-1, 2:] + rb[2:, 1:-1] + rb[:-2, 1:-1])
+    ra, rb = ref_jacobi2d(a, b, w, T)
     np.testing.assert_allclose(out["A"], ra, rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(out["B"], rb, rtol=1e-13, atol=1e-13)
     # Per sweep: one face (or edge) of A and of B from each neighbour, no more.
@@ -248,18 +254,6 @@ def heat3d(A: dace.float64[10, 10, 10], B: dace.float64[10, 10, 10], T: dace.int
                                B[1:-1, 1:-1, 1:-1])
 
 
-def ref_heat3d(A, B, T):
-    def step(a):
-        return (0.125 * (a[2:, 1:-1, 1:-1] - 2.0 * a[1:-1, 1:-1, 1:-1] + a[:-2, 1:-1, 1:-1]) + 0.125 *
-                (a[1:-1, 2:, 1:-1] - 2.0 * a[1:-1, 1:-1, 1:-1] + a[1:-1, :-2, 1:-1]) + 0.125 *
-                (a[1:-1, 1:-1, 2:] - 2.0 * a[1:-1, 1:-1, 1:-1] + a[1:-1, 1:-1, :-2]) + a[1:-1, 1:-1, 1:-1])
-    A, B = A.copy(), B.copy()
-    for _ in range(T):
-        B[1:-1, 1:-1, 1:-1] = step(A)
-        A[1:-1, 1:-1, 1:-1] = step(B)
-    return A, B
-
-
 @pytest.mark.parametrize("grid,io,halo", [
     pytest.param((2, 1, 2), "distributed", 8 * (4 + 4 + 1), id="two_dims_distributed"),
     pytest.param((2, 1, 1), "root", 8 * 8, id="one_dim_root"),
@@ -277,7 +271,8 @@ def test_heat3d_time_loop(rng, grid, io, halo):
     ranks = int(np.prod(grid))
     a, b, T = rng.standard_normal((10, 10, 10)), rng.standard_normal((10, 10, 10)), 3
     out = counted(sdfg, ranks, dict(T=T), A=a, B=b, T=T)
-    ra, rb = ref_heat3d(a, b, T)
+    ref = heat3d_reference(dict(A=a, B=b, T=T))
+    ra, rb = ref["A"], ref["B"]
     np.testing.assert_allclose(out["A"], ra, rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(out["B"], rb, rtol=1e-13, atol=1e-13)
     assert dp.report(sdfg).bytes_per_iteration(T=T) == [2 * halo * 8] * ranks
