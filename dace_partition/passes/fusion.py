@@ -26,7 +26,8 @@ from dace.sdfg import SDFG
 from ..solvers.node import DistributedMemlet
 from ..ir import Move
 from ..schedule import ordered_states
-from .graph import MovePass, destination_buffer, distributed_memlets, drop, rename_data, source_buffer, uses, writes
+from .graph import (MovePass, destination_buffer, distributed_memlets, drop, rename_data, reroute, source_buffer, uses,
+                    writes)
 
 
 class FusionKind(str, Enum):
@@ -148,10 +149,7 @@ class FuseRoundTrips(MovePass):
                 drop(sst, s)
                 rename_data(sdfg, local_b, local_a)
             else:
-                sst.remove_node(sst.in_edges(s)[0].src)
-                s.set_move(f.move)
-                s.implementation = f.solver
-                sst.add_edge(sst.add_read(local_a), None, s, "_in", Memlet.from_array(local_a, sdfg.arrays[local_a]))
+                reroute(sst, s, f.move, f.solver, Memlet.from_array(local_a, sdfg.arrays[local_a]))
             if d.last:
                 drop(gst, g)
         for arr in {d.fusion.array for d in decisions if d.fusion.kind != FusionKind.REUSE}:

@@ -3,6 +3,7 @@ only through this module)."""
 from typing import List, Sequence, Tuple
 
 from dace import nodes
+from dace.memlet import Memlet
 from dace.sdfg import SDFG
 from dace.transformation import pass_pipeline as ppl
 
@@ -70,6 +71,15 @@ def rename_data(sdfg: SDFG, old: str, new: str):
             if e.data.data == old:
                 e.data.data = new
     del sdfg.arrays[old]
+
+
+def reroute(state, dm, move: Move, solver: str, memlet: Memlet):
+    """``dm`` now performs ``move`` with ``solver``, reading ``memlet`` (a rank-local buffer, or a box of
+    one) instead of its former source, whose access node goes."""
+    state.remove_node(state.in_edges(dm)[0].src)
+    dm.set_move(move)
+    dm.implementation = solver
+    state.add_edge(state.add_read(memlet.data), None, dm, "_in", memlet)
 
 
 def drop(state, dm):

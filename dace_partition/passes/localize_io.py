@@ -20,7 +20,7 @@ from dace.sdfg import SDFG
 from ..errors import UnsupportedPattern
 from ..ir import Layout, Move
 from ..ir.move import contains
-from .graph import MovePass, distributed_memlets, drop, local_buffer, rename_data, uses
+from .graph import MovePass, distributed_memlets, drop, local_buffer, rename_data, reroute, uses
 
 
 @dataclass
@@ -106,10 +106,7 @@ class LocalizeArguments(MovePass):
                     continue
                 # Another kernel needs other blocks: a grid-to-grid move from the argument's tiles.
                 move = Move(name, home_dist.combined(), dst, tuple(dm.shape), int(dm.itemsize))
-                st.remove_node(st.in_edges(dm)[0].src)
-                dm.set_move(move)
-                dm.implementation = self.implement(move)
-                st.add_edge(st.add_read(name), None, dm, "_in", Memlet.from_array(name, new))
+                reroute(st, dm, move, self.implement(move), Memlet.from_array(name, new))
         return layouts, changes
 
     def _localize_halo_tile(self, sdfg: SDFG, name: str, desc, tile, scatters, gather, layouts, changes):
@@ -131,10 +128,7 @@ class LocalizeArguments(MovePass):
             if dm is sdm:
                 continue
             move = Move(name, dist, dm.distribution("dst"), tuple(dm.shape), int(dm.itemsize))
-            st.remove_node(st.in_edges(dm)[0].src)
-            dm.set_move(move)
-            dm.implementation = self.implement(move)
-            st.add_edge(st.add_read(name), None, dm, "_in", Memlet.from_array(name, new))
+            reroute(st, dm, move, self.implement(move), Memlet.from_array(name, new))
         gst, g = gather
         move = Move(name, g.distribution("src"), dist, tuple(g.shape), int(g.itemsize))
         g.set_move(move)

@@ -38,7 +38,7 @@ from ..ir.move import intersection, volume
 from ..solvers.halo import bound_shifts, disjoint_tiles
 from ..solvers.node import DistributedMemlet
 from .fusion import Fusion, FusionKind
-from .graph import MovePass, destination_buffer, distributed_memlets, drop, rename_data, source_buffer, uses
+from .graph import MovePass, destination_buffer, distributed_memlets, drop, rename_data, reroute, source_buffer, uses
 
 
 @dataclass(frozen=True)
@@ -341,10 +341,7 @@ class FuseLoops(MovePass):
             solver = self.implement(move)
             if not _covered(h, d):
                 first.append((s, local_d))
-            sst.remove_node(sst.in_edges(s)[0].src)
-            s.set_move(move)
-            s.implementation = solver
-            sst.add_edge(sst.add_read(local_h), None, s, "_in", Memlet.from_array(local_h, sdfg.arrays[local_h]))
+            reroute(sst, s, move, solver, Memlet.from_array(local_h, sdfg.arrays[local_h]))
             out.append(Fusion(FusionKind.MOVE, arr, h.grid_id, d.grid_id, move, solver))
         for s, local_d in first:
             m = s.move()
@@ -377,10 +374,7 @@ class FuseLoops(MovePass):
                 n.data = local_d
         move = Move(arr, h, d, tuple(g.shape), int(g.itemsize))
         solver = self.implement(move, box=True)
-        sst.remove_node(sst.in_edges(s)[0].src)
-        s.set_move(move)
-        s.implementation = solver
-        sst.add_edge(sst.add_read(local_d), None, s, "_in", Memlet(data=local_d, subset=box))
+        reroute(sst, s, move, solver, Memlet(data=local_d, subset=box))
         self._copy_scatter(sdfg, pre, s, local_d, Move(arr, ROOT, d, tuple(g.shape), int(g.itemsize)))
         dm = DistributedMemlet(f"gather_{arr}", g.move())
         dm.implementation = self.implement(g.move(), box=True)
