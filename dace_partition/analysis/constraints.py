@@ -8,6 +8,7 @@ schedule leaves out get the grid and renaming that make them consistent with the
 """
 import itertools
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import dace
@@ -18,24 +19,34 @@ from dace.sdfg import SDFG, SDFGState
 from dace.sdfg.propagation import propagate_subset
 
 from ..errors import ScheduleError, UnsupportedPattern
+from ..ir import ReduceOp
 from ..schedule import Kernel, MapInfo, grid_size, ordered_states
 from .rank_tiling import tile_range
 
 _OPS = {
-    dtypes.ReductionType.Sum: "sum",
-    dtypes.ReductionType.Product: "prod",
-    dtypes.ReductionType.Min: "min",
-    dtypes.ReductionType.Max: "max",
+    dtypes.ReductionType.Sum: ReduceOp.SUM,
+    dtypes.ReductionType.Product: ReduceOp.PROD,
+    dtypes.ReductionType.Min: ReduceOp.MIN,
+    dtypes.ReductionType.Max: ReduceOp.MAX,
 }
+
+
+class Direction(str, Enum):
+    """Whether a kernel reads (``IN``) or writes (``OUT``) an array."""
+    IN = "in"
+    OUT = "out"
+
+    def __str__(self):
+        return self.value
 
 
 @dataclass
 class Access:
     """One read or write of a global array by a kernel, as a symbolic subset in grid coordinates."""
     array: str
-    direction: str  # "in" or "out"
+    direction: Direction
     subset: subsets.Range
-    op: Optional[str] = None  # write-conflict resolution of a write: sum, prod, min, max
+    op: Optional[ReduceOp] = None  # write-conflict resolution of a write
     accumulates: bool = False  # a write with WCR whose prior value must be kept (counted once)
     # An "in" that only fills the output's buffer with the prior values of elements the kernel may not
     # overwrite (dynamic writes, replicated copies): it belongs to the write, not to the kernel's reads.
@@ -77,7 +88,7 @@ def coord_symbols(kernel_index: int, grid: Sequence[int]) -> Tuple[Optional[str]
     return tuple(f"__dp{kernel_index}_r{d}" if g > 1 else None for d, g in enumerate(grid))
 
 
-def wcr_op(memlet, array) -> Optional[str]:
+def wcr_op(memlet, array) -> Optional[ReduceOp]:
     if memlet.wcr is None:
         return None
     red = detect_reduction_type(memlet.wcr)
@@ -108,7 +119,7 @@ def map_accesses(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, rng: subse
         if inner:
             reads.setdefault(e.data.data, []).extend(inner)
     for arr, inner in reads.items():
-        out.append(Access(arr, "in", _propagate_union(inner, sdfg, arr, params, rng, entry, positions)))
+        out.append(Access(arr, Direction.IN, _propagate_union(inner, sdfg, arr, params, rng, entry, positions)))
     writes: Dict[str, list] = {}
     dynamic = set()
     for e in state.out_edges(exit_):
@@ -128,11 +139,11 @@ def map_accesses(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, rng: subse
         if len(ops) > 1:
             raise UnsupportedPattern(arr, subset, f"written with different conflict resolutions {ops}")
         op = ops.pop()
-        out.append(Access(arr, "out", subset, op, accumulates=op is not None))
+        out.append(Access(arr, Direction.OUT, subset, op, accumulates=op is not None))
         if op is None and arr in dynamic:
             # A write that may skip elements: they must keep their prior values.
             if not any(a.array == arr and a.direction == "in" and same_subset(a.subset, subset) for a in out):
-                out.append(Access(arr, "in", subset, prior=True))
+                out.append(Access(arr, Direction.IN, subset, prior=True))
     return out
 
 
@@ -186,7 +197,9 @@ def _extreme(values, sign: int, positions: Dict[str, int]):
 
 
 def _compare(a, b, positions: Dict[str, int]) -> Optional[int]:
-    diff = dace.symbolic.simplify(a - b)
+    diff = sympy.sympify(a - b)
+    if not (diff.is_number or {str(f) for f in diff.free_symbols} <= set(positions)):
+        diff = dace.symbolic.simplify(diff)  # only where symbols other than grid coordinates may cancel
     if getattr(diff, "is_number", False):
         return int(bool(diff > 0)) - int(bool(diff < 0))
     free = diff.free_symbols
@@ -259,7 +272,7 @@ def refuse_views(sdfg: SDFG, accesses: List[Access], label: str):
                                      "blocks cannot be mapped to blocks of the viewed array")
 
 
-def _nested_write_op(state: SDFGState, edge, array) -> Optional[str]:
+def _nested_write_op(state: SDFGState, edge, array) -> Optional[ReduceOp]:
     """Write-conflict resolution applied inside a nested SDFG to one of its outputs (DaCe's frontend keeps
     ``+=`` inside the nested SDFG and leaves the outer memlet without one)."""
     src = state.memlet_path(edge)[0]
@@ -332,8 +345,8 @@ def copies_write_whole_values(plan: KernelPlan) -> List[Access]:
                                      f"dims {tuple(partial)}): its partial results and its copies cannot be told "
                                      "apart; replicate a kernel that does not split the reduction")
         if a.accumulates:
-            out.append(Access(a.array, "in", a.subset, prior=True))
-        out.append(Access(a.array, "out", a.subset))
+            out.append(Access(a.array, Direction.IN, a.subset, prior=True))
+        out.append(Access(a.array, Direction.OUT, a.subset))
     return out
 
 
@@ -438,7 +451,7 @@ def plan_nested_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, .
                                          "two connectors with different blocks per rank (e.g. A @ A); one rank-local "
                                          "buffer cannot serve both, so leave this kernel out of the schedule")
             if direction == "in":
-                plan.accesses.append(Access(arr, "in", subset))
+                plan.accesses.append(Access(arr, Direction.IN, subset))
                 continue
             ops = writes.get(conn, {None}) - {None}
             if len(ops) > 1:
@@ -446,7 +459,7 @@ def plan_nested_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, .
             op = ops.pop() if ops else None
             # A kernel that also takes the array as input accumulates onto its prior value.
             accumulates = op is not None and ("in", arr) in kernel.connectors
-            plan.accesses.append(Access(arr, "out", subset, op, accumulates))
+            plan.accesses.append(Access(arr, Direction.OUT, subset, op, accumulates))
     refuse_views(sdfg, plan.accesses, kernel.label)
     refuse_growing_blocks(plan, kernel.label)
     return plan

@@ -63,7 +63,7 @@ def offload(sdfg: SDFG, kernel_states: List[SDFGState], root_states: List[SDFGSt
             if kr.grid is not None:
                 kr.notes.append("runs on the GPU: local arrays copied host -> GPU_Global -> host around the "
                                 "kernel; MPI on host buffers")
-            elif root_on_gpu and kr.kind != "tasklet":
+            elif root_on_gpu:  # every reported kernel is a map, nested SDFG or library node (never a tasklet)
                 kr.notes.append("runs on rank 0's GPU: global arrays copied host -> GPU_Global -> host")
     if moved:
         _attach_runtime(sdfg)

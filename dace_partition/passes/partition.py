@@ -17,25 +17,25 @@ import re
 from typing import Dict, List, Tuple
 
 import dace
-import numpy as np
 import sympy
 from dace import nodes
 from dace.memlet import Memlet
 from dace.properties import CodeBlock
 from dace.sdfg import SDFG, SDFGState
 
-from ..analysis.constraints import Access, KernelPlan, plan_map_kernel, plan_nested_kernel, same_subset
+from ..analysis.constraints import KernelPlan, plan_nested_kernel
+from ..plan import KernelMoves, analyse_kernel, plan_kernel, role, scatters
 from ..solvers.node import DistributedMemlet
 from ..runtime.environment import ENVIRONMENT
 from ..errors import UnsupportedPattern
-from ..ir import ROOT, Distribution, IoMode, Move, MoveKind, ProgramRecord, ReduceOp, attach
+from ..ir import Distribution, IoMode, Move, MoveKind, ProgramRecord, attach
 from . import FuseRoundTrips, FusionKind, LocalizeArguments
 from .conditions import BroadcastBranchData
 from .graph import distributed_memlets, has_moves, trips_of
 from ..report import Steps, KernelReport, LoweringReport, entry
-from ..schedule import Kernel, discover, expand_all, ordered_states
+from ..schedule import Kernel, KernelKind, discover, expand_all, ordered_states
 from ..solvers.base import block_shape
-from ..solvers.registry import choose, get
+from ..solvers.registry import get
 from ..analysis.rank_tiling import RankTileMap
 
 RANK = "__dp_rank"
@@ -52,7 +52,8 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: st
     if expanded:
         kernels = discover(sdfg)
     steps.done("prepare and discover kernels")
-    plans: List[KernelPlan] = []
+    planned: List[KernelMoves] = []
+    plans = []
     rep = LoweringReport(sdfg.name, 1)
     rep.timings = steps.times
     for k in kernels:
@@ -60,12 +61,9 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: st
         if not scheduled:
             rep.kernels.append(KernelReport(k.label, k.kind, None))
             continue
-        if k.kind == "map":
-            plan = plan_map_kernel(sdfg, k, grids[k.maps[0].name])
-        else:
-            plan = plan_nested_kernel(sdfg, k, grids)
-        kr = KernelReport(plan.principal if k.kind != "map" else k.maps[0].name, k.kind, plan.grid)
-        if k.kind == "nested" and k.label in expanded:
+        plan = analyse_kernel(sdfg, k, grids)
+        kr = KernelReport(plan.principal if k.kind != KernelKind.MAP else k.maps[0].name, k.kind, plan.grid)
+        if k.kind == KernelKind.NESTED and k.label in expanded:
             kr.notes.append("uneven tiles: the library node was replaced by its pure expansion, so no rank "
                             "computes on the padding of its local buffers")
         for t in plan.inner:
@@ -79,30 +77,16 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: st
             continue
         plans.append((plan, kr))
 
-    _scalars_to_arrays(sdfg, {a.array for plan, _ in plans for a in plan.accesses})
-    chosen: Dict[Tuple[int, str, MoveKind, str], Tuple[Move, str]] = {}
     for plan, kr in plans:
-        read = {a.array for a in plan.accesses if a.direction == "in" and not a.prior}
-        fills = [id(a) for a in _scatters(plan, _local_buffers(plan))]
-        for a in plan.accesses:
-            for move in _moves(sdfg, plan, a):
-                if move.kind == MoveKind.SCATTER and id(a) not in fills:
-                    continue  # a read fills the same buffer
-                if a.accumulates and a.array in read and move.grid_side.may_overlap():
-                    raise UnsupportedPattern(a.array, a.subset, "the array is read and accumulated (write-conflict "
-                                             "resolution) by the same kernel, and several ranks hold each element")
-                solver, refused = choose(move, solvers)
-                if solver is None:
-                    raise UnsupportedPattern(a.array, a.subset, "no solver implements it: " +
-                                             "; ".join(f"{n}: {why}" for n, why in refused))
-                chosen[(plan.kernel.index, a.array, move.kind, _role(a))] = (move, solver.name)
-
+        planned.append(plan_kernel(sdfg, plan.kernel, grids, solvers, plan))
+    _scalars_to_arrays(sdfg, {a.array for plan, _ in plans for a in plan.accesses})
     steps.done("constraints and solver choice")
     init_state = _add_runtime_state(sdfg, [p for p, _ in plans])
     comm_states = {init_state}
     guarded = set()
-    for plan, _ in plans:
-        pre, post = _apply_plan(sdfg, plan, chosen)
+    for km in planned:
+        plan = km.analysis
+        pre, post = _apply_plan(sdfg, km)
         comm_states |= {pre, post}
         guarded.add(plan.kernel.state)
         comm_states |= set(_guard(sdfg, plan.kernel.state, f"__dp{plan.kernel.index}_member == 1"))
@@ -146,79 +130,6 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: st
     steps.done("report")
     attach(sdfg, ProgramRecord(sdfg.name, rep.ranks_needed, io, layouts))
     return rep
-
-
-def _role(a: Access) -> str:
-    """Which rank-local buffer of its array an access fills or empties: the reads' ("in") or the
-    write's ("out"; prior values of a write go there too)."""
-    return "out" if a.direction == "out" or a.prior else "in"
-
-
-def _local_buffers(plan: KernelPlan) -> Dict[Tuple[str, str], Tuple[str, object]]:
-    """(array, role) -> (rank-local buffer name, its subset in grid coordinates).
-
-    The analysis gives at most one read and one write per array (all reads of an array merged into their
-    bounding box: block plus halo). A read and a write of the same block share one buffer; a write of
-    another block (the interior ``A[1:N-1]`` of an array read whole) gets a buffer of its own: the kernel
-    reads the values from before it, as a map's semantics say, and the gather sends exactly the written
-    block."""
-    k = plan.kernel.index
-    out = {}
-    for array in dict.fromkeys(a.array for a in plan.accesses):
-        reads = [a for a in plan.accesses if a.array == array and _role(a) == "in"]
-        writes = [a for a in plan.accesses if a.array == array and a.direction == "out"]
-        priors = [a for a in plan.accesses if a.array == array and a.prior]
-        for what, accs in (("reads", reads), ("writes", writes), ("prior values", priors)):
-            if len(accs) > 1 and not all(same_subset(accs[0].subset, b.subset) for b in accs[1:]):
-                raise UnsupportedPattern(array, "] and [".join(str(a.subset) for a in accs),
-                                         f"kernel '{plan.kernel.label}' has {what} of several blocks per rank, but "
-                                         "each array gets one rank-local buffer per role")
-        read = reads[0] if reads else None
-        write = writes[0] if writes else (priors[0] if priors else None)
-        shared = read is not None and write is not None and same_subset(read.subset, write.subset)
-        base = f"__dp{k}_{array}"
-        if read is not None:
-            out[(array, "in")] = (base if shared or write is None else base + "_in", read.subset)
-        if write is not None:
-            out[(array, "out")] = (base if shared or read is None else base + "_out", write.subset)
-    return out
-
-
-def _scatters(plan: KernelPlan, buffers) -> List[Access]:
-    """The accesses that fill a rank-local buffer, one per buffer and role: a read, an accumulated write
-    (its prior value), or the prior values of a dynamic write, unless a read fills the same buffer."""
-    out = []
-    for a in plan.accesses:
-        if not (a.direction == "in" or a.accumulates):
-            continue
-        if a.prior and buffers.get((a.array, "in"), (None, ))[0] == buffers[(a.array, "out")][0]:
-            continue
-        if any(b.array == a.array and _role(b) == _role(a) and b.direction == a.direction for b in out):
-            continue
-        out.append(a)
-    return out
-
-
-def _moves(sdfg: SDFG, plan: KernelPlan, a: Access) -> List[Move]:
-    """The scatter and/or gather of one access of a kernel: rank 0 <-> the kernel's grid."""
-    desc = sdfg.arrays[a.array]
-    k = plan.kernel.index
-    op = ReduceOp.of(a.op)
-    out = []
-    # Symbols that ``sdfg.specialize`` fixed count as their values, so the blocks (and the report's bytes)
-    # are known before run time.
-    fixed = {dace.symbolic.symbol(n): v for n, v in sdfg.constants.items() if isinstance(v, (int, np.integer))}
-    subset = dace.subsets.Range([tuple(sympy.sympify(x).subs(fixed) for x in r) for r in a.subset]) if fixed \
-        else a.subset
-    shape = tuple(sympy.sympify(x).subs(fixed) if fixed else x for x in desc.shape)
-    size = desc.dtype.bytes
-    if a.direction == "in" or a.accumulates:
-        dist = Distribution.on_grid(subset, plan.grid, plan.coords, k)
-        out.append(Move(a.array, ROOT, dist, shape, size, op if a.accumulates else None, a.accumulates))
-    if a.direction == "out":
-        dist = Distribution.on_grid(subset, plan.grid, plan.coords, k, pending=op)
-        out.append(Move(a.array, dist, ROOT, shape, size, op, a.accumulates))
-    return out
 
 
 def _note_fusion(f, by_kernel):
@@ -328,7 +239,7 @@ def _expand_uneven_library_nodes(sdfg: SDFG, kernels: List[Kernel], grids) -> se
     names. Returns the labels of the expanded nodes."""
     changed = set()
     for k in kernels:
-        if k.kind != "library" or not any(m.name in grids for m in k.maps):
+        if k.kind != KernelKind.LIBRARY or not any(m.name in grids for m in k.maps):
             continue
         if not _uneven(plan_nested_kernel(sdfg, k, grids)):
             continue
@@ -405,44 +316,45 @@ def _guard(sdfg: SDFG, state: SDFGState, condition: str):
     return before, after
 
 
-def _apply_plan(sdfg: SDFG, plan: KernelPlan, chosen):
+def _apply_plan(sdfg: SDFG, km: KernelMoves):
+    plan = km.analysis
     k = plan.kernel
     state = k.state
     for c in plan.coords:
         if c and c not in sdfg.symbols:
             sdfg.add_symbol(c, dace.int32)
-    if k.kind == "map":
+    if k.kind == KernelKind.MAP:
         n = len(k.node.map.params)  # a replica dimension (past the parameters) tiles nothing
         RankTileMap.apply_to(sdfg, options={"grid": list(plan.grid[:n]), "coords": [c or "" for c in plan.coords[:n]]},
                              map_entry=k.node)
-    elif k.kind == "nested":
+    elif k.kind == KernelKind.NESTED:
         _tile_body(plan)
 
-    buffers = _local_buffers(plan)
+    buffers = km.buffer_map()
     locals_: Dict[Tuple[str, str], str] = {}
-    for (array, role), (name, subset) in buffers.items():
+    for (array, which), (name, subset) in buffers.items():
         if name not in sdfg.arrays:
             desc = sdfg.arrays[array]
             sdfg.add_array(name, block_shape(subset, plan.grid, plan.coords), desc.dtype, storage=desc.storage,
                            transient=True)
-        locals_[(array, role)] = name
+        locals_[(array, which)] = name
 
     pre = state.parent_graph.add_state_before(state, f"{state.label}_scatter",
                                               is_start_block=state.parent_graph.start_block is state)
     post = state.parent_graph.add_state_after(state, f"{state.label}_gather")
-    for a in _scatters(plan, buffers):
-        local = locals_[(a.array, _role(a))]
-        move, solver = chosen[(k.index, a.array, MoveKind.SCATTER, _role(a))]
-        dm = DistributedMemlet(f"scatter_{a.array}" + ("" if _role(a) == "in" else "_out"), move)
-        dm.implementation = solver
+    for a in scatters(plan, buffers):
+        local = locals_[(a.array, role(a))]
+        pm = km.find(a.array, MoveKind.SCATTER, role(a))
+        dm = DistributedMemlet(f"scatter_{a.array}" + ("" if role(a) == "in" else "_out"), pm.move)
+        dm.implementation = pm.solver
         pre.add_edge(pre.add_read(a.array), None, dm, "_in", Memlet.from_array(a.array, sdfg.arrays[a.array]))
         pre.add_edge(dm, "_out", pre.add_write(local), None, Memlet.from_array(local, sdfg.arrays[local]))
     for a in plan.accesses:
         if a.direction == "out":
             local = locals_[(a.array, "out")]
-            move, solver = chosen[(k.index, a.array, MoveKind.GATHER, "out")]
-            dm = DistributedMemlet(f"gather_{a.array}", move)
-            dm.implementation = solver
+            pm = km.find(a.array, MoveKind.GATHER, "out")
+            dm = DistributedMemlet(f"gather_{a.array}", pm.move)
+            dm.implementation = pm.solver
             post.add_edge(post.add_read(local), None, dm, "_in", Memlet.from_array(local, sdfg.arrays[local]))
             post.add_edge(dm, "_out", post.add_write(a.array), None, Memlet.from_array(a.array, sdfg.arrays[a.array]))
     _rewire(sdfg, plan, locals_, buffers)
@@ -462,7 +374,7 @@ def _rewire(sdfg: SDFG, plan: KernelPlan, locals_, buffers):
     k = plan.kernel
     state = k.state
     subsets_ = {key: subset for key, (_, subset) in buffers.items()}
-    if k.kind == "map":
+    if k.kind == KernelKind.MAP:
         entry, exit_ = k.node, state.exit_node(k.node)
         outer = [(e, "in") for e in state.in_edges(entry)] + [(e, "out") for e in state.out_edges(exit_)]
         inner = state.scope_subgraph(entry, include_entry=True, include_exit=True).edges()

@@ -7,6 +7,7 @@ nested SDFG, or a library node. A map of a nested SDFG or of a library node's pu
 """
 import copy
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Dict, List, Optional, Tuple
 
 import dace
@@ -35,15 +36,26 @@ class MapInfo:
         return hash(self.name)
 
 
+class KernelKind(str, Enum):
+    """What does a kernel's work: one map, a nested SDFG, or a library node (analysed through its pure
+    expansion)."""
+    MAP = "map"
+    NESTED = "nested"
+    LIBRARY = "library"
+
+    def __str__(self):
+        return self.value
+
+
 @dataclass
 class Kernel:
     """A unit of work that gets one process grid.
 
-    ``kind`` is "map", "nested" or "library". For nested SDFGs and library nodes, ``body`` is the SDFG
+    ``kind`` is a :class:`KernelKind`. For nested SDFGs and library nodes, ``body`` is the SDFG
     whose top-level maps are analysed (for a library node: its pure expansion, built on a scratch copy).
     """
     index: int
-    kind: str
+    kind: Optional[KernelKind]
     state: SDFGState
     node: nodes.Node
     body: Optional[SDFG] = None
@@ -54,7 +66,7 @@ class Kernel:
 
     @property
     def label(self):
-        return self.node.map.label if self.kind == "map" else self.node.label
+        return self.node.map.label if self.kind == KernelKind.MAP else self.node.label
 
 
 def ordered_states(sdfg: SDFG) -> List[SDFGState]:
@@ -155,16 +167,16 @@ def discover(sdfg: SDFG) -> List[Kernel]:
 
     for state in ordered_states(sdfg):
         for node in top_level_kernels(state):
-            k = Kernel(len(kernels), "", state, node)
+            k = Kernel(len(kernels), None, state, node)
             if isinstance(node, nodes.MapEntry):
-                k.kind = "map"
+                k.kind = KernelKind.MAP
                 k.maps.append(_info(unique(node.map.label), node.map, k))
             else:
                 if isinstance(node, nodes.NestedSDFG):
-                    k.kind, k.body, k.body_node = "nested", node.sdfg, node
+                    k.kind, k.body, k.body_node = KernelKind.NESTED, node.sdfg, node
                     owner = state
                 else:
-                    k.kind = "library"
+                    k.kind = KernelKind.LIBRARY
                     _, owner, nested = expand_pure(node, sdfg, state)
                     k.body, k.body_node = nested.sdfg, nested
                 for e in owner.in_edges(k.body_node):
@@ -202,5 +214,6 @@ def _as_int(x):
 
 
 def maps(sdfg: SDFG) -> List[MapInfo]:
-    """The schedulable maps of ``sdfg`` in program order (see the module docstring for their names)."""
-    return [m for k in discover(sdfg) for m in k.maps]
+    """The schedulable maps of ``sdfg`` in program order (see the module docstring for their names).
+    Discovery runs on a copy (it may turn loops into maps), so ``sdfg`` does not change."""
+    return [m for k in discover(copy.deepcopy(sdfg)) for m in k.maps]

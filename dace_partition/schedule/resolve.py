@@ -19,6 +19,8 @@ def resolve(kernels: List[Kernel], schedule) -> Dict[str, Tuple[int, ...]]:
     infos = [m for k in kernels for m in k.maps]
     by_name = {m.name: m for m in infos}
     by_map = {id(m.map): m for m in infos}
+    labels = [m.map.label for m in infos]
+    by_label = {m.map.label: m for m in infos if labels.count(m.map.label) == 1}
     out: Dict[str, Tuple[int, ...]] = {}
     for key, grid in dict(schedule or {}).items():
         if isinstance(key, MapInfo):
@@ -26,7 +28,7 @@ def resolve(kernels: List[Kernel], schedule) -> Dict[str, Tuple[int, ...]]:
         if isinstance(key, nodes.MapEntry):
             key = key.map
         if isinstance(key, nodes.Map):
-            info = by_map.get(id(key))
+            info = by_map.get(id(key)) or by_label.get(key.label)  # a map of a copy of this SDFG (dp.maps)
             if info is None:
                 raise ScheduleError(f"map '{key.label}' in the schedule is not a schedulable map of this SDFG; "
                                     f"known maps: {sorted(by_name)}")

@@ -76,7 +76,9 @@ def match(array: str, subset: subsets.Range, grid: Sequence[int], coords: Sequen
         if s != 1:
             raise UnsupportedPattern(array, subset, f"dimension {j} is strided (step {s}); the grid-mapped solver "
                                      "needs contiguous blocks")
-        width = sympy.simplify(e - b + 1)
+        width = sympy.expand(e - b + 1)
+        if not width.is_number:
+            width = sympy.simplify(width)
         if width.free_symbols & set(syms):
             raise UnsupportedPattern(array, subset, f"the block size of dimension {j} depends on the grid "
                                      "coordinate")
@@ -92,7 +94,9 @@ def match(array: str, subset: subsets.Range, grid: Sequence[int], coords: Sequen
         coef = sympy.diff(begin, x)
         if coef.free_symbols:
             raise UnsupportedPattern(array, subset, f"dimension {j} is not affine in the grid coordinate {x}")
-        offset = sympy.simplify(begin - coef * x)
+        offset = sympy.expand(begin - coef * x)
+        if not offset.is_number:
+            offset = sympy.simplify(offset)
         if abs(coef) != width:
             kind = "overlapping blocks (a halo)" if abs(coef) < width else "blocks with gaps"
             raise UnsupportedPattern(array, subset, f"dimension {j} asks for {kind}: block {width}, step between "

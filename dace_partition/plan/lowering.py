@@ -1,0 +1,197 @@
+"""The plan of one kernel on one grid, and of a whole schedule (see the package docstring).
+
+Every scheduled kernel keeps its global arrays on rank 0 between kernels: it scatters what it reads into
+rank-local buffers and gathers what it writes back (fusion, loop carry and rank-local arguments remove
+round trips later, deciding from the same Moves). A plan holds, per kernel, the constraint analysis, the
+rank-local buffers (one per array and role) and those Moves, each with the first solver that implements it
+and the solver's cost.
+"""
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import dace
+import numpy as np
+import sympy
+from dace.sdfg import SDFG
+
+from ..analysis.constraints import Access, Direction, KernelPlan, plan_map_kernel, plan_nested_kernel, same_subset
+from ..errors import UnsupportedPattern
+from ..ir import ROOT, Cost, Distribution, Move, MoveKind, ReduceOp
+from ..schedule import Kernel, KernelKind
+from ..solvers.base import Solver
+from ..solvers.registry import choose
+
+IN, OUT = "in", "out"  # the two rank-local buffers an array may have in one kernel (see role)
+
+
+def role(a: Access) -> str:
+    """Which rank-local buffer of its array an access fills or empties: the reads' (``"in"``) or the
+    write's (``"out"``; prior values of a write go there too)."""
+    return OUT if a.direction == Direction.OUT or a.prior else IN
+
+
+@dataclass(frozen=True)
+class PlannedMove:
+    """One scatter or gather of a kernel: which access and buffer it serves, the solver, its cost."""
+    array: str
+    role: str
+    move: Move
+    solver: str
+    cost: Cost
+
+    @property
+    def kind(self) -> MoveKind:
+        return self.move.kind
+
+
+@dataclass(frozen=True)
+class KernelMoves:
+    """One kernel planned on one grid: the analysis, the rank-local buffers and the Moves."""
+    analysis: KernelPlan
+    buffers: Tuple[Tuple[Tuple[str, str], Tuple[str, object]], ...]  # ((array, role), (buffer, subset))
+    moves: Tuple[PlannedMove, ...]
+
+    @property
+    def kernel(self) -> Kernel:
+        return self.analysis.kernel
+
+    @property
+    def grid(self) -> Tuple[int, ...]:
+        return self.analysis.grid
+
+    def buffer_map(self) -> Dict[Tuple[str, str], Tuple[str, object]]:
+        return dict(self.buffers)
+
+    def find(self, array: str, kind: MoveKind, role_: str) -> PlannedMove:
+        for m in self.moves:
+            if m.array == array and m.kind == kind and m.role == role_:
+                return m
+        raise KeyError((array, kind, role_))
+
+    def reads(self) -> List[PlannedMove]:
+        return [m for m in self.moves if m.kind == MoveKind.SCATTER]
+
+    def writes(self) -> List[PlannedMove]:
+        return [m for m in self.moves if m.kind == MoveKind.GATHER]
+
+
+@dataclass(frozen=True)
+class LoweringPlan:
+    """Every scheduled kernel of a program planned on its grid (kernels on one rank are not in it)."""
+    kernels: Tuple[KernelMoves, ...]
+    ranks_needed: int
+
+    def moves(self) -> List[PlannedMove]:
+        return [m for k in self.kernels for m in k.moves]
+
+
+def analyse_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, ...]]) -> KernelPlan:
+    """The constraint analysis of a kernel on its grid (a map's own grid, or a nested kernel's maps)."""
+    if kernel.kind == KernelKind.MAP:
+        return plan_map_kernel(sdfg, kernel, grids[kernel.maps[0].name])
+    return plan_nested_kernel(sdfg, kernel, grids)
+
+
+def plan_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, ...]], solvers: Sequence[Solver],
+                analysis: Optional[KernelPlan] = None) -> KernelMoves:
+    """Plans one kernel on its grid; raises :class:`UnsupportedPattern` (naming the array, its subset and
+    the reason) when no solver implements one of its moves. Changes nothing."""
+    plan = analysis if analysis is not None else analyse_kernel(sdfg, kernel, grids)
+    buffers = local_buffers(plan)
+    read = {a.array for a in plan.accesses if a.direction == Direction.IN and not a.prior}
+    fills = [id(a) for a in scatters(plan, buffers)]
+    planned = []
+    for a in plan.accesses:
+        for move in moves_of(sdfg, plan, a):
+            if move.kind == MoveKind.SCATTER and id(a) not in fills:
+                continue  # a read fills the same buffer
+            if a.accumulates and a.array in read and move.grid_side.may_overlap():
+                raise UnsupportedPattern(a.array, a.subset, "the array is read and accumulated (write-conflict "
+                                         "resolution) by the same kernel, and several ranks hold each element")
+            solver, refused = choose(move, solvers)
+            if solver is None:
+                raise UnsupportedPattern(a.array, a.subset, "no solver implements it: " +
+                                         "; ".join(f"{n}: {why}" for n, why in refused))
+            planned.append(PlannedMove(a.array, role(a), move, solver.name, solver.cost(move)))
+    return KernelMoves(plan, tuple(buffers.items()), tuple(planned))
+
+
+def plan_lowering(sdfg: SDFG, kernels: Sequence[Kernel], grids: Dict[str, Tuple[int, ...]],
+                  solvers: Sequence[Solver]) -> LoweringPlan:
+    """Plans every kernel that ``grids`` schedules on more than one rank."""
+    out, needed = [], 1
+    for k in kernels:
+        if not any(m.name in grids for m in k.maps):
+            continue
+        plan = analyse_kernel(sdfg, k, grids)
+        needed = max(needed, plan.size)
+        if plan.size > 1:
+            out.append(plan_kernel(sdfg, k, grids, solvers, plan))
+    return LoweringPlan(tuple(out), needed)
+
+
+def local_buffers(plan: KernelPlan) -> Dict[Tuple[str, str], Tuple[str, object]]:
+    """(array, role) -> (rank-local buffer name, its subset in grid coordinates).
+
+    The analysis gives at most one read and one write per array (all reads of an array merged into their
+    bounding box: block plus halo). A read and a write of the same block share one buffer; a write of
+    another block (the interior ``A[1:N-1]`` of an array read whole) gets a buffer of its own: the kernel
+    reads the values from before it, as a map's semantics say, and the gather sends exactly the written
+    block."""
+    k = plan.kernel.index
+    out = {}
+    for array in dict.fromkeys(a.array for a in plan.accesses):
+        reads = [a for a in plan.accesses if a.array == array and role(a) == IN]
+        writes = [a for a in plan.accesses if a.array == array and a.direction == Direction.OUT]
+        priors = [a for a in plan.accesses if a.array == array and a.prior]
+        for what, accs in (("reads", reads), ("writes", writes), ("prior values", priors)):
+            if len(accs) > 1 and not all(same_subset(accs[0].subset, b.subset) for b in accs[1:]):
+                raise UnsupportedPattern(array, "] and [".join(str(a.subset) for a in accs),
+                                         f"kernel '{plan.kernel.label}' has {what} of several blocks per rank, but "
+                                         "each array gets one rank-local buffer per role")
+        read = reads[0] if reads else None
+        write = writes[0] if writes else (priors[0] if priors else None)
+        shared = read is not None and write is not None and same_subset(read.subset, write.subset)
+        base = f"__dp{k}_{array}"
+        if read is not None:
+            out[(array, IN)] = (base if shared or write is None else base + "_in", read.subset)
+        if write is not None:
+            out[(array, OUT)] = (base if shared or read is None else base + "_out", write.subset)
+    return out
+
+
+def scatters(plan: KernelPlan, buffers) -> List[Access]:
+    """The accesses that fill a rank-local buffer, one per buffer and role: a read, an accumulated write
+    (its prior value), or the prior values of a dynamic write, unless a read fills the same buffer."""
+    out = []
+    for a in plan.accesses:
+        if not (a.direction == Direction.IN or a.accumulates):
+            continue
+        if a.prior and buffers.get((a.array, IN), (None, ))[0] == buffers[(a.array, OUT)][0]:
+            continue
+        if any(b.array == a.array and role(b) == role(a) and b.direction == a.direction for b in out):
+            continue
+        out.append(a)
+    return out
+
+
+def moves_of(sdfg: SDFG, plan: KernelPlan, a: Access) -> List[Move]:
+    """The scatter and/or gather of one access of a kernel: rank 0 <-> the kernel's grid."""
+    desc = sdfg.arrays[a.array]
+    k = plan.kernel.index
+    op = ReduceOp.of(a.op)
+    out = []
+    # Symbols that ``sdfg.specialize`` fixed count as their values, so the blocks (and the report's bytes)
+    # are known before run time.
+    fixed = {dace.symbolic.symbol(n): v for n, v in sdfg.constants.items() if isinstance(v, (int, np.integer))}
+    subset = dace.subsets.Range([tuple(sympy.sympify(x).subs(fixed) for x in r) for r in a.subset]) if fixed \
+        else a.subset
+    shape = tuple(sympy.sympify(x).subs(fixed) if fixed else x for x in desc.shape)
+    size = desc.dtype.bytes
+    if a.direction == Direction.IN or a.accumulates:
+        dist = Distribution.on_grid(subset, plan.grid, plan.coords, k)
+        out.append(Move(a.array, ROOT, dist, shape, size, op if a.accumulates else None, a.accumulates))
+    if a.direction == Direction.OUT:
+        dist = Distribution.on_grid(subset, plan.grid, plan.coords, k, pending=op)
+        out.append(Move(a.array, dist, ROOT, shape, size, op, a.accumulates))
+    return out
