@@ -40,9 +40,13 @@ def report(sdfg: SDFG) -> LoweringReport:
         raise ValueError(f"SDFG '{sdfg.name}' has not been lowered in this process") from None
 
 
-def lower(sdfg: SDFG, schedule, *, solvers=None, fuse: bool = True, device: str = "cpu", io: str = "root",
-          threads: Optional[int] = 1, verbose: bool = False) -> SDFG:
+def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=None, fuse: bool = True,
+          device: str = "cpu", io: str = "root", threads: Optional[int] = 1, verbose: bool = False,
+          memory_per_rank: Optional[int] = None, fixed: Optional[dict] = None, sizes: Optional[dict] = None) -> SDFG:
     """Transforms ``sdfg`` in place into an SPMD program and returns it.
+
+    ``ranks=P`` (and no ``schedule``): the process grids are chosen by :func:`auto_schedule` for P ranks
+    (``memory_per_rank``, ``fixed`` and ``sizes`` go to it); the report says what was chosen and why.
 
     ``schedule`` maps maps (names from :func:`maps`, ``MapInfo``, ``Map`` or ``MapEntry`` objects) to
     process-grid shapes, one integer per map parameter. ``device="gpu"`` runs the rank-local kernels on
@@ -69,12 +73,23 @@ def lower(sdfg: SDFG, schedule, *, solvers=None, fuse: bool = True, device: str 
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
     t0 = time.perf_counter()
-    grids = resolve(discover(sdfg), schedule)
-    order = resolve_solvers(solvers)
+    auto = None
+    if schedule is None:
+        if ranks is None:
+            raise ScheduleError("lower() needs a schedule ({map name: grid}) or ranks=P to choose one")
+        from .search import auto_schedule
+        auto = schedule = auto_schedule(sdfg, ranks, io=io, memory_per_rank=memory_per_rank, fixed=fixed,
+                                        sizes=sizes, solvers=solvers)
+    elif ranks is not None or fixed is not None or memory_per_rank is not None:
+        raise ScheduleError("lower(): give either a schedule or ranks=P (with fixed= / memory_per_rank=), not both")
     work = copy.deepcopy(sdfg)  # lowered on a copy: every error surfaces before the SDFG changes
+    grids = resolve(discover(work), _on_copy(schedule, sdfg, work))
+    order = resolve_solvers(solvers)
     t1 = time.perf_counter()
     rep = partition(work, grids, order, device, fuse, IoMode(io))
     rep.timings = {"schedule check and copy": t1 - t0, **rep.timings}
+    if auto is not None:
+        rep.schedule = auto.explain()
     _adopt(sdfg, work)
     slow = rep.slow_steps()
     if slow:
@@ -88,6 +103,19 @@ def lower(sdfg: SDFG, schedule, *, solvers=None, fuse: bool = True, device: str 
     if verbose:
         print(rep)
     return sdfg
+
+
+def _on_copy(schedule, original: SDFG, copied: SDFG):
+    """The schedule with keys that are Map or MapEntry objects of ``original`` replaced by the maps at the
+    same place in ``copied`` (discovery runs on the copy, so the caller's SDFG never changes)."""
+    if not any(isinstance(k, (nodes.Map, nodes.MapEntry)) for k in dict(schedule or {})):
+        return schedule
+    twins = {}
+    for (a, _), (b, _) in zip(original.all_nodes_recursive(), copied.all_nodes_recursive()):
+        if isinstance(a, nodes.MapEntry):
+            twins[id(a)], twins[id(a.map)] = b, b.map
+    return {twins.get(id(k), k) if isinstance(k, (nodes.Map, nodes.MapEntry)) else k: v
+            for k, v in dict(schedule).items()}
 
 
 def _adopt(target: SDFG, source: SDFG):

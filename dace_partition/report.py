@@ -147,6 +147,7 @@ class LoweringReport:
     persistent_bytes: object = 0  # rank-local buffers per rank, allocated once (int, or a formula)
     blas: str = ""  # the BLAS of the rank-local kernels
     timings: Dict[str, float] = field(default_factory=dict)  # seconds per lowering step (see Steps)
+    schedule: str = ""  # lower(ranks=P): the automatic schedule and why (Schedule.explain())
 
     def slow_steps(self, threshold: float = SLOW_LOWERING_S) -> Optional[str]:
         """None when lowering took less than ``threshold`` seconds, else which steps took the time."""
@@ -191,6 +192,8 @@ class LoweringReport:
     def __str__(self):
         head = f"dace-partition lowering of '{self.program}' (needs {self.ranks_needed} MPI rank(s), io={self.io})"
         lines = [head]
+        if self.schedule:
+            lines += ["  " + line for line in self.schedule.splitlines()]
         if self.blas:
             lines.append(f"  local BLAS: {self.blas}")
         lines.append(f"  rank-local buffers: {self.persistent_bytes} B per rank, allocated once when the program "

@@ -62,11 +62,27 @@ def compare(expected, got, exact: bool) -> Optional[str]:
     return None
 
 
-def lower_case(case, P: int):
-    """(lowered SDFG or None, outcome template). The SDFG is named after the case and P."""
+# The cost model with compute a thousand times slower than this machine's: the conformance programs are
+# small, and at real rates most of them would (rightly) stay on rank 0; this makes the search partition
+# them, so their automatic schedules are lowered, run and checked like the hand-written ones.
+SLOW_COMPUTE = dp.Machine(map_ops=1e6, blas_flops=3e7, stream=8e6, source="slow compute (tests)")
+
+
+def symbol_values(case) -> dict:
+    """The values the case's inputs give its size symbols (what the search assumes)."""
+    return {k: int(v) for k, v in case.inputs(np.random.default_rng(7)).items()
+            if isinstance(v, (int, np.integer)) and not isinstance(v, bool)}
+
+
+def lower_case(case, P: int, auto: bool = False):
+    """(lowered SDFG or None, outcome template). The SDFG is named after the case and P. ``auto``: the
+    schedule comes from ``dp.auto_schedule`` (on :data:`SLOW_COMPUTE`) instead of the case's own."""
     sdfg = case.program.to_sdfg()
-    sdfg.name = f"conf_{case.name}_p{P}_{os.getpid()}"  # concurrent runs must not share a build folder
-    schedule = case.schedule(P, dp.maps(sdfg))
+    sdfg.name = f"conf_{case.name}_p{P}{'_auto' if auto else ''}_{os.getpid()}"  # one build folder per run
+    if auto:
+        schedule = dp.auto_schedule(sdfg, P, sizes=symbol_values(case), machine_=SLOW_COMPUTE)
+    else:
+        schedule = case.schedule(P, dp.maps(sdfg))
     grids = ", ".join(f"{k}: {v}" for k, v in schedule.items())
     out = Outcome(case.name, case.kind, P, P, "", grids=grids)
     t = time.perf_counter()
@@ -105,9 +121,9 @@ def run_case(case, sdfg, template: Outcome, ranks: int, seed: int = 7, timeout: 
     return out
 
 
-def evaluate(case, P: int, ranks: Optional[List[int]] = None) -> List[Outcome]:
+def evaluate(case, P: int, ranks: Optional[List[int]] = None, auto: bool = False) -> List[Outcome]:
     """Lowers ``case`` for ``P`` ranks once, then builds once and runs it on each of ``ranks`` (default [P])."""
-    sdfg, template = lower_case(case, P)
+    sdfg, template = lower_case(case, P, auto)
     if sdfg is None:
         return [template]
     return [run_case(case, sdfg, template, r) for r in (ranks or [P])]

@@ -1,0 +1,164 @@
+"""Automatic schedules: the process grid of every kernel, chosen by a cost model (``dp.auto_schedule``).
+
+Candidates per kernel are grids over its iteration space (:func:`.model.candidate_grids`: every
+factorization of the ranks over its principal map's parameters, contraction splits included, the same
+with replicas, and "not partitioned"); each is planned and priced without changing the SDFG
+(:mod:`dace_partition.plan`); the schedule is chosen jointly over the kernels with the cost of moving
+data between them (:mod:`.model`, :mod:`.solve`). docs/auto_schedule.md describes the model.
+"""
+import time
+from typing import Dict, List, Optional
+
+from dace.sdfg import SDFG
+
+from ..errors import ScheduleError
+from ..schedule import Replicated, check_grid
+from ..solvers.registry import resolve_solvers
+from .machine import Machine, calibrate, machine
+from .model import Candidate, Prediction, ProgramModel, candidate_grids, prepare
+from .solve import solve
+
+__all__ = ["Schedule", "auto_schedule", "calibrate", "machine", "Machine", "Prediction"]
+
+
+class Schedule(dict):
+    """{map name: grid} that ``dp.lower(sdfg, schedule)`` takes as it is, with what the model predicts
+    (:attr:`predicted`) and why each kernel got its grid (:meth:`explain`)."""
+
+    def __init__(self, grids, *, ranks: int, predicted: Prediction, lines: List[str], method: str,
+                 seconds: float, sizes: Dict[str, int], machine_: Machine):
+        super().__init__(grids)
+        self.ranks, self.predicted, self.method, self.seconds = ranks, predicted, method, seconds
+        self.sizes, self.machine = sizes, machine_
+        self._lines = lines
+
+    def explain(self) -> str:
+        head = [f"automatic schedule for {self.ranks} rank(s): {self.method}, {self.seconds:.2f} s",
+                f"  predicted: {self.predicted}", f"  model: {self.machine}"]
+        if self.sizes:
+            head.append("  sizes assumed: " + ", ".join(f"{k}={v}" for k, v in self.sizes.items()))
+        return "\n".join(head + self._lines)
+
+    def __repr__(self):
+        return f"Schedule({dict.__repr__(self)})"
+
+
+def auto_schedule(sdfg: SDFG, ranks: int, *, io: str = "root", memory_per_rank: Optional[int] = None,
+                  fixed: Optional[dict] = None, sizes: Optional[Dict[str, int]] = None, solvers=None,
+                  machine_: Optional[Machine] = None) -> Schedule:
+    """The schedule for ``ranks`` ranks that the cost model predicts fastest (see the module docstring).
+
+    ``io``: as in ``lower`` (with ``"distributed"`` the arguments' scatters and gathers are free).
+    ``memory_per_rank``: bytes of rank-local buffers a rank may hold. ``fixed`` pins part of the schedule,
+    by map name (``{"_MatMult_.gemm_map": (2, 2, 1)}``) or by an array's layout (``{"x": (P, 1)}``: every
+    kernel that touches ``x`` holds it split into P row blocks). ``sizes`` gives the values of size
+    symbols the model assumes (default: the SDFG's constants, else 512). ``sdfg`` does not change.
+    """
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
+    if io not in ("root", "distributed"):
+        raise ValueError(f"io must be 'root' or 'distributed', got {io!r}")
+    t0 = time.perf_counter()
+    work, assumed = prepare(sdfg, sizes)
+    m = machine_ or machine()
+    order = resolve_solvers(solvers)
+    by_map, by_array = _split_fixed(fixed)
+    cands = None
+    if by_map:
+        cands = {}
+        from ..schedule import discover
+        names = {}
+        for k in discover(work):
+            for info in k.maps:
+                names[info.name] = (k, info)
+        for name, grid in by_map.items():
+            if name not in names:
+                raise ScheduleError(f"fixed: unknown map '{name}'; known maps: {sorted(names)}")
+            k, info = names[name]
+            principal = k.maps[0] if len(k.maps) == 1 else max(k.maps, key=lambda x: len(x.params))
+            if info is not principal:
+                raise ScheduleError(f"fixed: '{name}' shares its grid with '{principal.name}' (one kernel); pin that "
+                                    "map instead")
+            check_grid(info, grid)
+            cands[k.index] = [Candidate(grid if isinstance(grid, Replicated) else tuple(grid))]
+    model = ProgramModel(work, ranks, order, m, io, memory_per_rank, cands, sizes)
+    allowed = {}
+    for k in model.kernels:
+        idx = list(range(len(model.priced[k.index])))
+        if cands and k.index in cands:
+            idx = [i for i in idx if model.priced[k.index][i].candidate.partitioned] or idx
+            if len(idx) == 1 and not model.priced[k.index][idx[0]].candidate.partitioned:
+                reason = "; ".join(r for _, r in model.refused.get(k.index, []))
+                raise ScheduleError(f"fixed: the grid given for '{model.principal(k).name}' cannot be used: {reason}")
+        if by_array:
+            idx = [i for i in idx if _keeps_layouts(model.priced[k.index][i], by_array)] or idx
+        allowed[k.index] = idx
+    choice, pred, method = solve(model, allowed)
+    grids, lines = {}, []
+    for k in model.kernels:
+        p = model.priced[k.index][choice[k.index]]
+        name = model.principal(k).name if k.maps else k.label
+        if p.candidate.partitioned:
+            grids[name] = p.candidate.value
+        lines.append(_explain_kernel(model, k, choice, pred, name))
+    return Schedule(grids, ranks=ranks, predicted=pred, lines=lines, method=method,
+                    seconds=time.perf_counter() - t0, sizes=assumed, machine_=m)
+
+
+def _split_fixed(fixed):
+    by_map, by_array = {}, {}
+    for key, value in dict(fixed or {}).items():
+        if not isinstance(key, str):
+            key = getattr(key, "name", None) or getattr(key, "label", None)
+        if key is None:
+            raise ScheduleError(f"fixed: keys must be map or array names, got {key!r}")
+        if "." in key or key.endswith("_map") or "_map_" in key:
+            by_map[key] = value
+        else:
+            by_array[key] = tuple(value)
+    return by_map, by_array
+
+
+def _keeps_layouts(p, layouts) -> bool:
+    """Whether a candidate holds each pinned array split as given (``(P, 1)``: P row blocks, whole rows)."""
+    for arr, layout in layouts.items():
+        side = p.reads.get(arr) or p.writes.get(arr)
+        if side is None:
+            continue
+        dist = side[0]
+        if len(layout) != len(dist.splits):
+            return False
+        for d, parts in enumerate(layout):
+            g = dist.splits[d]
+            if parts == 1 and g is not None:
+                return False
+            if parts > 1 and (g is None or dist.grid[g] != parts):
+                return False
+    return True
+
+
+def _explain_kernel(model, k, choice, pred, name) -> str:
+    priced = model.priced[k.index]
+    mine = priced[choice[k.index]]
+    alternatives = []
+    for i, p in enumerate(priced):
+        if i == choice[k.index]:
+            continue
+        alt = model.evaluate({**choice, k.index: i})
+        alternatives.append((alt.time, alt.total_bytes, i, alt))
+    line = f"  {name}: {mine.candidate}"
+    if not alternatives:
+        return line + " (the only candidate)"
+    alternatives.sort(key=lambda a: (a[0], a[1]))
+    t, b, i, alt = alternatives[0]
+    dt = (t - pred.time) * 1e3
+    why = []
+    if abs(alt.compute - pred.compute) > 1e-9:
+        why.append(f"compute {(alt.compute - pred.compute) * 1e3:+.3f} ms")
+    if abs(alt.communication - pred.communication) > 1e-9 or b != pred.total_bytes:
+        why.append(f"communication {(alt.communication - pred.communication) * 1e3:+.3f} ms, "
+                   f"{b - pred.total_bytes:+d} B")
+    refused = len(model.refused.get(k.index, []))
+    more = f"; {refused} candidate(s) refused by the analysis or the solvers" if refused else ""
+    return (f"{line}; runner-up {priced[i].candidate}: {dt:+.3f} ms ({', '.join(why) or 'same cost'}); "
+            f"{len(priced)} candidate(s){more}")

@@ -1,0 +1,521 @@
+"""The cost model of a whole schedule: a program's kernels, each priced on each candidate grid, and the
+data flow between them.
+
+Each kernel is planned on each candidate (:func:`dace_partition.plan.plan_kernel`: its scatters and
+gathers with the solvers' costs, its rank-local buffers) and its work is estimated on the rank's tile. A
+schedule (one candidate per kernel) is then priced by walking every array's uses in program order, as the
+lowering's passes would treat them:
+
+* an array that only partitioned kernels touch (a transient, or any array whose uses all lie in one loop)
+  stays on the grids: a reader gets the last writer's blocks by the grid-to-grid Move that the solvers
+  would choose (nothing when the blocks are the same, an allreduce of partial sums, a halo exchange, a
+  synthesized redistribution), and it is scattered once before and gathered once after;
+* any other array goes through rank 0: gathered after each partitioned write, scattered before each
+  partitioned read (an input nobody writes is scattered once per distinct block layout);
+* inside a loop, the uses are walked twice, once for the first iteration and once, multiplied by the trip
+  count minus one, for the others (loop-carried values come from the previous iteration's writer; inputs
+  the loop does not write are not scattered again).
+
+The prediction is time per rank (compute + alpha * messages + beta * bytes, at the rates of
+:mod:`.machine`) and the bytes each rank receives: the unit the report and the PMPI counter use.
+"""
+import copy
+import itertools
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import dace
+import numpy as np
+import sympy
+from dace import nodes
+from dace.sdfg import SDFG
+
+from ..errors import ScheduleError, UnsupportedPattern
+from ..ir import ROOT, Cost, Distribution, Move, MoveKind
+from ..plan import KernelMoves, analyse_kernel, plan_kernel
+from ..plan.lowering import IN
+from ..schedule import Kernel, KernelKind, Replicated, check_grid, discover, ordered_states
+from ..solvers.registry import choose
+from .machine import Machine
+
+# Library nodes that stay calls into BLAS on the rank-local tile (their work runs at the BLAS rate).
+_BLAS = ("MatMul", "Gemm", "Gemv", "BatchedMatMul", "Dot", "Ger", "Einsum", "TensorDot")
+DEFAULT_TRIPS = 10  # a loop whose trip count depends on data is priced as this many iterations
+DEFAULT_SIZE = 512  # a size symbol the caller gave no value for
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One choice for a kernel: its principal map's grid (the schedule value), or not partitioned."""
+    value: object  # tuple grid, Replicated, or None (runs on rank 0)
+
+    @property
+    def partitioned(self) -> bool:
+        return self.value is not None
+
+    def __str__(self):
+        return "rank 0 (not partitioned)" if self.value is None else str(self.value)
+
+
+@dataclass
+class Priced:
+    """A kernel on one candidate: seconds of compute per rank and execution, its scatters and gathers."""
+    candidate: Candidate
+    compute: float
+    ranks: int = 1
+    reads: Dict[str, Tuple[Distribution, Cost]] = field(default_factory=dict)  # array -> scatter into "in"
+    writes: Dict[str, Tuple[Distribution, Cost]] = field(default_factory=dict)  # array -> gather
+    fills: List[Cost] = field(default_factory=list)  # prior values of writes: paid whenever the kernel runs
+    memory: int = 0  # bytes of rank-local buffers per rank
+
+
+@dataclass
+class Use:
+    actor: int  # kernel index, or -1 for code on rank 0 (tasklets, copies, conditions)
+    read: bool
+    write: bool
+    loop: Optional[object]  # the outermost loop around it (None outside loops)
+
+
+@dataclass
+class Prediction:
+    """What a schedule costs per call: seconds per rank, and bytes each rank receives."""
+    time: float
+    compute: float
+    communication: float
+    bytes_per_rank: List[int]
+    memory: int
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.bytes_per_rank)
+
+    def __str__(self):
+        return (f"{self.time * 1e3:.3f} ms per call ({self.compute * 1e3:.3f} ms compute, "
+                f"{self.communication * 1e3:.3f} ms communication), {self.total_bytes} B moved, "
+                f"max {max(self.bytes_per_rank or [0])} B/rank, {self.memory} B of rank-local buffers per rank")
+
+
+def prepare(sdfg: SDFG, sizes: Optional[Dict[str, int]] = None) -> Tuple[SDFG, Dict[str, int]]:
+    """A copy of ``sdfg`` ready to be planned (one work node per state, as the lowering has it), with every
+    size symbol fixed: ``sizes``, else the SDFG's constants, else :data:`DEFAULT_SIZE`."""
+    from ..passes.partition import _split_states
+    work = copy.deepcopy(sdfg)
+    _split_states(work)
+    values = {}
+    for s in sorted(str(x) for x in work.free_symbols):
+        if s in work.constants:
+            continue
+        values[s] = int((sizes or {}).get(s, DEFAULT_SIZE))
+    if values:
+        work.specialize(values)
+    # numbers instead of size symbols in every range and memlet: DaCe's propagation through a tile then
+    # simplifies integers, several times faster than expressions in N (the search plans many tiles)
+    fixed = {k: v for k, v in work.constants.items() if isinstance(v, (int, np.integer))}
+    if fixed:
+        work.replace_dict({k: str(int(v)) for k, v in fixed.items()})
+    return work, values
+
+
+class ProgramModel:
+    """A program's kernels with their priced candidates and every array's uses (module docstring)."""
+
+    def __init__(self, sdfg: SDFG, ranks: int, solvers, machine: Machine, io: str = "root",
+                 memory_per_rank: Optional[int] = None, candidates: Optional[Dict[int, List[Candidate]]] = None,
+                 sizes: Optional[Dict[str, int]] = None):
+        self.sdfg, self.ranks, self.solvers, self.machine = sdfg, ranks, solvers, machine
+        self.sizes = dict(sizes or {})  # values of symbols that are not the SDFG's (a loop's bound argument)
+        self._kernel_trips: Dict[int, int] = {}
+        self._same: Dict[tuple, bool] = {}
+        self.io, self.memory_per_rank = io, memory_per_rank
+        self.kernels: List[Kernel] = discover(sdfg)
+        self.refused: Dict[int, List[Tuple[Candidate, str]]] = {}
+        self.priced: Dict[int, List[Priced]] = {}
+        self._moves: Dict[tuple, Optional[Cost]] = {}
+        self._work = {}
+        for k in self.kernels:
+            cands = candidates[k.index] if candidates and k.index in candidates else candidate_grids(k, ranks)
+            self.priced[k.index] = self._price_all(k, cands)
+        self._uses()
+
+    # -- kernels on candidates -------------------------------------------------------------------------
+    def principal(self, k: Kernel):
+        return k.maps[0] if k.kind == KernelKind.MAP else max(k.maps, key=lambda m: len(m.params))
+
+    def _price_all(self, k: Kernel, cands: Sequence[Candidate]) -> List[Priced]:
+        out = [Priced(Candidate(None), self.work(k, None) * 1.0, 1)]
+        if not k.maps:
+            return out
+        for c in cands:
+            if not c.partitioned:
+                continue
+            try:
+                out.append(self._price(k, c))
+            except (ScheduleError, UnsupportedPattern) as e:
+                self.refused.setdefault(k.index, []).append((c, str(e)))
+        return out
+
+    def _price(self, k: Kernel, c: Candidate) -> Priced:
+        info = self.principal(k)
+        grid = check_grid(info, c.value)
+        grids = {info.name: grid}
+        analysis = analyse_kernel(self.sdfg, k, grids)
+        if analysis.size == 1:
+            raise ScheduleError("grid of one rank")
+        km = plan_kernel(self.sdfg, k, grids, self.solvers, analysis)
+        p = Priced(c, self.work(k, km), analysis.size)
+        for pm in km.moves:
+            if pm.kind == MoveKind.SCATTER and pm.role == IN:
+                p.reads[pm.array] = (pm.move.dst, pm.cost)
+            elif pm.kind == MoveKind.SCATTER:
+                p.fills.append(pm.cost)
+            else:
+                p.writes[pm.array] = (pm.move.src, pm.cost)
+        p.memory = _buffer_bytes(self.sdfg, km)
+        return p
+
+    def work(self, k: Kernel, km: Optional[KernelMoves]) -> float:
+        """Seconds one rank computes for one execution of the kernel on its tile (``km`` None: the
+        whole kernel on rank 0)."""
+        if k.kind == KernelKind.LIBRARY and type(k.node).__name__ in _BLAS:
+            info = self.principal(k)
+            grid = _inner_grid(km, info) if km is not None else None
+            flops = 2 * _iterations(info.map, grid, self.sdfg.constants)
+            return flops / self.machine.blas_flops
+        ops = 0.0
+        if k.kind == KernelKind.MAP:
+            grid = km.analysis.grid if km is not None else None
+            ops = _iterations(k.node.map, grid, self.sdfg.constants) * _ops_in_scope(k.state, k.node, self.sdfg.constants)
+        else:
+            for info in k.maps:
+                grid = _inner_grid(km, info) if km is not None else None
+                st, entry = _entry_of(k.body, info.map)
+                ops += _iterations(info.map, grid, self.sdfg.constants) * _ops_in_scope(st, entry, self.sdfg.constants)
+        t = ops / self.machine.map_ops
+        mem = _buffer_bytes(self.sdfg, km) if km is not None else _global_bytes(self.sdfg, k)
+        return max(t, mem / self.machine.stream)
+
+    # -- data flow -------------------------------------------------------------------------------------
+    def _uses(self):
+        from ..passes.loops import find_loops
+        sdfg = self.sdfg
+        loops = find_loops(sdfg)
+        outer = {}
+        for lp in sorted(loops, key=lambda lp: -len(lp.body)):
+            for st in lp.body:
+                outer.setdefault(st, lp)
+        self.loop_trips = {}
+        for lp in loops:
+            if lp in outer.values():
+                t = lp.trips(sdfg)
+                try:
+                    t = _const(t, {**sdfg.constants, **self.sizes})
+                except (TypeError, ValueError):
+                    t = DEFAULT_TRIPS
+                self.loop_trips[lp] = max(t, 1)
+        by_state = {k.state: k for k in self.kernels}
+        self.uses: Dict[str, List[Use]] = {}
+        for st in ordered_states(sdfg):
+            lp = outer.get(st)
+            k = by_state.get(st)
+            touched: Dict[str, List[bool]] = {}
+            for n in st.data_nodes():
+                rw = touched.setdefault(n.data, [False, False])
+                rw[0] |= st.out_degree(n) > 0
+                rw[1] |= st.in_degree(n) > 0
+            for arr, (r, w) in touched.items():
+                if arr in sdfg.arrays:
+                    self.uses.setdefault(arr, []).append(Use(k.index if k is not None else -1, r, w, lp))
+            for e in sdfg.out_edges(st):  # conditions and assignments read data on rank 0
+                for arr in e.data.read_symbols() & set(sdfg.arrays):
+                    self.uses.setdefault(arr, []).append(Use(-1, True, False, lp))
+        self.written = {a for a, us in self.uses.items() if any(u.write for u in us)}
+
+    def move_cost(self, array: str, src: Distribution, dst: Distribution, shape, itemsize) -> Optional[Cost]:
+        """The grid-to-grid move's cost from the first solver that implements it (None: nothing moves; no
+        solver: priced as a gather and a scatter by the caller)."""
+        key = (array, src, dst)
+        if key not in self._moves:
+            if not src.partial and self.same(src, dst):
+                self._moves[key] = None
+            else:
+                move = Move(array, src, dst, tuple(shape), itemsize)
+                solver, _ = choose(move, self.solvers)
+                self._moves[key] = solver.cost(move) if solver is not None else Cost(None, None, ())
+        return self._moves[key]
+
+    def scatter_cost(self, array: str, dist: Distribution, desc) -> Optional[Cost]:
+        """What filling ``dist`` (final values) from rank 0 costs, with the first solver that does it."""
+        key = (array, ROOT, dist)
+        if key not in self._moves:
+            move = Move(array, ROOT, dist.combined(), tuple(desc.shape), desc.dtype.bytes)
+            solver, _ = choose(move, self.solvers)
+            self._moves[key] = solver.cost(move) if solver is not None else None
+        return self._moves[key]
+
+    def same(self, a: Distribution, b: Distribution) -> bool:
+        """``a.same_blocks(b)``, once per pair; by the blocks themselves where both are known."""
+        key = (a, b)
+        if key not in self._same:
+            ba, bb = a.blocks(), b.blocks()
+            if ba is not None and bb is not None:
+                self._same[key] = ([g for g in a.grid if g > 1] == [g for g in b.grid if g > 1] and ba == bb)
+            else:
+                self._same[key] = a.same_blocks(b)
+        return self._same[key]
+
+    # -- a whole schedule ------------------------------------------------------------------------------
+    def evaluate(self, choice: Dict[int, int], trace: Optional[list] = None) -> Prediction:
+        """The prediction for one candidate index per kernel (module docstring); ``trace`` collects
+        (array, what, bytes per call) for every priced move."""
+        m = self.machine
+
+        def _add(per, comm, cost, mult, m, what="", arr=""):
+            _add_cost(per, comm, cost, mult, m)
+            if trace is not None and cost is not None and cost.per_rank is not None and mult:
+                trace.append((arr, what, sum(cost.per_rank) * mult))
+
+        per = [0] * self.ranks
+        comm = [0.0]
+        compute = 0.0
+        memory = 0
+        chosen = {k.index: self.priced[k.index][choice.get(k.index, 0)] for k in self.kernels}
+        self._writer = {}
+        for k in self.kernels:
+            p = chosen[k.index]
+            compute += p.compute * self._trips_of(k)
+            memory += p.memory
+            for c in p.fills:
+                _add(per, comm, c, self._trips_of(k), m, "prior values", k.label)
+
+        for arr, uses in self.uses.items():
+            desc = self.sdfg.arrays[arr]
+            part = [u.actor >= 0 and chosen[u.actor].candidate.partitioned for u in uses]
+            loops = {u.loop for u in uses}
+            fusable = all(part) and (desc.transient or (len(loops) == 1 and None not in loops))
+            argument = not desc.transient
+            free_io = self.io == "distributed" and argument
+            holder: List[Optional[Distribution]] = [None]
+            scattered: List[Distribution] = []
+
+            def walk(segment, mult, first):
+                for u in segment:
+                    if u.actor < 0 or not chosen[u.actor].candidate.partitioned:
+                        if u.write:
+                            holder[0] = None
+                        continue
+                    p = chosen[u.actor]
+                    if u.read and arr in p.reads:
+                        dst, cost = p.reads[arr]
+                        if holder[0] is not None:
+                            mc = self.move_cost(arr, holder[0], dst, desc.shape, desc.dtype.bytes)
+                            if mc is not None and mc.per_rank is None:  # no solver: through rank 0
+                                _add(per, comm, chosen[self._writer[arr]].writes[arr][1], mult, m, "gather", arr)
+                                _add(per, comm, cost, mult, m, "scatter", arr)
+                            elif mc is not None:
+                                _add(per, comm, mc, mult, m, "redistribute", arr)
+                        elif not (first is False and u.loop is not None and not self._written_in(arr, u.loop)):
+                            if arr not in self.written and any(self.same(d, dst) for d in scattered):
+                                pass  # the first scatter's buffer is reused
+                            elif not free_io:
+                                _add(per, comm, cost, mult, m, "scatter", arr)
+                            scattered.append(dst)
+                    if u.write and arr in p.writes:
+                        src, cost = p.writes[arr]
+                        if fusable:
+                            holder[0] = src
+                            self._writer[arr] = u.actor
+                        elif not free_io:
+                            _add(per, comm, cost, mult, m, "gather", arr)
+
+            for lp, seg in itertools.groupby(uses, key=lambda u: u.loop):
+                seg = list(seg)
+                writers = {u.actor for u in seg if u.write}
+                trips = self.loop_trips.get(lp, 1) if lp is not None else 1
+                carried = not desc.transient or (seg[0].read and not seg[0].write)
+                if lp is not None and fusable and carried and len(writers) == 1 and arr in chosen[min(writers)].writes:
+                    # FuseLoops: scattered once into the writer's blocks H, every reader gets H -> D per
+                    # iteration (and its boundary once), gathered once after the loop
+                    w = min(writers)
+                    h, hcost = chosen[w].writes[arr]
+                    if holder[0] is None and not free_io:
+                        _add(per, comm, self.scatter_cost(arr, h, desc), 1, m, "scatter", arr)
+                    for u in seg:
+                        if u.read and u.actor >= 0 and arr in chosen[u.actor].reads:
+                            dst, cost = chosen[u.actor].reads[arr]
+                            mc = self.move_cost(arr, h, dst, desc.shape, desc.dtype.bytes)
+                            if mc is not None and mc.per_rank is None:
+                                _add(per, comm, hcost, trips, m, "gather", arr)
+                                _add(per, comm, cost, trips, m, "scatter", arr)
+                            else:
+                                _add(per, comm, mc, trips, m, "redistribute", arr)
+                                if not free_io and not _covers(h, dst):
+                                    _add(per, comm, cost, 1, m, "scatter (boundary)", arr)
+                    holder[0] = h
+                    self._writer[arr] = w
+                    continue
+                walk(seg, 1, True)
+                if trips > 1:
+                    walk(seg, trips - 1, False)
+            if fusable and holder[0] is not None and argument and not free_io:
+                _add(per, comm, chosen[self._writer[arr]].writes[arr][1], 1, m, "gather", arr)
+        if self.memory_per_rank is not None and memory > self.memory_per_rank:
+            return Prediction(math.inf, compute, comm[0], per, memory)
+        return Prediction(compute + comm[0], compute, comm[0], per, memory)
+
+    def _trips_of(self, k: Kernel) -> int:
+        if k.index not in self._kernel_trips:
+            from ..passes.loops import trips
+            t = trips(self.sdfg, k.state)
+            try:
+                t = max(_const(t, {**self.sdfg.constants, **self.sizes}), 1)
+            except (TypeError, ValueError):
+                t = DEFAULT_TRIPS
+            self._kernel_trips[k.index] = t
+        return self._kernel_trips[k.index]
+
+    def _written_in(self, arr: str, loop) -> bool:
+        return any(u.write and u.loop is loop for u in self.uses.get(arr, []))
+
+
+def _add_cost(per: List[int], comm: List[float], cost: Optional[Cost], mult: int, m: Machine):
+    if cost is None or cost.per_rank is None or mult == 0:
+        return
+    busiest = max(cost.per_rank) if cost.per_rank else 0
+    receivers = sum(1 for b in cost.per_rank if b) or 1
+    messages = (cost.messages or 0) / receivers
+    for w, b in enumerate(cost.per_rank[:len(per)]):
+        per[w] += b * mult
+    comm[0] += mult * m.message_time(messages, busiest)
+
+
+def candidate_grids(k: Kernel, ranks: int) -> List[Candidate]:
+    """Every grid of ``ranks`` ranks over the kernel's principal map (contraction splits included), the
+    same with a replica dimension (``replicate``), and not partitioned. Grids that split a dimension into
+    more parts than it has iterations are left out."""
+    if not k.maps:
+        return [Candidate(None)]
+    info = k.maps[0] if k.kind == KernelKind.MAP else max(k.maps, key=lambda m: len(m.params))
+    out = [Candidate(None)]
+    for copies in divisors(ranks):
+        # leading dimensions split first: among equal costs the search keeps the earlier candidate
+        for grid in sorted(factorizations(ranks // copies, len(info.params)), reverse=True):
+            if any(isinstance(e, int) and g > e for g, e in zip(grid, info.shape)):
+                continue
+            if copies == 1:
+                out.append(Candidate(grid))
+            else:
+                out.append(Candidate(Replicated(grid, copies)))
+    return out
+
+
+def divisors(n: int) -> List[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def factorizations(n: int, parts: int) -> List[Tuple[int, ...]]:
+    """Ordered tuples of ``parts`` positive integers whose product is ``n``."""
+    if parts == 0:
+        return [()] if n == 1 else []
+    return [(d, ) + rest for d in divisors(n) for rest in factorizations(n // d, parts - 1)]
+
+
+def _covers(h: Distribution, d: Distribution) -> bool:
+    from ..passes.loops import _covered
+    return _covered(h, d)
+
+
+def _inner_grid(km: KernelMoves, info) -> Tuple[int, ...]:
+    for t in km.analysis.inner:
+        if t.info.name == info.name:
+            return t.grid
+    return km.grid
+
+
+def _buffer_bytes(sdfg: SDFG, km: KernelMoves) -> int:
+    """Bytes of a kernel's rank-local buffers on one rank (a buffer two roles share counts once)."""
+    seen, total = set(), 0
+    for (array, _), (name, subset) in km.buffers:
+        if name in seen:
+            continue
+        seen.add(name)
+        shape = Distribution.on_grid(subset, km.grid, km.analysis.coords, 0).local_shape
+        try:
+            total += _volume([_const(x, sdfg.constants) for x in shape]) * sdfg.arrays[array].dtype.bytes
+        except TypeError:
+            pass
+    return total
+
+
+def _global_bytes(sdfg: SDFG, k: Kernel) -> int:
+    """Bytes of the whole arrays a kernel touches (it runs on rank 0)."""
+    if k.kind == KernelKind.MAP:
+        edges = k.state.in_edges(k.node) + k.state.out_edges(k.state.exit_node(k.node))
+    else:
+        edges = k.state.in_edges(k.node) + k.state.out_edges(k.node)
+    total = 0
+    for name in {e.data.data for e in edges if e.data.data is not None}:
+        desc = sdfg.arrays[name]
+        try:
+            total += _const(desc.total_size, sdfg.constants) * desc.dtype.bytes
+        except TypeError:
+            pass
+    return total
+
+
+def _const(x, consts) -> int:
+    """An integer from a size, with the program's constants substituted (TypeError if symbols remain)."""
+    if x is None:
+        raise TypeError("unknown (data-dependent)")
+    x = sympy.sympify(x)
+    return int(x.subs({f: consts[str(f)] for f in x.free_symbols if str(f) in consts}))
+
+
+def _volume(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def _iterations(m: nodes.Map, grid: Optional[Sequence[int]], consts=None) -> int:
+    n = 1
+    for d, (b, e, s) in enumerate(m.range):
+        try:
+            ext = sympy.ceiling(sympy.sympify((e - b + 1) / s))
+            ext = int(ext.subs({f: consts[str(f)] for f in ext.free_symbols if str(f) in (consts or {})}))
+        except (TypeError, ValueError):
+            ext = DEFAULT_SIZE
+        g = grid[d] if grid is not None and d < len(grid) else 1
+        n *= -(-max(ext, 0) // g)
+    return n
+
+
+_OP = re.compile(r"[-+*/]|\bexp\b|\blog\b|\bsqrt\b|\bmax\b|\bmin\b|\btanh\b|\bpow\b")
+
+
+def _ops_in_scope(state, entry, consts=None) -> float:
+    """Operations per iteration of a map: the arithmetic in its tasklets (one at least), with the nested
+    maps' iterations multiplied in."""
+    total = 0.0
+    for n in state.scope_children()[entry]:
+        if isinstance(n, nodes.Tasklet):
+            total += max(1, len(_OP.findall(n.code.as_string)))
+        elif isinstance(n, nodes.MapEntry):
+            total += _iterations(n.map, None, consts) * _ops_in_scope(state, n, consts)
+        elif isinstance(n, nodes.NestedSDFG):
+            total += sum(max(1, len(_OP.findall(t.code.as_string))) for t, _ in n.sdfg.all_nodes_recursive()
+                         if isinstance(t, nodes.Tasklet))
+        elif isinstance(n, nodes.LibraryNode):
+            total += 1
+    return max(total, 1.0)
+
+
+def _entry_of(body: SDFG, m: nodes.Map):
+    for st in ordered_states(body):
+        for n in st.nodes():
+            if isinstance(n, nodes.MapEntry) and n.map is m:
+                return st, n
+    raise KeyError(m.label)

@@ -1,0 +1,228 @@
+"""Automatic schedules (dace_partition.search): what the cost model chooses, that its prediction is the
+lowering's own byte count, that the search finds the model's optimum, and that the caller's SDFG never
+changes. Pure Python (no compiler) except the two runs at the end, which build and run under mpiexec."""
+import copy
+import itertools
+
+import dace
+import numpy as np
+import pytest
+
+import dace_partition as dp
+from dace_partition.search.solve import local_search
+from dace_partition.search.model import ProgramModel, factorizations, prepare
+from dace_partition.solvers.registry import resolve_solvers
+
+N = dace.symbol("N")
+# compute a thousand times slower than this machine: small programs then pay to be partitioned
+SLOW = dp.Machine(map_ops=1e6, blas_flops=3e7, stream=8e6, source="slow compute (tests)")
+
+
+@dace.program
+def mlp_large_batch(x: dace.float64[4096, 256], w1: dace.float64[256, 256], w2: dace.float64[256, 256]):
+    h = np.maximum(x @ w1, 0.0)
+    return h @ w2
+
+
+@dace.program
+def mlp_small_batch(x: dace.float64[8, 1024], w1: dace.float64[1024, 1024], w2: dace.float64[1024, 1024]):
+    h = np.maximum(x @ w1, 0.0)
+    return h @ w2
+
+
+@dace.program
+def matmul128(a: dace.float64[128, 128], b: dace.float64[128, 128]):
+    return a @ b
+
+
+@dace.program
+def column_sums(x: dace.float64[1000000, 3]):
+    return np.sum(x, axis=0)
+
+
+@dace.program
+def jacobi(A: dace.float64[N, N], B: dace.float64[N, N], T: dace.int64):
+    for t in range(1, T):
+        B[1:-1, 1:-1] = 0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1])
+        A[1:-1, 1:-1] = 0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1])
+
+
+@dace.program
+def jacobi1d(A: dace.float64[N], B: dace.float64[N], T: dace.int64):
+    for t in range(1, T):
+        B[1:-1] = 0.33333 * (A[:-2] + A[1:-1] + A[2:])
+        A[1:-1] = 0.33333 * (B[:-2] + B[1:-1] + B[2:])
+
+
+@dace.program
+def chain(x: dace.float64[64, 48], y: dace.float64[48]):
+    t = 2.0 * x + y
+    u = np.exp(t)
+    return u - x
+
+
+@dace.program
+def scalar_loop(a: dace.int64[8]):
+    s = 0
+    for i in range(8):
+        s = s * 31 + a[i]
+    a[0] = s
+
+
+def test_factorizations_are_every_ordered_split():
+    assert sorted(factorizations(4, 2)) == [(1, 4), (2, 2), (4, 1)]
+    assert len(factorizations(8, 3)) == 10
+    assert all(np.prod(f) == 12 for f in factorizations(12, 3))
+
+
+def test_large_batch_mlp_is_data_parallel():
+    s = dp.auto_schedule(mlp_large_batch.to_sdfg(), 4)
+    assert dict(s) == {"_MatMult_.gemm_map": (4, 1, 1), "_numpy_maximum__map": (4, 1), "_MatMult_.gemm_map_1": (4, 1, 1)}
+
+
+def test_small_batch_mlp_whose_weights_do_not_fit_is_megatron():
+    sdfg = mlp_small_batch.to_sdfg()
+    s = dp.auto_schedule(sdfg, 4, io="distributed", memory_per_rank=6 << 20)
+    assert s["_MatMult_.gemm_map"] == (1, 4, 1)  # columns of W1
+    assert s["_numpy_maximum__map"] == (1, 4)
+    assert s["_MatMult_.gemm_map_1"] == (1, 1, 4)  # rows of W2: partial sums
+    assert s.predicted.memory <= 6 << 20
+    # without the limit every rank holds the whole weights: data-parallel moves nothing
+    free = dp.auto_schedule(sdfg, 4, io="distributed")
+    assert free["_MatMult_.gemm_map"][0] == 4 and free.predicted.total_bytes == 0
+
+
+def test_square_matmul_gets_a_two_dimensional_grid_on_4_and_a_cube_on_8():
+    on4 = dp.auto_schedule(matmul128.to_sdfg(), 4)["_MatMult_.gemm_map"]
+    assert sorted(on4) == [1, 2, 2]
+    assert dp.auto_schedule(matmul128.to_sdfg(), 8)["_MatMult_.gemm_map"] == (2, 2, 2)
+
+
+def test_column_sums_of_a_tall_matrix_split_the_long_axis():
+    s = dp.auto_schedule(column_sums.to_sdfg(), 4)
+    (name, grid), = s.items()
+    model_grid = dict(zip([m.name for m in dp.maps(column_sums.to_sdfg())], [None] * 10))
+    assert name in model_grid
+    # the long axis (1,000,000 rows) is split 4 ways, the 3 columns are whole: one reduction
+    sdfg = column_sums.to_sdfg()
+    dp.lower(sdfg, s)
+    calls = " ".join(c for k in dp.report(sdfg).kernels for e in k.comm for c in e.calls)
+    assert "MPI_Reduce" in calls
+    assert dp.report(sdfg).total_bytes == s.predicted.total_bytes
+
+
+def test_stencil_in_a_time_loop_is_split_in_rows():
+    s = dp.auto_schedule(jacobi.to_sdfg(), 2, sizes={"N": 1024, "T": 10})
+    assert set(s.values()) == {(2, 1)} and len(s) == 10
+
+
+@pytest.mark.parametrize("program,ranks,kw", [
+    (mlp_large_batch, 4, {}),
+    (matmul128, 8, {}),
+    (column_sums, 4, {}),
+    (chain, 2, {"machine_": SLOW}),
+    (jacobi, 2, {"sizes": {"N": 64, "T": 6}, "machine_": SLOW}),
+])
+def test_prediction_is_the_reports_byte_count(program, ranks, kw):
+    """The model walks the program as the lowering's passes do: the bytes it predicts for the schedule it
+    chooses are the bytes the lowered program's report counts (which the PMPI counter checks at run time)."""
+    s = dp.auto_schedule(program.to_sdfg(), ranks, **kw)
+    assert s, "the search partitioned nothing"
+    sdfg = program.to_sdfg()
+    sizes = dict(kw.get("sizes", {}))
+    if "N" in sizes:
+        sdfg.specialize({"N": sizes["N"]})
+    dp.lower(sdfg, s)
+    assert sum(dp.report(sdfg).bytes_per_rank(**sizes)) == s.predicted.total_bytes
+    assert dp.report(sdfg).bytes_per_rank(**sizes) == s.predicted.bytes_per_rank[:dp.ranks_needed(sdfg)] or \
+        dp.ranks_needed(sdfg) < ranks
+
+
+def test_local_search_is_within_5_percent_of_the_exhaustive_optimum():
+    for program, ranks, kw in [(chain, 4, {}), (mlp_large_batch, 4, {}), (jacobi1d, 4, {"sizes": {"N": 400, "T": 6}})]:
+        work, sizes = prepare(program.to_sdfg(), kw.get("sizes"))
+        model = ProgramModel(work, ranks, resolve_solvers(None), SLOW, sizes=kw.get("sizes"))
+        allowed = {k.index: list(range(len(model.priced[k.index]))) for k in model.kernels}
+        count = int(np.prod([len(v) for v in allowed.values()]))
+        assert count <= 300000
+        best = min((model.evaluate(dict(zip(allowed, c))).time for c in itertools.product(*allowed.values())))
+        _, found = local_search(model, allowed)
+        assert found.time <= best * 1.05 + 1e-12, (program.name, found.time, best)
+
+
+def test_fixed_pins_a_map_or_an_array_layout():
+    sdfg = matmul128.to_sdfg()
+    s = dp.auto_schedule(sdfg, 4, fixed={"_MatMult_.gemm_map": (4, 1, 1)})
+    assert s["_MatMult_.gemm_map"] == (4, 1, 1)
+    s = dp.auto_schedule(mlp_large_batch.to_sdfg(), 4, fixed={"w1": (1, 4)})
+    assert s["_MatMult_.gemm_map"][1] == 4  # the kernel that reads w1 keeps its columns split 4 ways
+    with pytest.raises(dp.ScheduleError, match="unknown map"):
+        dp.auto_schedule(sdfg, 4, fixed={"_nope_map": (4, 1, 1)})
+
+
+def test_explain_names_each_kernel_its_grid_and_runner_up():
+    s = dp.auto_schedule(chain.to_sdfg(), 2, machine_=SLOW)
+    text = s.explain()
+    for name, grid in s.items():
+        assert f"{name}: {grid}; runner-up" in text
+    assert "predicted:" in text and "B moved" in text
+
+
+def test_neither_maps_nor_lower_change_the_callers_sdfg():
+    @dace.program
+    def triangular(L: dace.float64[N, N]):
+        for i in range(N):
+            L[i, :i + 1] = 2 * L[i, :i + 1]
+
+    sdfg = triangular.to_sdfg()
+    before = sdfg.to_json()
+    dp.maps(sdfg)
+    assert sdfg.to_json() == before
+    with pytest.raises(dp.ScheduleError):
+        dp.lower(sdfg, {"no_such_map": (2, )})
+    assert sdfg.to_json() == before
+    dp.auto_schedule(sdfg, 2)
+    assert sdfg.to_json() == before
+
+
+def test_lower_needs_a_schedule_or_ranks():
+    with pytest.raises(dp.ScheduleError, match="ranks=P"):
+        dp.lower(chain.to_sdfg())
+    with pytest.raises(dp.ScheduleError, match="not both"):
+        dp.lower(chain.to_sdfg(), {}, ranks=2, fixed={"x": (2, 1)})
+
+
+def test_kernel_kinds_are_enums():
+    from dace_partition.schedule import KernelKind, discover
+    kinds = {k.kind for k in discover(mlp_large_batch.to_sdfg())}
+    assert kinds == {KernelKind.LIBRARY, KernelKind.MAP}
+
+
+# -- under mpiexec ------------------------------------------------------------------------------------
+
+
+def test_lower_with_ranks_runs_correctly_on_2_ranks(rng):
+    sdfg = chain.to_sdfg()
+    sdfg.name = "auto_chain_2"
+    schedule = dp.auto_schedule(sdfg, 2, machine_=SLOW)
+    assert schedule and all(np.prod(g) == 2 for g in schedule.values())  # no rank idle
+    dp.lower(sdfg, schedule)
+    x, y = rng.random((64, 48)), rng.random(48)
+    got = dp.run(sdfg, 2, x=x, y=y)
+    np.testing.assert_allclose(got, np.exp(2.0 * x + y) - x, rtol=1e-12)
+
+
+def test_a_program_with_nothing_to_partition_runs_on_rank_0_and_says_why():
+    sdfg = scalar_loop.to_sdfg()
+    sdfg.name = "auto_scalar_loop"
+    dp.lower(sdfg, ranks=2)
+    text = str(dp.report(sdfg))
+    assert "automatic schedule for 2 rank(s)" in text
+    a = np.arange(8, dtype=np.int64)
+    expected = a.copy()
+    s = 0
+    for i in range(8):
+        s = s * 31 + expected[i]
+    expected[0] = s
+    got = dp.run(sdfg, 2, a=a.copy())
+    assert np.array_equal(got["a"], expected)
