@@ -118,8 +118,9 @@ def cuda_config(arch: Optional[str] = None):
 
     Restores the previous configuration on exit.
     """
+    from .toolchain import preserved_state
     arch = arch or cuda_arch()
-    with dace.config.temporary_config():
+    with preserved_state(environ=False):  # also when the build fails (dace's temporary_config does not)
         Config.set("compiler", "cuda", "backend", value="cuda")
         Config.set("compiler", "cuda", "cuda_arch", value=arch)
         if not Config.get("compiler", "cuda", "path"):

@@ -284,11 +284,14 @@ def build(sdfg: SDFG) -> str:
     cached = getattr(sdfg, "_dp_build", None)
     if cached and cached[0] == digest and glob.glob(os.path.join(cached[1], "build", "lib*")):
         return _save_bound(sdfg, cached[1])
-    _prepare_build_environment()
     from .cuda_build import cuda_config, uses_gpu
-    from .toolchain import blas_build
-    # The saved program.sdfg need not carry the expansion history (the ranks only load the library).
-    with dace.config.temporary_config(), blas_build():
+    from .toolchain import blas_build, preserved_state
+    # A build leaves the process as it found it, also when it fails: DaCe's configuration (BLAS default,
+    # store_history, CUDA settings) and the environment (MPI_HOME, PATH, MKLROOT, ...) are restored, so
+    # a later DaCe build of another program (an unlowered one) is not built with our settings.
+    with preserved_state(), blas_build():
+        _prepare_build_environment()
+        # The saved program.sdfg need not carry the expansion history (the ranks only load the library).
         dace.Config.set("store_history", value=False)
         if uses_gpu(sdfg):
             with cuda_config():  # CUDA 13 fixes for DaCe 1.0.2 (arch, C++17, CUB 3); see cuda_build.py
@@ -366,13 +369,9 @@ class CallSignature:
             arr = kwargs[name]
             if not isinstance(arr, np.ndarray):
                 raise ValueError(f"argument '{name}' must be a NumPy array (or tensor), got {type(arr).__name__}")
-            if arr.shape != shape:
-                raise ValueError(f"argument '{name}' has shape {arr.shape}, expected {shape}")
             if arr.dtype != self.dtypes[name]:
                 raise ValueError(f"argument '{name}' has dtype {arr.dtype}, expected {self.dtypes[name]}")
-            if arr.size > 1 and arr.strides != strides:
-                raise ValueError(f"argument '{name}' has strides {arr.strides}, expected {strides} (pass a "
-                                 "contiguous copy, e.g. np.ascontiguousarray)")
+            check_layout(name, arr, shape, strides)
             shapes.append((shape, arr.dtype.str))
         scalars = tuple(_scalar(kwargs[k]) for k in self.scalars)
         return tuple(shapes), scalars, tuple(symbols.get(k) for k in self.symbol_names)
@@ -395,9 +394,58 @@ def _scalar(v):
     return v.item() if hasattr(v, "item") else v
 
 
+def _c_order(shape, strides, itemsize) -> bool:
+    """Whether ``strides`` (bytes) are those of a C-contiguous array of ``shape`` (extent-1 dimensions
+    may have any stride, as in NumPy)."""
+    step = itemsize
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n != 1 and s != step:
+            return False
+        step *= n
+    return True
+
+
+def check_layout(name: str, arr: np.ndarray, shape: tuple, strides: tuple):
+    """Raises ValueError (naming the argument and both shapes) unless ``arr`` can be passed for a parameter
+    of ``shape`` and ``strides`` (bytes).
+
+    DaCe's own call of a program (``CompiledSDFG._construct_args``) passes only an array's data pointer
+    and checks no shape: the program reads the parameter's elements in its own layout from that pointer.
+    So, as there, an array of another shape is accepted when that reading is the one NumPy's
+    ``arr.reshape(shape)`` gives: the same number of elements, both C-contiguous (a ``float64[25]``
+    parameter takes an array of shape (25, 1), NPBench's nbody passes ``mass`` so). An array of the
+    parameter's own shape must have its strides (extent-1 dimensions aside)."""
+    if arr.shape == tuple(shape):
+        if any(n != 1 and a != s for n, a, s in zip(shape, arr.strides, strides)):
+            raise ValueError(f"argument '{name}' has strides {arr.strides}, expected {strides} (pass a "
+                             "contiguous copy, e.g. np.ascontiguousarray)")
+        return
+    size = 1
+    for n in shape:
+        size *= n
+    if arr.size != size:
+        raise ValueError(f"argument '{name}' has shape {arr.shape}, expected {shape} ({arr.size} element(s), "
+                         f"the parameter has {size})")
+    if not (arr.flags.c_contiguous and _c_order(shape, strides, arr.itemsize)):
+        raise ValueError(f"argument '{name}' has shape {arr.shape}, expected {shape}: the same number of elements, "
+                         "but an array of another shape is taken only when both are C-contiguous (pass "
+                         f"np.ascontiguousarray({name}).reshape({shape}))")
+
+
+def conform(name: str, arr: np.ndarray, shape: tuple, strides: tuple) -> np.ndarray:
+    """``arr`` checked by :func:`check_layout` and seen with the parameter's shape (a view, no copy)."""
+    check_layout(name, arr, shape, strides)
+    return arr if arr.shape == tuple(shape) else arr.reshape(shape)
+
+
 class _Caller:
     """Calls a compiled program through DaCe's ``fast_call``: the argument tuple is built by DaCe once per
     call key; later calls with the same key only swap in the arrays' data pointers.
+
+    Every call returns new arrays: DaCe allocates its return arrays once and hands the same objects back
+    at every call, each call overwriting the last one's result. Here each call allocates its own return
+    arrays (``np.empty``, no copy: the program writes into them) and swaps their pointers into the
+    argument tuple, so a result stays the caller's.
 
     The program's persistent buffers (rank-local arrays) are sized for the symbol values of its first
     call; when they change, the program is finalized and initialized again (on every rank, since every
@@ -409,7 +457,21 @@ class _Caller:
         self.symbols = None
         self.template = None
         self.positions = ()
+        self.returns = ()  # (position in the argument tuple, DaCe's description of the array) per result
+        self.scalar = ()  # per result: returned as a Python scalar
         self.initargs = ()
+
+    @staticmethod
+    def _construct(c, kwargs):
+        """DaCe's argument tuple with new return arrays. Views are allowed: ``CallSignature.check`` has
+        checked every array's layout (DaCe refuses a view only to keep its own analysis sound)."""
+        c.clear_return_values()
+        old = dace.Config.get_bool("compiler", "allow_view_arguments")
+        dace.Config.set("compiler", "allow_view_arguments", value=True)
+        try:
+            return c._construct_args(dict(kwargs))
+        finally:
+            dace.Config.set("compiler", "allow_view_arguments", value=old)
 
     def __call__(self, kwargs, key):
         c = self.program.compiled
@@ -417,23 +479,43 @@ class _Caller:
             symbols = key[2]
             if c._initialized and symbols != self.symbols:
                 c.finalize()
-            argtuple, initargs = c._construct_args(dict(kwargs))
+            argtuple, initargs = self._construct(c, kwargs)
             sig = list(c._sig)
             self.key, self.symbols, self.initargs = key, symbols, initargs
+            self.template = None  # constants folded out of the signature: keep DaCe's own path
             if len(argtuple) == len(sig):
-                self.template = list(argtuple)
-                self.positions = tuple((i, name) for i, name in enumerate(sig)
-                                       if isinstance(kwargs.get(name), np.ndarray))
-            else:  # constants folded out of the signature: keep DaCe's own path
-                self.template = None
+                descs = list(c._retarray_shapes)
+                if all(len(d) == 6 and d[0] in sig for d in descs):
+                    self.template = list(argtuple)
+                    self.positions = tuple((i, name) for i, name in enumerate(sig)
+                                           if isinstance(kwargs.get(name), np.ndarray))
+                    self.returns = tuple((sig.index(d[0]), d) for d in descs)
+                    arrays = self.program.sdfg.arrays
+                    self.scalar = tuple(isinstance(arrays[d[0]], dace.data.Scalar)
+                                        or isinstance(arrays[d[0]].dtype, dace.dtypes.pyobject) for d in descs)
             return c.fast_call(argtuple, initargs, do_gpu_check=True)
         if self.template is None:
-            argtuple, initargs = c._construct_args(dict(kwargs))
+            argtuple, initargs = self._construct(c, kwargs)
             return c.fast_call(argtuple, initargs, do_gpu_check=True)
         args = self.template
         for i, name in self.positions:
             args[i] = ctypes.c_void_p(kwargs[name].__array_interface__["data"][0])
-        return c.fast_call(tuple(args), self.initargs, do_gpu_check=c.has_gpu_code)
+        results = []
+        for i, desc in self.returns:
+            arr = c._create_array(*desc)
+            args[i] = ctypes.c_void_p(_array_pointer(arr, desc[2]))
+            results.append(arr)
+        c.fast_call(tuple(args), self.initargs, do_gpu_check=c.has_gpu_code)
+        # what DaCe's _convert_return_values makes of its own arrays, made of ours
+        results = [r.item() if s else r for r, s in zip(results, self.scalar)]
+        if not results:
+            return None
+        return results[0] if len(results) == 1 else tuple(results)
+
+
+def _array_pointer(arr, storage) -> int:
+    from dace.codegen.compiled_sdfg import _array_interface_ptr
+    return _array_interface_ptr(arr, storage)
 
 
 class Program:
@@ -577,19 +659,30 @@ def written_arguments(sdfg: SDFG):
 
 def _check_run_inputs(sdfg: SDFG, inputs):
     """``run`` takes whole arrays; for io="distributed" programs, those with a layout are checked
-    against its global shape (the worker cuts them into tiles)."""
+    against its global shape (the worker cuts them into tiles). An array of another shape is taken as
+    DaCe takes it (:func:`check_layout`). Returns the inputs, every array seen in its parameter's (global)
+    shape, so the ranks get them as the program declares them."""
     from ..ir import layouts_of
     lays = layouts_of(sdfg)
     syms = _syms(inputs)
+    sig = CallSignature(sdfg)
+    checked = dict(inputs)
     local = dict(inputs)
     for name, lay in lays.items():
         if name in inputs:
             arr = np.asarray(inputs[name])
             shape = tuple(lay._eval(x, syms) for x in lay.shape)
-            if arr.shape != shape:
-                raise ValueError(f"argument '{name}' has shape {arr.shape}, expected {shape}")
+            if arr.shape != shape:  # any strides: the tiles are copies
+                c_strides = tuple(int(np.prod(shape[i + 1:], dtype=np.int64)) * arr.itemsize for i in range(len(shape)))
+                arr = conform(name, arr, shape, c_strides)
+            checked[name] = arr
             local[name] = lay.scatter(arr, 0, **syms)
-    describe_inputs(sdfg, local)
+    local = {k: (np.asarray(v) if k in sig.arrays else v) for k, v in local.items()}
+    sig.check(local)
+    for name, (shape, _) in sig.layout(syms).items():
+        if name in checked and name not in lays:
+            checked[name] = np.asarray(checked[name]).reshape(shape)  # a view: check() has accepted it
+    return checked
 
 
 def run(sdfg: SDFG, ranks: int, timeout: float = 300, launcher=None, **inputs):
@@ -617,7 +710,9 @@ def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = "dace_p
                             f"asked for {ranks}")
     lc = choose_launcher(launcher)
     inputs = {k: as_array(v) for k, v in inputs.items()}
-    _check_run_inputs(sdfg, _with_bound(bound_values(sdfg), inputs))
+    given = {k: np.shape(v) for k, v in inputs.items() if isinstance(v, np.ndarray)}
+    checked = _check_run_inputs(sdfg, _with_bound(bound_values(sdfg), inputs))
+    inputs = {k: checked[k] for k in inputs}
     folder = build(sdfg)
     with tempfile.TemporaryDirectory(prefix="dace_partition_") as tmp:
         np.savez(os.path.join(tmp, "inputs.npz"), **{k: np.asarray(v) for k, v in inputs.items()})
@@ -639,8 +734,8 @@ def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = "dace_p
                 print(line, file=sys.stderr)
         res = np.load(os.path.join(tmp, "outputs.npz"), allow_pickle=False)
         kind = str(res["__kind"])
-        if kind == "none":
-            outputs = {k: res[k] for k in res.files if k != "__kind"}
+        if kind == "none":  # written arguments, in the shapes the caller gave them
+            outputs = {k: (res[k].reshape(given[k]) if k in given else res[k]) for k in res.files if k != "__kind"}
         elif kind == "single":
             outputs = res["__r0"]
         else:

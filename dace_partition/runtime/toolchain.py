@@ -143,25 +143,49 @@ def blas() -> BlasChoice:
     return _choose(os.environ.get("DACE_PARTITION_BLAS", "").strip().lower())
 
 
+def _restore_environ(saved: dict, keys=None):
+    for k in list(os.environ) if keys is None else keys:
+        if k not in saved:
+            os.environ.pop(k, None)
+    for k, v in saved.items():
+        if os.environ.get(k) != v:
+            os.environ[k] = v
+
+
+@contextmanager
+def preserved_state(environ=True):
+    """Restores DaCe's configuration and the process environment (``os.environ``; only the named
+    variables when ``environ`` is a list of names, none when False) on exit, also when the body raises.
+
+    DaCe's own ``dace.config.temporary_config`` restores nothing when its body raises (it has no
+    ``finally``): a failed build left ``library.blas.default_implementation`` at ``MKL`` without the
+    ``MKLROOT`` that goes with it, so every later DaCe build in the process failed with ``mkl.h: No such
+    file or directory``."""
+    import copy
+    import dace
+    config = copy.deepcopy(dace.Config._config)
+    keys = None if environ is True else list(environ or ())
+    saved = dict(os.environ) if keys is None else {k: os.environ[k] for k in keys if k in os.environ}
+    try:
+        yield
+    finally:
+        dace.Config._config.clear()
+        dace.Config._config.update(config)
+        _restore_environ(saved, keys)
+
+
 @contextmanager
 def blas_build(choice: Optional[BlasChoice] = None):
     """DaCe settings under which a build uses ``choice``: library nodes without an implementation of
-    their own (every BLAS node the MatMul/Einsum expansions create) expand to it."""
+    their own (every BLAS node the MatMul/Einsum expansions create) expand to it. Everything it sets
+    (the default implementation, ``MKLROOT``) is restored on exit, also when the build fails."""
     import dace
     choice = choice or blas()
-    old = os.environ.get("MKLROOT")
-    with dace.config.temporary_config():
+    with preserved_state(environ=["MKLROOT"]):
         dace.Config.set("library", "blas", "default_implementation", value=choice.blas.value)
         if choice.root:
             os.environ["MKLROOT"] = choice.root
-        try:
-            yield choice
-        finally:
-            if choice.root:
-                if old is None:
-                    os.environ.pop("MKLROOT", None)
-                else:
-                    os.environ["MKLROOT"] = old
+        yield choice
 
 
 def runtime_environment(env: dict) -> dict:

@@ -1,0 +1,129 @@
+"""What a call of a lowered program takes and gives back, and what a build leaves behind.
+
+- Arguments: the shapes DaCe's own call of the program accepts. An array with the parameter's number of
+  elements in C order (NPBench's nbody passes ``mass`` as shape (N, 1) for ``float64[N]``) is taken;
+  anything else is refused before any rank starts, naming the argument and both shapes.
+- Results: every call returns new arrays (root io and io="distributed" tiles); a later call never
+  changes an earlier result (DaCe itself returns one buffer, overwritten at every call).
+- Builds: after lowering and building a program, DaCe's configuration and the environment are as they
+  were, also when the build fails, so DaCe still builds the unlowered program in the same process.
+"""
+import copy
+import functools
+import os
+import time
+
+import dace
+import numpy as np
+import pytest
+
+import dace_partition as dp
+from conftest import mpi_script
+
+
+@dace.program
+def weighted(x: dace.float64[24, 4], m: dace.float64[24]):
+    out = np.empty((24, 4), dtype=np.float64)
+    for i, j in dace.map[0:24, 0:4]:
+        out[i, j] = x[i, j] * m[i] + 1.0
+    return out
+
+
+def reference(x, m):
+    return x * np.reshape(m, (24, 1)) + 1.0
+
+
+@functools.lru_cache(maxsize=None)
+def weighted_sdfg(io):
+    sdfg = weighted.to_sdfg()
+    sdfg.name = f"t_call_contract_weighted_{io}"
+    dp.lower(sdfg, {dp.maps(sdfg)[0].name: (2, 1)}, io=io)
+    return sdfg
+
+
+X = np.arange(96.0).reshape(24, 4) - 40.0
+
+
+@pytest.mark.parametrize("io", ["root", "distributed"])
+def test_run_takes_an_argument_of_another_shape_with_as_many_elements(io):
+    mass = np.arange(24.0).reshape(24, 1) - 7.0  # a (24, 1) array for float64[24], as NPBench's nbody
+    got = dp.run(weighted_sdfg(io), 2, x=X, m=mass)
+    np.testing.assert_array_equal(got, reference(X, mass))
+
+
+@pytest.mark.parametrize("io", ["root", "distributed"])
+def test_run_refuses_another_number_of_elements_before_any_rank_starts(io):
+    sdfg = weighted_sdfg(io)
+    t = time.time()
+    with pytest.raises(ValueError, match=r"argument 'm' has shape \(23, 1\), expected \(24,\) \(23 element"):
+        dp.run(sdfg, 2, x=X, m=np.ones((23, 1)))
+    with pytest.raises(ValueError, match=r"argument 'x' has shape \(4, 24\), expected \(24, 4\): the same number "
+                       r"of elements, but .* C-contiguous"):
+        dp.run(sdfg, 2, x=X.T, m=np.ones(24))  # as many elements, but in Fortran order
+    with pytest.raises(ValueError, match=r"argument 'x' has shape \(96, 1, 2\), expected \(24, 4\) \(192 element"):
+        dp.run(sdfg, 2, x=np.ones((96, 1, 2)), m=np.ones(24))
+    assert time.time() - t < 10  # refused before building or launching anything
+
+
+def test_check_layout_follows_dace():
+    check = dp.runtime.launch.check_layout
+    check("m", np.ones((25, 1)), (25, ), (8, ))
+    check("m", np.ones((1, 25, 1)), (25, ), (8, ))
+    check("a", np.ones(12), (3, 4), (32, 8))
+    check("a", np.ones((1, 4)), (1, 4), (999, 8))  # an extent-1 dimension may have any stride
+    with pytest.raises(ValueError, match=r"argument 'a' has shape \(12,\), expected \(3, 4\): the same number"):
+        check("a", np.ones(24)[::2], (3, 4), (32, 8))
+    with pytest.raises(ValueError, match=r"has strides \(8, 24\), expected \(32, 8\)"):
+        check("a", np.ones((4, 3)).T, (3, 4), (32, 8))
+    with pytest.raises(ValueError, match=r"the same number of elements"):
+        check("a", np.ones(12), (3, 4), (8, 24))  # a Fortran-order parameter takes only its own shape
+
+
+def test_results_are_the_callers_to_keep():
+    """Under mpiexec (2 ranks), root io and io="distributed": two calls, the first result unchanged and not
+    the same object as the second."""
+    folders = [dp.runtime.launch.build(weighted_sdfg(io)) for io in ("root", "distributed")]
+    res = mpi_script(os.path.join(os.path.dirname(__file__), "mpi_scripts", "result_ownership.py"), 2, *folders,
+                     timeout=180)
+    assert res.returncode == 0 and "OK" in res.stdout, res.stdout + res.stderr[-3000:]
+
+
+@dace.program
+def matmul16(a: dace.float64[16, 16], b: dace.float64[16, 16]):
+    return a @ b
+
+
+def _state():
+    return copy.deepcopy(dace.Config._config), dict(os.environ)
+
+
+def test_build_leaves_the_process_as_it_found_it(monkeypatch):
+    """Lower a copy of a matmul program and build it (a failed build, then a good one): DaCe's
+    configuration and the environment are unchanged, and DaCe builds and runs the original program in
+    the same process (after a failed build it used to fail with 'mkl.h: No such file or directory')."""
+    original = matmul16.to_sdfg()
+    original.name = "t_call_contract_matmul16_dace"
+    low = copy.deepcopy(original)
+    low.name = "t_call_contract_matmul16_lowered"
+    before = _state()
+    dp.lower(low, {"_MatMult_.gemm_map": (2, 1, 1)})
+    blas = dp.runtime.toolchain.blas()
+    inside = {}
+
+    def failing_compile(*args, **kwargs):
+        inside.update(blas=dace.Config.get("library", "blas", "default_implementation"),
+                      mklroot=os.environ.get("MKLROOT"), mpi_home=os.environ.get("MPI_HOME"))
+        raise RuntimeError("the compiler failed")
+
+    monkeypatch.setattr(low, "compile", failing_compile, raising=False)
+    with pytest.raises(RuntimeError, match="the compiler failed"):
+        dp.runtime.launch.build(low)
+    assert inside["blas"] == blas.blas.value  # what the build changes ...
+    assert inside["mklroot"] == (blas.root or before[1].get("MKLROOT"))
+    assert _state() == before  # ... is restored after a failed build
+    monkeypatch.undo()
+    dp.runtime.launch.build(low)
+    assert _state() == before  # and after a good one
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((16, 16)), rng.standard_normal((16, 16))
+    np.testing.assert_allclose(original.compile()(a=a, b=b), a @ b, rtol=1e-12, atol=1e-12)
