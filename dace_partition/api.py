@@ -20,7 +20,7 @@ import numpy as np
 from dace import nodes
 from dace.sdfg import SDFG
 
-from .errors import ScheduleError
+from .errors import ScheduleError, UnsupportedPattern
 from .ir import IoMode, Layout, is_lowered, layouts_of, ranks_needed
 from .passes.partition import partition, single_threaded
 from .report import LoweringReport
@@ -90,6 +90,9 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
     rep.timings = {"schedule check and copy": t1 - t0, **rep.timings}
     if auto is not None:
         rep.schedule = auto.explain()
+    if device == "cpu" and threads == 1:
+        single_threaded(work)
+    _validate(work, sdfg.name)
     _adopt(sdfg, work)
     slow = rep.slow_steps()
     if slow:
@@ -97,12 +100,36 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
     if device == "cpu":
         from .runtime.toolchain import blas
         rep.blas = str(blas())
-        if threads == 1:
-            single_threaded(sdfg)
     _REPORTS[sdfg] = rep
     if verbose:
         print(rep)
     return sdfg
+
+
+def _validate(work: SDFG, name: str):
+    """DaCe's own validation of the lowered copy: a graph the passes made that DaCe rejects is refused
+    here, in words, before the caller's SDFG changes and before any build or rank starts."""
+    from dace.sdfg.validation import InvalidSDFGError
+    try:
+        work.validate()
+    except InvalidSDFGError as e:
+        what = str(getattr(e, "message", e)).split("\n")[0]
+        saved = f"; DaCe saved the invalid graph in {e.path}" if getattr(e, "path", None) else ""
+        raise UnsupportedPattern(_invalid_at(e) or "?", "", f"the lowered program of '{name}' is not a valid "
+                                 f"SDFG ({what}{saved}); this is a dace_partition bug: please report it with "
+                                 "the schedule") from e
+
+
+def _invalid_at(e) -> str:
+    """The data (or map, or state) a DaCe validation error points at, by name."""
+    try:
+        st = e.sdfg.node(e.state_id)
+        if getattr(e, "node_id", None) is None:
+            return f"state {st.label}"
+        n = st.node(e.node_id)
+        return getattr(n, "data", None) or getattr(n, "label", None) or str(n)
+    except Exception:  # noqa: BLE001 - only for the message
+        return ""
 
 
 def _on_copy(schedule, original: SDFG, copied: SDFG):

@@ -7,6 +7,7 @@
   of a kernel touches exactly what the kernel reads and writes.
 """
 import dace
+import numpy as np
 from dace import nodes
 from dace.memlet import Memlet
 from dace.sdfg import SDFG, SDFGState
@@ -116,10 +117,12 @@ def split_states(sdfg: SDFG):
             else:
                 body = {first}
                 ends = (first, first)
-            direct = {e.src for e in state.in_edges(ends[0])}
+            # A view the work node reads or writes stays with it, and so does the array it views: a view
+            # without its view edge is invalid (DaCe: "Ambiguous or invalid edge to/from a View").
+            direct = _with_viewed(state, {e.src for e in state.in_edges(ends[0])}, upstream=True)
             # Copies that feed the work node (``a[i, i] -> __tmp``) run in a state of their own before it
             # (on rank 0). By topological order, no ancestor of the first work node is a work node.
-            before, frontier = set(), [n for n in direct if state.in_degree(n) > 0]
+            before, frontier = set(), [n for n in direct if state.in_degree(n) > 0 and not _is_view(state, n)]
             while frontier:
                 n = frontier.pop()
                 if n in before:
@@ -129,10 +132,129 @@ def split_states(sdfg: SDFG):
             if before:
                 fission(state, before)
                 continue
-            body |= direct | {e.dst for e in state.out_edges(ends[1])}
+            body |= direct | _with_viewed(state, {e.dst for e in state.out_edges(ends[1])}, upstream=False)
             if len(body) == state.number_of_nodes():
                 break  # exactly one work node and its own access nodes
             fission(state, body)
+    bound_loop_sized_transients(sdfg)
+
+
+def bound_loop_sized_transients(sdfg: SDFG):
+    """Transients whose size depends on a loop variable (``data[:, i] @ data[:, i:M]`` -> ``M - i``
+    elements) and that now span several states get their largest size over the loop instead: DaCe 1.0.2
+    cannot generate a transient sized by a loop variable that spans states in different branches (the
+    rank guards): "Variable ... has not been defined". The accesses keep their subsets. Returns the
+    names changed."""
+    loops = _loop_ranges(sdfg)
+    if not loops:
+        return []
+    uses = {}
+    for st in ordered_states(sdfg):
+        for n in st.data_nodes():
+            uses.setdefault(n.data, set()).add(st)
+    changed = []
+    consts = {dace.symbolic.symbol(k): v for k, (_, v) in sdfg.constants_prop.items() if isinstance(v, (int, np.integer))}
+    for name, desc in sdfg.arrays.items():
+        if (not desc.transient or type(desc) is not dace.data.Array or len(uses.get(name, ())) < 2
+                or not {str(x) for x in desc.free_symbols} & loops.keys()):
+            continue
+        shape = [_loop_max(e, loops, consts) for e in desc.shape]
+        if any(e is None for e in shape):
+            continue
+        desc.set_shape(shape)
+        changed.append(name)
+    return changed
+
+
+def _loop_ranges(sdfg: SDFG):
+    """{loop variable: (first, last)} of the top-level loops: LoopRegions, and state-machine loops (one
+    edge assigns the variable a value without it, one steps it by a constant, one condition compares it
+    with the bound). Variables assigned otherwise are left out."""
+    from dace.sdfg.state import LoopRegion
+    from dace.transformation.passes.analysis import loop_analysis as la
+    import sympy
+    loops, inits, steps, conds = {}, {}, {}, {}
+    try:
+        for r in sdfg.all_control_flow_regions():
+            if isinstance(r, LoopRegion) and r.loop_variable:
+                lo, hi = la.get_init_assignment(r), la.get_loop_end(r)
+                if lo is not None and hi is not None:
+                    loops[r.loop_variable] = (lo, hi)
+        for e in sdfg.all_interstate_edges():
+            for var, val in e.data.assignments.items():
+                expr = dace.symbolic.pystr_to_symbolic(val)
+                d = dace.symbolic.simplify(expr - dace.symbolic.symbol(var))
+                if var in {str(x) for x in expr.free_symbols}:
+                    steps.setdefault(var, set()).add(d)
+                else:
+                    inits.setdefault(var, set()).add(expr)
+            c = dace.symbolic.pystr_to_symbolic(e.data.condition.as_string)
+            if isinstance(c, (sympy.StrictLessThan, sympy.LessThan, sympy.StrictGreaterThan, sympy.GreaterThan)) \
+                    and isinstance(c.lhs, sympy.Symbol):
+                conds.setdefault(str(c.lhs), set()).add(c)
+        for var in inits:
+            if var in loops or len(inits[var]) != 1 or len(steps.get(var, ())) != 1:
+                continue
+            (lo, ), (st, ) = inits[var], steps[var]
+            if not getattr(st, "is_number", False) or st == 0:
+                continue
+            up = (sympy.StrictLessThan, sympy.LessThan) if st > 0 else (sympy.StrictGreaterThan, sympy.GreaterThan)
+            stay = [c for c in conds.get(var, ()) if isinstance(c, up)]  # the exit edge compares the other way
+            if len(stay) != 1:
+                continue
+            c = stay[0]
+            if st > 0 and isinstance(c, (sympy.StrictLessThan, sympy.LessThan)):
+                loops[var] = (lo, c.rhs - 1 if isinstance(c, sympy.StrictLessThan) else c.rhs)
+            elif st < 0 and isinstance(c, (sympy.StrictGreaterThan, sympy.GreaterThan)):
+                loops[var] = (c.rhs + 1 if isinstance(c, sympy.StrictGreaterThan) else c.rhs, lo)
+    except Exception:  # noqa: BLE001 - an assignment or condition sympy cannot read: no bounds known
+        pass
+    return loops
+
+
+def _loop_max(expr, loops, consts):
+    """The largest value of ``expr`` (affine in the loop variables) over the loops' ranges, or None where
+    that cannot be decided symbolically."""
+    expr = dace.symbolic.pystr_to_symbolic(str(expr))
+    loops = {v: (dace.symbolic.pystr_to_symbolic(str(lo)).subs(consts), dace.symbolic.pystr_to_symbolic(str(hi)).subs(consts))
+             for v, (lo, hi) in loops.items()}
+    for _ in range(len(loops) + 1):
+        free = [str(x) for x in getattr(expr, "free_symbols", ())]
+        var = next((v for v in free if v in loops), None)
+        if var is None:
+            return expr
+        lo, hi = loops[var]
+        sym = dace.symbolic.symbol(var)
+        a, b = expr.subs(sym, lo), expr.subs(sym, hi)
+        d = dace.symbolic.simplify(a - b)
+        if d.is_nonnegative:
+            expr = a
+        elif d.is_nonpositive:
+            expr = b
+        else:
+            return None
+        expr = dace.symbolic.simplify(expr)
+    return None
+
+
+def _is_view(state: SDFGState, n) -> bool:
+    return isinstance(n, nodes.AccessNode) and isinstance(n.desc(state.sdfg), dace.data.View)
+
+
+def _with_viewed(state: SDFGState, found, upstream: bool):
+    """``found`` with, for every view among them, the access node it views (on the side away from the
+    work node: its source for a view that is read, its destination for one that is written), transitively
+    (a view of a view)."""
+    out, todo = set(found), [n for n in found if _is_view(state, n)]
+    while todo:
+        v = todo.pop()
+        for e in (state.in_edges(v) if upstream else state.out_edges(v)):
+            nxt = e.src if upstream else e.dst
+            if isinstance(nxt, nodes.AccessNode) and nxt not in out:
+                out.add(nxt)
+                if _is_view(state, nxt):
+                    todo.append(nxt)
+    return out
 
 
 def fission(state: SDFGState, subgraph):
