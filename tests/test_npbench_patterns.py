@@ -57,6 +57,23 @@ def test_view_read_in_loop_runs_like_numpy(view_read_sdfg):
     np.testing.assert_allclose(ret, ref, rtol=1e-12)
 
 
+def test_a_block_outside_its_array_is_refused_at_lowering(view_read_sdfg):
+    """Where sizes are known, every block of every move is checked at lowering (the runtime checks the
+    others from initialised values): the message names the array, the map and the rank."""
+    import copy
+    from dace_partition.ir import Move
+    from dace_partition.passes.graph import distributed_memlets
+    from dace_partition.passes.partition import check_moves
+    sdfg = copy.deepcopy(view_read_sdfg)
+    _, dm = next((st, dm) for st, dm in distributed_memlets(sdfg) if dm.dst_grid)
+    m = dm.move()
+    d = m.dst
+    shifted = tuple((b + 100, e + 100, s) for b, e, s in d.subset)
+    dm.set_move(Move(m.array, m.src, type(d)(d.grid, d.coords, shifted, d.grid_id, d.pending), m.shape, m.itemsize))
+    with pytest.raises(dp.UnsupportedPattern, match=rf"'{m.array}'.*grid rank 0 of map 'the_map'.*outside the array"):
+        check_moves(sdfg, {d.grid_id: "the_map"})
+
+
 def test_an_invalid_lowered_graph_is_refused_in_words(monkeypatch):
     """``lower`` validates the lowered copy: a graph DaCe rejects is refused naming the data, and the
     caller's SDFG is unchanged."""
@@ -79,3 +96,58 @@ def test_an_invalid_lowered_graph_is_refused_in_words(monkeypatch):
     with pytest.raises(dp.UnsupportedPattern, match=r"data_\d*'.*not a valid SDFG.*View"):
         dp.lower(sdfg, natural(sdfg))
     assert not dp.api.is_lowered(sdfg) and (set(sdfg.arrays), sdfg.number_of_nodes()) == before
+
+
+C_in, C_out, H, K, W = (dace.symbol(s, dace.int64) for s in ("C_in", "C_out", "H", "K", "W"))
+
+
+@dace.program
+def window_in_loop(input: dace.float32[N, H, W, C_in], weights: dace.float32[K, K, C_in, C_out]):
+    """conv2d_bias: a partitioned map inside a loop reads a window that follows the loop variables."""
+    output = np.ndarray((N, H - K + 1, W - K + 1, C_out), dtype=np.float32)
+    for i in range(H - K + 1):
+        for j in range(W - K + 1):
+            output[:, i, j, :] = np.sum(input[:, i:i + K, j:j + K, :, np.newaxis] * weights[np.newaxis, :, :, :],
+                                        axis=(1, 2, 3))
+    return output
+
+
+CONV = dict(N=4, H=5, W=5, K=3, C_in=2, C_out=3)
+
+
+def _window_sdfg():
+    sdfg = window_in_loop.to_sdfg()
+    sdfg.specialize(CONV)
+    sdfg.name = "t_npb_window_in_loop"
+    return sdfg
+
+
+def test_blocks_that_follow_a_loop_variable_stay_in_the_loop():
+    """A scatter whose blocks use the loop's variables (``input[:, i:i + K]``) is not hoisted before the
+    loop, where ``i`` is undefined (it became a program argument, read uninitialised at run time)."""
+    sdfg = _window_sdfg()
+    dp.lower(sdfg, natural(sdfg))
+    assert "input" in str(dp.report(sdfg)) and "per iteration" in str(dp.report(sdfg))
+
+
+def test_a_move_outside_the_loop_of_its_symbols_is_refused_in_words(monkeypatch):
+    """The lowering-time check names the array, the map and the symbol when a move would use a loop's
+    variable outside the loop (here with the hoisting guard switched off)."""
+    from dace_partition.passes import loops
+    monkeypatch.setattr(loops, "assigned_in", lambda sdfg, lp: set())
+    sdfg = _window_sdfg()
+    with pytest.raises(dp.UnsupportedPattern, match=r"'input'.*map '.*'.*'i'.*not defined"):
+        dp.lower(sdfg, natural(sdfg))
+
+
+def test_window_in_loop_runs_like_numpy():
+    sdfg = _window_sdfg()
+    dp.lower(sdfg, natural(sdfg))
+    rng = np.random.default_rng(1)
+    x = rng.random((4, 5, 5, 2)).astype(np.float32)
+    w = rng.random((3, 3, 2, 3)).astype(np.float32)
+    ref = np.zeros((4, 3, 3, 3), np.float32)
+    for i in range(3):
+        for j in range(3):
+            ref[:, i, j, :] = np.sum(x[:, i:i + 3, j:j + 3, :, None] * w[None], axis=(1, 2, 3))
+    np.testing.assert_allclose(dp.run(sdfg, 2, input=x, weights=w), ref, rtol=1e-5)

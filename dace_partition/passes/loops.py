@@ -109,6 +109,24 @@ def find_loops(sdfg: SDFG) -> List[Loop]:
     return sorted(out, key=lambda lp: len(lp.body))
 
 
+def assigned_in(sdfg: SDFG, lp: Loop) -> set:
+    """Symbols the loop assigns (its variable, inner loops' variables, other interstate assignments)."""
+    return {name for st in lp.body for e in sdfg.out_edges(st) if e.dst in lp.body for name in e.data.assignments}
+
+
+def block_symbols(dm: DistributedMemlet) -> set:
+    """Names of the symbols in the per-rank blocks of either side of a DistributedMemlet's move."""
+    out = set()
+    for side in ("src", "dst"):
+        dist = dm.distribution(side)
+        if dist.is_root:
+            continue
+        for rng in dist.subset:
+            for x in rng:
+                out |= {str(f) for f in getattr(x, "free_symbols", ())}
+    return out
+
+
 def trips(sdfg: SDFG, state) -> Optional[object]:
     """How many times ``state`` runs per call: the product of the trip counts of the loops around it (1
     outside loops; None when a loop's count depends on data)."""
@@ -267,10 +285,13 @@ class FuseLoops(MovePass):
         if len(lp.entries) != 1 or len(lp.exits) != 1:
             return []
         plans = []
+        variant = assigned_in(sdfg, lp)
         for arr in dict.fromkeys(n.array for _, n in dms):
             seq = [(st, n) for st, n in dms if n.array == arr]
             if any(n.src_grid and n.dst_grid for _, n in seq):
                 continue  # already grid-to-grid: leave it
+            if any(block_symbols(n) & variant for _, n in seq):
+                continue  # its blocks follow the loop (``input[:, i:i + K]``): they cannot move out of it
             if not _only_moved(sdfg, arr, lp.body, [n for _, n in seq]):
                 continue  # rank-0 code uses it in the loop: keep the round trip
             scatters = [(st, n) for st, n in seq if not n.src_grid]

@@ -124,6 +124,7 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: st
         dims = ", ".join(str(g) for g in plan.grid)
         sdfg.append_init_code(f'dace_partition::init_grid({plan.kernel.index}, "{plan.principal}", {{{dims}}});\n')
     steps.done("rank-local arguments, guards, devices")
+    check_moves(sdfg, {p.kernel.index: p.principal for p, _ in plans})
     _report_moves(sdfg, rep, by_kernel, solvers)
     rep.persistent_bytes = _make_local_buffers_persistent(sdfg)
     sdfg.append_exit_code("dace_partition::free_grids();\n")
@@ -169,6 +170,39 @@ def _report_moves(sdfg: SDFG, rep: LoweringReport, by_kernel, solvers):
         kr = by_kernel.get(dm.grid_id)
         if kr is not None:
             kr.comm.append(e)
+
+
+def check_moves(sdfg: SDFG, maps: Dict[int, str]) -> None:
+    """Every block of every move lies in its array (checked here where the sizes are known; the runtime
+    checks the others when a site is first used), and no move uses a symbol that is undefined where it
+    runs (a loop's variable in a move outside that loop): such a program would not compile, or would read
+    an uninitialised offset. Raises UnsupportedPattern naming the array, the map and the rank."""
+    from .loops import block_symbols, find_loops
+    inside = []  # (loop body, symbols its iterations assign)
+    for lp in find_loops(sdfg):
+        names = {x for st in lp.body for e in sdfg.out_edges(st) if e.dst in lp.body for x in e.data.assignments}
+        if names:
+            inside.append((lp.body, names))
+    for st, dm in distributed_memlets(sdfg):
+        move = dm.move()
+        name = maps.get(dm.grid_id, f"grid {dm.grid_id}")
+        used = block_symbols(dm)
+        stray = sorted({x for body, names in inside if st not in body for x in used & names})
+        if stray:
+            raise UnsupportedPattern(move.array, move.grid_side.range, f"the blocks of map '{name}' use "
+                                     f"{', '.join(map(repr, stray))}, which is not defined where the move runs "
+                                     f"(state '{st.label}', outside the loop that assigns it)")
+        shape = move.shape
+        if any(not isinstance(n, (int, sympy.Integer)) and not getattr(n, "is_Integer", False) for n in shape):
+            continue
+        for dist in (move.src, move.dst):
+            blocks = None if dist.is_root else dist.blocks()
+            for q, (start, count) in enumerate(blocks or ()):
+                for j, (b, c, n) in enumerate(zip(start, count, shape)):
+                    if c > 0 and (b < 0 or b + c > int(n)):
+                        raise UnsupportedPattern(move.array, dist.range, f"the block of grid rank {q} of map "
+                                                 f"'{name}' is [{b}, {b + c}) in dimension {j}, outside the "
+                                                 f"array (size {n})")
 
 
 def single_threaded(sdfg: SDFG):

@@ -750,16 +750,24 @@ inline long long linear(const Block &b, const long long *strides) {
     return off;
 }
 
-inline void check_block(const Block &b, const long long *shape, const long long *cap, const char *array) {
+// A block computed when a site is first used (from this call's initialised symbol values) must lie in the
+// array and fit its local buffer; the message names the array, the map whose grid holds the block and the
+// grid rank that owns it.
+inline void check_block(const Block &b, const long long *shape, const long long *cap, const char *array,
+                        const Grid &g, int owner) {
     for (size_t j = 0; j < b.start.size(); ++j) {
         if (b.count[j] <= 0) continue;
         if (b.start[j] < 0 || b.start[j] + b.count[j] > shape[j])
-            fail("block of '%s' [%lld, %lld) in dimension %zu is outside the array (size %lld)", array, b.start[j],
-                 b.start[j] + b.count[j], j, shape[j]);
+            fail("block of '%s' for map '%s' on grid rank %d: [%lld, %lld) in dimension %zu is outside the array "
+                 "(size %lld)", array, g.name.c_str(), owner, b.start[j], b.start[j] + b.count[j], j, shape[j]);
         if (b.count[j] > cap[j])
-            fail("block of '%s' has %lld elements in dimension %zu, more than its local buffer (%lld)", array,
-                 b.count[j], j, cap[j]);
+            fail("block of '%s' for map '%s' on grid rank %d has %lld elements in dimension %zu, more than its local "
+                 "buffer (%lld)", array, g.name.c_str(), owner, b.count[j], j, cap[j]);
     }
+}
+inline void check_blocks(const std::vector<Block> &blocks, const long long *shape, const long long *cap,
+                         const char *array, const Grid &g) {
+    for (size_t q = 0; q < blocks.size(); ++q) check_block(blocks[q], shape, cap, array, g, (int)q);
 }
 
 // A committed datatype `t` shifted `byte_disp` bytes (for displacements beyond the int range).
@@ -923,12 +931,12 @@ void scatter_blocks(int gid, const char *array, const T *global, T *local, int n
         MPI_Comm_rank(g.cart, &me);
         MPI_Aint ext = extent_of(base);
         s.mine = block_at(g.coords.data(), ndim, fn);
-        check_block(s.mine, gshape, lshape, array);
+        check_block(s.mine, gshape, lshape, array, g, me);
         s.sc.assign(n, 0), s.rc.assign(n, 0), s.sd.assign(n, 0), s.rd.assign(n, 0);
         s.st.assign(n, MPI_BYTE), s.rt.assign(n, MPI_BYTE);
         if (me == 0) {
             std::vector<Block> blocks = all_blocks(g, ndim, fn);
-            for (const Block &b : blocks) check_block(b, gshape, lshape, array);
+            check_blocks(blocks, gshape, lshape, array, g);
             global_side(blocks, base, ext, gstrides, s.sc, s.sd, s.st);
             for (int q = 0; q < n; ++q)
                 if (s.sc[q]) s.owned.push_back(s.st[q]);
@@ -965,7 +973,7 @@ void gather_blocks(int gid, const char *array, const T *local_in, T *global, int
         MPI_Comm_size(g.cart, &n);
         MPI_Aint ext = extent_of(base);
         s.mine = block_at(g.coords.data(), ndim, fn);
-        check_block(s.mine, gshape, lshape, array);
+        check_block(s.mine, gshape, lshape, array, g, me);
         if (s.mine.elements() > 0) {
             s.mine_type = strided_block(base, s.mine, lstrides);
             s.owned.push_back(s.mine_type);
@@ -973,7 +981,7 @@ void gather_blocks(int gid, const char *array, const T *local_in, T *global, int
         std::vector<Block> blocks;
         if (me == 0) {
             blocks = all_blocks(g, ndim, fn);
-            for (const Block &b : blocks) check_block(b, gshape, lshape, array);
+            check_blocks(blocks, gshape, lshape, array, g);
         }
         if (!combine) {
             s.sc.assign(n, 0), s.rc.assign(n, 0), s.sd.assign(n, 0), s.rd.assign(n, 0);
