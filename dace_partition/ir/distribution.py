@@ -209,13 +209,25 @@ def _blocks(grid, coords, subset) -> Optional[List[Block]]:
     for b, e, _ in subset:
         if (_free(b) | _free(e)) - known:
             return None
+    dims = {str(s): d for s, d in syms.items()}
+    bounds = [(_expr(b), _expr(e)) for b, e, _ in subset]
     out = []
     for q in itertools.product(*[range(g) for g in grid]):
-        subs = {s: q[d] for s, d in syms.items()}
         start, count = [], []
-        for b, e, _ in subset:
-            bv, ev = int(_expr(b).subs(subs)), int(_expr(e).subs(subs))
+        for b, e in bounds:
+            bv, ev = _at(b, dims, q), _at(e, dims, q)
             start.append(bv)
             count.append(max(0, ev - bv + 1))
         out.append((tuple(start), tuple(count)))
     return out
+
+
+def _at(expr, dims: Dict[str, int], q) -> int:
+    """The integer value of a bound at grid position ``q`` (its only symbols are grid coordinates)."""
+    if expr.is_Integer:
+        return int(expr)
+    value = expr.xreplace({f: sympy.Integer(q[dims[str(f)]]) for f in expr.free_symbols})
+    try:
+        return int(value)
+    except TypeError:  # not evaluated by the replacement alone
+        return int(expr.subs({f: q[dims[str(f)]] for f in expr.free_symbols}))

@@ -184,9 +184,8 @@ def moves_of(sdfg: SDFG, plan: KernelPlan, a: Access) -> List[Move]:
     # Symbols that ``sdfg.specialize`` fixed count as their values, so the blocks (and the report's bytes)
     # are known before run time.
     fixed = {dace.symbolic.symbol(n): v for n, v in sdfg.constants.items() if isinstance(v, (int, np.integer))}
-    subset = dace.subsets.Range([tuple(sympy.sympify(x).subs(fixed) for x in r) for r in a.subset]) if fixed \
-        else a.subset
-    shape = tuple(sympy.sympify(x).subs(fixed) if fixed else x for x in desc.shape)
+    subset = dace.subsets.Range([tuple(_fix(x, fixed) for x in r) for r in a.subset]) if fixed else a.subset
+    shape = tuple(_fix(x, fixed) if fixed else x for x in desc.shape)
     size = desc.dtype.bytes
     if a.direction == Direction.IN or a.accumulates:
         dist = Distribution.on_grid(subset, plan.grid, plan.coords, k)
@@ -195,3 +194,9 @@ def moves_of(sdfg: SDFG, plan: KernelPlan, a: Access) -> List[Move]:
         dist = Distribution.on_grid(subset, plan.grid, plan.coords, k, pending=op)
         out.append(Move(a.array, dist, ROOT, shape, size, op, a.accumulates))
     return out
+
+
+def _fix(x, fixed):
+    """``x`` with the fixed symbols replaced by their values (no substitution where none occurs)."""
+    x = sympy.sympify(x)
+    return x.subs(fixed) if x.free_symbols & fixed.keys() else x

@@ -15,10 +15,10 @@ from ..errors import ScheduleError
 from ..schedule import Replicated, check_grid
 from ..solvers.registry import resolve_solvers
 from .machine import Machine, calibrate, machine
-from .model import Candidate, Prediction, ProgramModel, candidate_grids, prepare
+from .model import Candidate, Prediction, ProgramModel, prepare
 from .solve import solve
 
-__all__ = ["Schedule", "auto_schedule", "calibrate", "machine", "Machine", "Prediction"]
+__all__ = ["Schedule", "auto_schedule", "predict", "calibrate", "machine", "Machine", "Prediction"]
 
 
 class Schedule(dict):
@@ -105,6 +105,28 @@ def auto_schedule(sdfg: SDFG, ranks: int, *, io: str = "root", memory_per_rank: 
                     seconds=time.perf_counter() - t0, sizes=assumed, machine_=m)
 
 
+def predict(sdfg: SDFG, schedule, ranks: int, *, io: str = "root", sizes: Optional[Dict[str, int]] = None,
+            solvers=None, machine_: Optional[Machine] = None) -> Prediction:
+    """What the cost model predicts for a given schedule ({map name: grid}) on ``ranks`` ranks: a hand
+    schedule priced the way :func:`auto_schedule` prices its candidates. A kernel is priced on its
+    principal map's grid (the map with the most parameters); kernels the schedule leaves out run on rank 0."""
+    work, _ = prepare(sdfg, sizes)
+    from ..schedule import discover
+    cands = {}
+    for k in discover(work):
+        if not k.maps:
+            continue
+        principal = k.maps[0] if len(k.maps) == 1 else max(k.maps, key=lambda x: len(x.params))
+        grid = dict(schedule).get(principal.name)
+        if grid is not None:
+            cands[k.index] = [Candidate(grid if isinstance(grid, Replicated) else tuple(grid))]
+        else:
+            cands[k.index] = []
+    model = ProgramModel(work, ranks, resolve_solvers(solvers), machine_ or machine(), io, None, cands, sizes)
+    choice = {k: len(model.priced[k]) - 1 for k in model.priced}  # the given grid (or rank 0) of each
+    return model.evaluate(choice)
+
+
 def _split_fixed(fixed):
     by_map, by_array = {}, {}
     for key, value in dict(fixed or {}).items():
@@ -144,7 +166,7 @@ def _explain_kernel(model, k, choice, pred, name) -> str:
     for i, p in enumerate(priced):
         if i == choice[k.index]:
             continue
-        alt = model.evaluate({**choice, k.index: i})
+        alt = model.change(choice, pred, k.index, i)
         alternatives.append((alt.time, alt.total_bytes, i, alt))
     line = f"  {name}: {mine.candidate}"
     if not alternatives:

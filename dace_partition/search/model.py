@@ -26,7 +26,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import dace
 import numpy as np
 import sympy
 from dace import nodes
@@ -129,6 +128,8 @@ class ProgramModel:
         self.sizes = dict(sizes or {})  # values of symbols that are not the SDFG's (a loop's bound argument)
         self._kernel_trips: Dict[int, int] = {}
         self._same: Dict[tuple, bool] = {}
+        self._memo: Dict[tuple, Tuple[List[int], float]] = {}
+        self._kernel_parts: Dict[tuple, tuple] = {}
         self.io, self.memory_per_rank = io, memory_per_rank
         self.kernels: List[Kernel] = discover(sdfg)
         self.refused: Dict[int, List[Tuple[Candidate, str]]] = {}
@@ -232,6 +233,11 @@ class ProgramModel:
                 for arr in e.data.read_symbols() & set(sdfg.arrays):
                     self.uses.setdefault(arr, []).append(Use(-1, True, False, lp))
         self.written = {a for a, us in self.uses.items() if any(u.write for u in us)}
+        self._actors = {a: sorted({u.actor for u in us if u.actor >= 0}) for a, us in self.uses.items()}
+        self._arrays_of: Dict[int, List[str]] = {}
+        for a, actors in self._actors.items():
+            for k in actors:
+                self._arrays_of.setdefault(k, []).append(a)
 
     def move_cost(self, array: str, src: Distribution, dst: Distribution, shape, itemsize) -> Optional[Cost]:
         """The grid-to-grid move's cost from the first solver that implements it (None: nothing moves; no
@@ -269,101 +275,165 @@ class ProgramModel:
     # -- a whole schedule ------------------------------------------------------------------------------
     def evaluate(self, choice: Dict[int, int], trace: Optional[list] = None) -> Prediction:
         """The prediction for one candidate index per kernel (module docstring); ``trace`` collects
-        (array, what, bytes per call) for every priced move."""
+        (array, what, bytes per call) for every priced move. Each array's part is computed once per
+        combination of the candidates of the kernels that touch it (a search changes one kernel at a time)."""
+        per = [0] * self.ranks
+        comm = compute = 0.0
+        memory = 0
+        chosen = {k.index: self.priced[k.index][choice.get(k.index, 0)] for k in self.kernels}
+        for k in self.kernels:
+            seconds, bytes_, work, mem = self._kernel_part(k.index, choice.get(k.index, 0))
+            compute += work
+            comm += seconds
+            memory += mem
+            _accumulate(per, bytes_, 1)
+            if trace is not None:
+                for c in chosen[k.index].fills:
+                    if c.per_rank is not None:
+                        trace.append((k.label, "prior values", sum(c.per_rank) * self._trips_of(k)))
+        for arr, uses in self.uses.items():
+            if trace is not None:
+                bytes_, seconds = self._array_cost(arr, uses, chosen, trace)
+            else:
+                bytes_, seconds = self._array_part(arr, choice, chosen)
+            _accumulate(per, bytes_, 1)
+            comm += seconds
+        return self._prediction(compute, comm, per, memory)
+
+    def change(self, choice: Dict[int, int], base: Prediction, k: int, i: int) -> Prediction:
+        """``base`` (the prediction of ``choice``) with kernel ``k`` on candidate ``i`` instead: only the
+        kernel's own part and the arrays it touches are priced again."""
+        old = choice.get(k, 0)
+        if i == old:
+            return base
+        trial = {**choice, k: i}
+        per = list(base.bytes_per_rank)
+        s0, b0, w0, m0 = self._kernel_part(k, old)
+        s1, b1, w1, m1 = self._kernel_part(k, i)
+        compute, comm, memory = base.compute - w0 + w1, base.communication - s0 + s1, base.memory - m0 + m1
+        _accumulate(per, b0, -1)
+        _accumulate(per, b1, 1)
+        chosen = None
+        for arr in self._arrays_of.get(k, ()):
+            b_old, t_old = self._array_part(arr, choice, None)
+            if chosen is None:
+                chosen = {j.index: self.priced[j.index][trial.get(j.index, 0)] for j in self.kernels}
+            b_new, t_new = self._array_part(arr, trial, chosen)
+            _accumulate(per, b_old, -1)
+            _accumulate(per, b_new, 1)
+            comm += t_new - t_old
+        return self._prediction(compute, comm, per, memory)
+
+    def _prediction(self, compute, comm, per, memory) -> Prediction:
+        if self.memory_per_rank is not None and memory > self.memory_per_rank:
+            return Prediction(math.inf, compute, comm, per, memory)
+        return Prediction(compute + comm, compute, comm, per, memory)
+
+    def _kernel_part(self, k: int, i: int):
+        """(seconds of its own moves, their bytes per rank, seconds of compute, memory) of kernel k on
+        candidate i: its work and the prior values of its writes, times its trip count."""
+        key = (k, i)
+        if key not in self._kernel_parts:
+            p = self.priced[k][i]
+            trips = self._trips_of(self.kernels[k])
+            per, comm = [0] * self.ranks, [0.0]
+            for c in p.fills:
+                _add_cost(per, comm, c, trips, self.machine)
+            self._kernel_parts[key] = (comm[0], per, p.compute * trips, p.memory)
+        return self._kernel_parts[key]
+
+    def _array_part(self, arr: str, choice: Dict[int, int], chosen) -> Tuple[List[int], float]:
+        key = (arr, tuple(choice.get(a, 0) for a in self._actors[arr]))
+        part = self._memo.get(key)
+        if part is None:
+            if chosen is None:
+                chosen = {j.index: self.priced[j.index][choice.get(j.index, 0)] for j in self.kernels}
+            part = self._memo[key] = self._array_cost(arr, self.uses[arr], chosen, None)
+        return part
+
+    def _array_cost(self, arr: str, uses: List[Use], chosen: Dict[int, Priced], trace) -> Tuple[List[int], float]:
+        """(bytes per rank, seconds) of one array's moves under one schedule (module docstring)."""
         m = self.machine
+        per = [0] * self.ranks
+        comm = [0.0]
+        writer: Dict[str, int] = {}
 
         def _add(per, comm, cost, mult, m, what="", arr=""):
             _add_cost(per, comm, cost, mult, m)
             if trace is not None and cost is not None and cost.per_rank is not None and mult:
                 trace.append((arr, what, sum(cost.per_rank) * mult))
 
-        per = [0] * self.ranks
-        comm = [0.0]
-        compute = 0.0
-        memory = 0
-        chosen = {k.index: self.priced[k.index][choice.get(k.index, 0)] for k in self.kernels}
-        self._writer = {}
-        for k in self.kernels:
-            p = chosen[k.index]
-            compute += p.compute * self._trips_of(k)
-            memory += p.memory
-            for c in p.fills:
-                _add(per, comm, c, self._trips_of(k), m, "prior values", k.label)
+        desc = self.sdfg.arrays[arr]
+        part = [u.actor >= 0 and chosen[u.actor].candidate.partitioned for u in uses]
+        loops = {u.loop for u in uses}
+        fusable = all(part) and (desc.transient or (len(loops) == 1 and None not in loops))
+        argument = not desc.transient
+        free_io = self.io == "distributed" and argument
+        holder: List[Optional[Distribution]] = [None]
+        scattered: List[Distribution] = []
 
-        for arr, uses in self.uses.items():
-            desc = self.sdfg.arrays[arr]
-            part = [u.actor >= 0 and chosen[u.actor].candidate.partitioned for u in uses]
-            loops = {u.loop for u in uses}
-            fusable = all(part) and (desc.transient or (len(loops) == 1 and None not in loops))
-            argument = not desc.transient
-            free_io = self.io == "distributed" and argument
-            holder: List[Optional[Distribution]] = [None]
-            scattered: List[Distribution] = []
-
-            def walk(segment, mult, first):
-                for u in segment:
-                    if u.actor < 0 or not chosen[u.actor].candidate.partitioned:
-                        if u.write:
-                            holder[0] = None
-                        continue
-                    p = chosen[u.actor]
-                    if u.read and arr in p.reads:
-                        dst, cost = p.reads[arr]
-                        if holder[0] is not None:
-                            mc = self.move_cost(arr, holder[0], dst, desc.shape, desc.dtype.bytes)
-                            if mc is not None and mc.per_rank is None:  # no solver: through rank 0
-                                _add(per, comm, chosen[self._writer[arr]].writes[arr][1], mult, m, "gather", arr)
-                                _add(per, comm, cost, mult, m, "scatter", arr)
-                            elif mc is not None:
-                                _add(per, comm, mc, mult, m, "redistribute", arr)
-                        elif not (first is False and u.loop is not None and not self._written_in(arr, u.loop)):
-                            if arr not in self.written and any(self.same(d, dst) for d in scattered):
-                                pass  # the first scatter's buffer is reused
-                            elif not free_io:
-                                _add(per, comm, cost, mult, m, "scatter", arr)
-                            scattered.append(dst)
-                    if u.write and arr in p.writes:
-                        src, cost = p.writes[arr]
-                        if fusable:
-                            holder[0] = src
-                            self._writer[arr] = u.actor
-                        elif not free_io:
-                            _add(per, comm, cost, mult, m, "gather", arr)
-
-            for lp, seg in itertools.groupby(uses, key=lambda u: u.loop):
-                seg = list(seg)
-                writers = {u.actor for u in seg if u.write}
-                trips = self.loop_trips.get(lp, 1) if lp is not None else 1
-                carried = not desc.transient or (seg[0].read and not seg[0].write)
-                if lp is not None and fusable and carried and len(writers) == 1 and arr in chosen[min(writers)].writes:
-                    # FuseLoops: scattered once into the writer's blocks H, every reader gets H -> D per
-                    # iteration (and its boundary once), gathered once after the loop
-                    w = min(writers)
-                    h, hcost = chosen[w].writes[arr]
-                    if holder[0] is None and not free_io:
-                        _add(per, comm, self.scatter_cost(arr, h, desc), 1, m, "scatter", arr)
-                    for u in seg:
-                        if u.read and u.actor >= 0 and arr in chosen[u.actor].reads:
-                            dst, cost = chosen[u.actor].reads[arr]
-                            mc = self.move_cost(arr, h, dst, desc.shape, desc.dtype.bytes)
-                            if mc is not None and mc.per_rank is None:
-                                _add(per, comm, hcost, trips, m, "gather", arr)
-                                _add(per, comm, cost, trips, m, "scatter", arr)
-                            else:
-                                _add(per, comm, mc, trips, m, "redistribute", arr)
-                                if not free_io and not _covers(h, dst):
-                                    _add(per, comm, cost, 1, m, "scatter (boundary)", arr)
-                    holder[0] = h
-                    self._writer[arr] = w
+        def walk(segment, mult, first):
+            for u in segment:
+                if u.actor < 0 or not chosen[u.actor].candidate.partitioned:
+                    if u.write:
+                        holder[0] = None
                     continue
-                walk(seg, 1, True)
-                if trips > 1:
-                    walk(seg, trips - 1, False)
-            if fusable and holder[0] is not None and argument and not free_io:
-                _add(per, comm, chosen[self._writer[arr]].writes[arr][1], 1, m, "gather", arr)
-        if self.memory_per_rank is not None and memory > self.memory_per_rank:
-            return Prediction(math.inf, compute, comm[0], per, memory)
-        return Prediction(compute + comm[0], compute, comm[0], per, memory)
+                p = chosen[u.actor]
+                if u.read and arr in p.reads:
+                    dst, cost = p.reads[arr]
+                    if holder[0] is not None:
+                        mc = self.move_cost(arr, holder[0], dst, desc.shape, desc.dtype.bytes)
+                        if mc is not None and mc.per_rank is None:  # no solver: through rank 0
+                            _add(per, comm, chosen[writer[arr]].writes[arr][1], mult, m, "gather", arr)
+                            _add(per, comm, cost, mult, m, "scatter", arr)
+                        elif mc is not None:
+                            _add(per, comm, mc, mult, m, "redistribute", arr)
+                    elif not (first is False and u.loop is not None and not self._written_in(arr, u.loop)):
+                        if arr not in self.written and any(self.same(d, dst) for d in scattered):
+                            pass  # the first scatter's buffer is reused
+                        elif not free_io:
+                            _add(per, comm, cost, mult, m, "scatter", arr)
+                        scattered.append(dst)
+                if u.write and arr in p.writes:
+                    src, cost = p.writes[arr]
+                    if fusable:
+                        holder[0] = src
+                        writer[arr] = u.actor
+                    elif not free_io:
+                        _add(per, comm, cost, mult, m, "gather", arr)
+
+        for lp, seg in itertools.groupby(uses, key=lambda u: u.loop):
+            seg = list(seg)
+            writers = {u.actor for u in seg if u.write}
+            trips = self.loop_trips.get(lp, 1) if lp is not None else 1
+            carried = not desc.transient or (seg[0].read and not seg[0].write)
+            if lp is not None and fusable and carried and len(writers) == 1 and arr in chosen[min(writers)].writes:
+                # FuseLoops: scattered once into the writer's blocks H, every reader gets H -> D per
+                # iteration (and its boundary once), gathered once after the loop
+                w = min(writers)
+                h, hcost = chosen[w].writes[arr]
+                if holder[0] is None and not free_io:
+                    _add(per, comm, self.scatter_cost(arr, h, desc), 1, m, "scatter", arr)
+                for u in seg:
+                    if u.read and u.actor >= 0 and arr in chosen[u.actor].reads:
+                        dst, cost = chosen[u.actor].reads[arr]
+                        mc = self.move_cost(arr, h, dst, desc.shape, desc.dtype.bytes)
+                        if mc is not None and mc.per_rank is None:
+                            _add(per, comm, hcost, trips, m, "gather", arr)
+                            _add(per, comm, cost, trips, m, "scatter", arr)
+                        else:
+                            _add(per, comm, mc, trips, m, "redistribute", arr)
+                            if not free_io and not _covers(h, dst):
+                                _add(per, comm, cost, 1, m, "scatter (boundary)", arr)
+                holder[0] = h
+                writer[arr] = w
+                continue
+            walk(seg, 1, True)
+            if trips > 1:
+                walk(seg, trips - 1, False)
+        if fusable and holder[0] is not None and argument and not free_io:
+            _add(per, comm, chosen[writer[arr]].writes[arr][1], 1, m, "gather", arr)
+        return per, comm[0]
 
     def _trips_of(self, k: Kernel) -> int:
         if k.index not in self._kernel_trips:
@@ -380,6 +450,11 @@ class ProgramModel:
         return any(u.write and u.loop is loop for u in self.uses.get(arr, []))
 
 
+def _accumulate(per: List[int], bytes_: List[int], sign: int):
+    for w, b in enumerate(bytes_):
+        per[w] += sign * b
+
+
 def _add_cost(per: List[int], comm: List[float], cost: Optional[Cost], mult: int, m: Machine):
     if cost is None or cost.per_rank is None or mult == 0:
         return
@@ -393,21 +468,19 @@ def _add_cost(per: List[int], comm: List[float], cost: Optional[Cost], mult: int
 
 def candidate_grids(k: Kernel, ranks: int) -> List[Candidate]:
     """Every grid of ``ranks`` ranks over the kernel's principal map (contraction splits included), the
-    same with a replica dimension (``replicate``), and not partitioned. Grids that split a dimension into
-    more parts than it has iterations are left out."""
+    kernel replicated on every rank (``replicate((1, ...), ranks)``), and not partitioned. Grids that split
+    a dimension into more parts than it has iterations are left out. (Partial replication, a grid of
+    ranks / c tiles times c copies, is left to hand schedules: it multiplies the candidates.)"""
     if not k.maps:
         return [Candidate(None)]
     info = k.maps[0] if k.kind == KernelKind.MAP else max(k.maps, key=lambda m: len(m.params))
     out = [Candidate(None)]
-    for copies in divisors(ranks):
-        # leading dimensions split first: among equal costs the search keeps the earlier candidate
-        for grid in sorted(factorizations(ranks // copies, len(info.params)), reverse=True):
-            if any(isinstance(e, int) and g > e for g, e in zip(grid, info.shape)):
-                continue
-            if copies == 1:
-                out.append(Candidate(grid))
-            else:
-                out.append(Candidate(Replicated(grid, copies)))
+    # leading dimensions split first: among equal costs the search keeps the earlier candidate
+    for grid in sorted(factorizations(ranks, len(info.params)), reverse=True):
+        if not any(isinstance(e, int) and g > e for g, e in zip(grid, info.shape)):
+            out.append(Candidate(grid))
+    if ranks > 1:  # every rank computes the whole kernel (a consumer of partial sums gets one allreduce)
+        out.append(Candidate(Replicated((1, ) * len(info.params), ranks)))
     return out
 
 

@@ -56,9 +56,10 @@ def local_search(model: ProgramModel, allowed: Dict[int, Sequence[int]], budget_
         first_dim[k] = pick
     starts.append(first_dim)
     alone = {}
+    base = {j: allowed[j][0] for j in ks}
+    base_pred = model.evaluate(base)
     for k in ks:
-        base = {j: allowed[j][0] for j in ks}
-        alone[k] = min(allowed[k], key=lambda i: _key(model.evaluate({**base, k: i}), {k: i}))
+        alone[k] = min(allowed[k], key=lambda i: _key(model.change(base, base_pred, k, i), {k: i}))
     starts.append(alone)
     best = None
     for start in starts:
@@ -70,14 +71,15 @@ def local_search(model: ProgramModel, allowed: Dict[int, Sequence[int]], budget_
                 for i in allowed[k]:
                     if i == choice[k]:
                         continue
+                    p = model.change(choice, cur, k, i)
                     trial = {**choice, k: i}
-                    p = model.evaluate(trial)
                     if _key(p, trial) < _key(cur, choice):
                         choice, cur, improved = trial, p, True
                 if time.perf_counter() > deadline:
                     break
             if not improved or time.perf_counter() > deadline:
                 break
+        cur = model.evaluate(choice)  # the sums of the changes, recomputed once from the parts
         if best is None or _key(cur, choice) < _key(best[1], best[0]):
             best = (choice, cur)
     return best

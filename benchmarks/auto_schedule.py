@@ -1,0 +1,151 @@
+"""Automatic against hand schedules: predicted and measured, time and bytes, in one run.
+
+For each workload of ``_peers_workloads.py`` (the ``vs_peers.py`` programs, with their hand schedules):
+``dp.auto_schedule`` chooses grids for P ranks; both schedules are priced by the cost model
+(``dp.search.predict``), lowered (the report counts the bytes) and built; then both programs run under
+``mpiexec -n P`` with ``io="root"``, checked against NumPy on a warm-up call and timed (best call; rounds
+interleave the two). The cost model's rates come from ``dp.calibrate()`` (run first, on this machine)
+unless ``--defaults``. Writes ``benchmarks/results/auto_schedule.json``.
+
+    python benchmarks/auto_schedule.py [--ranks 2] [--rounds 3] [--reps 3] [--small] [--only matmul,mlp]
+"""
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, ".."))
+
+import _peers_workloads as W  # noqa: E402
+
+DEFAULT = "axpy,softmax,jacobi,matmul,mlp"
+SCHEDULES = ("hand", "auto")
+
+
+def _grids(schedule) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in schedule.items()) or "none (rank 0)"
+
+
+def prepare(wl, ranks, tag, machine):
+    """Both schedules of one workload: predicted, lowered, built."""
+    import dace_partition as dp
+    from dace_partition.runtime.launch import build
+    from dace_partition.search import predict
+    out = {}
+    base = wl.program().to_sdfg()
+    if wl.prepare:
+        wl.prepare(base)
+    t = time.perf_counter()
+    auto = dp.auto_schedule(base, ranks, machine_=machine)
+    search_s = time.perf_counter() - t
+    for which, schedule in (("hand", wl.schedule(base, ranks)), ("auto", auto)):
+        sdfg = wl.program().to_sdfg()
+        if wl.prepare:
+            wl.prepare(sdfg)
+        sdfg.name = f"as_{wl.name}_{which}_{ranks}{tag}"
+        pred = auto.predicted if which == "auto" else predict(base, schedule, ranks, machine_=machine)
+        dp.lower(sdfg, dict(schedule))
+        rep = dp.report(sdfg)
+        out[which] = {"grids": _grids(schedule), "predicted_ms": pred.time * 1e3,
+                      "predicted_bytes": pred.total_bytes, "report_bytes": rep.total_bytes,
+                      "folder": build(sdfg)}
+    out["auto"]["search_s"] = search_s
+    out["auto"]["explain"] = auto.explain()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--small", action="store_true", help="sizes divided by 8 (a quick check, not for README)")
+    ap.add_argument("--only", default=DEFAULT, help="comma-separated workload names")
+    ap.add_argument("--defaults", action="store_true", help="the model's default rates instead of calibrate()")
+    ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "auto_schedule.json"))
+    args = ap.parse_args()
+    args.scale = 8 if args.small else 1
+    import dace_partition as dp
+    from dace_partition.runtime import toolchain
+    from dace_partition.runtime.launch import mpi_environment
+    from vs_peers import run_variant
+    machine = dp.Machine() if args.defaults else dp.calibrate(save=False)
+    print(f"cost model: {machine}", flush=True)
+    env = mpi_environment()
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(HERE, ".."), env.get("PYTHONPATH", "")])
+    os.environ.update(env)
+    names = args.only.split(",")
+    workloads = [f(args.scale) for f in W.ALL if f.__name__ in names]
+    tag = "_small" if args.small else ""
+    tmp = tempfile.mkdtemp(prefix="dace_partition_auto_")
+    setup = {}
+    for wl in workloads:
+        data = os.path.join(tmp, wl.name)
+        os.makedirs(data)
+        inputs = wl.inputs(np.random.default_rng(0))
+        for k, v in inputs.items():
+            np.save(os.path.join(data, f"{k}.npy"), v)
+        np.save(os.path.join(data, "__ref.npy"), np.asarray(wl.numpy(**{k: v.copy() for k, v in inputs.items()})))
+        t0 = time.perf_counter()
+        setup[wl.name] = (data, prepare(wl, args.ranks, tag, machine))
+        print(f"[{wl.name}] lowered and built in {time.perf_counter() - t0:.0f} s", flush=True)
+    times = {wl.name: {s: [] for s in SCHEDULES} for wl in workloads}
+    for r in range(args.rounds):
+        for wl in workloads:
+            data, info = setup[wl.name]
+            for which in (SCHEDULES if r % 2 == 0 else SCHEDULES[::-1]):
+                res = run_variant(wl, "ours_root", data, info[which]["folder"], args, env)
+                times[wl.name][which].append(res)
+                print(f"  round {r + 1} {wl.name:10s} {which}: {res}", flush=True)
+    rows = []
+    for wl in workloads:
+        _, info = setup[wl.name]
+        row = {"workload": wl.label, "name": wl.name}
+        for which in SCHEDULES:
+            good = [x for x in times[wl.name][which] if "time" in x and x.get("check") == "ok"]
+            cell = {k: v for k, v in info[which].items() if k != "folder"}
+            cell["measured_ms"] = min(x["time"] for x in good) * 1e3 if good else None
+            cell["check"] = "ok" if good and len(good) == len(times[wl.name][which]) else \
+                str((times[wl.name][which] or [{}])[0])
+            row[which] = cell
+        rows.append(row)
+    print_table(rows, args.ranks)
+    meta = {"ranks": args.ranks, "rounds": args.rounds, "reps": args.reps, "small": args.small,
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores", "toolchain": str(toolchain.info()),
+            "cost_model": str(machine), "date": time.strftime("%Y-%m-%d")}
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    print(f"wrote {args.out}")
+
+
+def print_table(rows, ranks):
+    print(f"\nautomatic vs hand schedules on {ranks} ranks (io='root'; best call; bytes from the report)")
+    print("| workload | hand grids | auto grids | bytes hand / auto | predicted ms hand / auto | "
+          "measured ms hand / auto | search s |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        h, a = r["hand"], r["auto"]
+
+        def ms(x):
+            return "-" if x is None else f"{x:.2f}"
+
+        print(f"| {r['workload']} | {h['grids']} | {a['grids']} | {h['report_bytes']} / {a['report_bytes']} | "
+              f"{ms(h['predicted_ms'])} / {ms(a['predicted_ms'])} | {ms(h['measured_ms'])} / {ms(a['measured_ms'])} | "
+              f"{a['search_s']:.2f} |")
+        for which in SCHEDULES:
+            if r[which]["check"] != "ok":
+                print(f"  {r['name']} {which}: {r[which]['check']}")
+
+
+if __name__ == "__main__":
+    main()
