@@ -13,7 +13,6 @@ program loaded from its build folder knows them.
 import copy
 import time
 import warnings
-import weakref
 from typing import Dict, Optional, Sequence
 
 import numpy as np
@@ -21,7 +20,7 @@ from dace import nodes
 from dace.sdfg import SDFG
 
 from .errors import ScheduleError, UnsupportedPattern
-from .ir import IoMode, Layout, is_lowered, layouts_of, ranks_needed
+from .ir import IoMode, Layout, is_lowered, layouts_of, notes, ranks_needed
 from .passes.partition import partition, single_threaded
 from .report import LoweringReport
 from .schedule import discover, resolve
@@ -29,15 +28,12 @@ from .solvers.registry import resolve_solvers
 
 __all__ = ["lower", "report", "ranks_needed", "is_lowered", "Layout", "layouts", "layout", "scatter", "gather"]
 
-_REPORTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
 def report(sdfg: SDFG) -> LoweringReport:
     """The report of the last ``lower`` call on this SDFG."""
-    try:
-        return _REPORTS[sdfg]
-    except KeyError:
-        raise ValueError(f"SDFG '{sdfg.name}' has not been lowered in this process") from None
+    rep = notes(sdfg).report
+    if rep is None:
+        raise ValueError(f"SDFG '{sdfg.name}' has not been lowered in this process")
+    return rep
 
 
 def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=None, fuse: bool = True,
@@ -100,7 +96,7 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
     if device == "cpu":
         from .runtime.toolchain import blas
         rep.blas = str(blas())
-    _REPORTS[sdfg] = rep
+    notes(sdfg).report = rep
     if verbose:
         print(rep)
     return sdfg

@@ -17,7 +17,7 @@ EXPECTED_REFUSALS = {
     "syrk": "changes while the program runs",
 }
 
-# The default suite: one program per pattern of issue 13, P=2, one build each (11 builds, about 3 minutes
+# The default suite: one program per pattern (docs/conformance.md), P=2, one build each (11 builds, about 3 minutes
 # on a 2-core machine). Every case, on P=2 and P=4, runs under the ``slow`` mark.
 DEFAULT = ["scale", "gemm", "gemver", "jacobi2d_time", "fdtd2d", "prod_cols", "reshape_merge", "doitgen",
            "triangular_scale", "syrk", "softmax", "mlp", "go_fast"]

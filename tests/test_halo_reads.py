@@ -1,4 +1,4 @@
-"""Halo reads (issue 13, pattern 7): every read of an array by one kernel, through any number of
+"""Halo reads: every read of an array by one kernel, through any number of
 connectors or access nodes, becomes ONE scatter into ONE rank-local buffer holding the block plus its
 halo (the bounding box of the propagated reads), and the kernel's memlets are re-based onto it.
 

@@ -13,6 +13,7 @@ import numpy as np
 import dace
 
 from ..errors import FrontendError
+from ..ir.record import notes
 from .aten import array_value, convert
 from .codegen import ProgramBuilder
 
@@ -66,7 +67,7 @@ def from_torch_train_step(step_fn: Callable, example_inputs: Inputs, state: Dict
         written.add(name_)
         b.result(name_)
     sdfg = b.to_sdfg()
-    sdfg._dp_train = {"outputs": ["loss"] + keys, "arguments": idents}
+    notes(sdfg).train = {"outputs": ["loss"] + keys, "arguments": idents}
     return sdfg
 
 
@@ -77,14 +78,14 @@ def _write(b: ProgramBuilder, v, hint: str) -> str:
 
 def outputs(sdfg: dace.SDFG, result) -> Tuple[float, Dict[str, np.ndarray]]:
     """(loss, {state name: new value}) from the results of running a training-step SDFG."""
-    names = sdfg._dp_train["outputs"]
+    names = notes(sdfg).train["outputs"]
     result = result if isinstance(result, tuple) else (result, )
     return float(np.asarray(result[0]).reshape(-1)[0]), dict(zip(names[1:], result[1:]))
 
 
 def argument_names(sdfg: dace.SDFG) -> Dict[str, str]:
     """{state or input name: SDFG argument name} (``0.weight`` becomes ``t_0_weight``)."""
-    return dict(sdfg._dp_train["arguments"])
+    return dict(notes(sdfg).train["arguments"])
 
 
 # -- convenience: a module, a loss and an optimizer ---------------------------------------------------

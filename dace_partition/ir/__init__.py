@@ -7,8 +7,8 @@ from .distribution import ROOT, Distribution
 from .kinds import IoMode, MoveKind, ReduceOp, op_code
 from .layout import Layout
 from .move import Cost, Move, intersection, volume
-from .record import ProgramRecord, attach, is_lowered, layouts_of, ranks_needed, record_of
+from .record import Notes, ProgramRecord, attach, is_lowered, layouts_of, notes, ranks_needed, record_of
 
 __all__ = ["ROOT", "Distribution", "IoMode", "MoveKind", "ReduceOp", "op_code", "Layout", "Cost", "Move",
            "intersection", "volume", "ProgramRecord", "attach", "is_lowered", "layouts_of", "ranks_needed",
-           "record_of"]
+           "record_of", "Notes", "notes"]

@@ -1,9 +1,11 @@
-"""``ProgramRecord``: what a lowered program needs to be run, in one typed record.
+"""``ProgramRecord``: what a lowered program needs to be run, in one typed record; ``Notes``: the one
+place where the package keeps what it knows about an SDFG object.
 
-Ranks needed, io mode and argument layouts are decided by ``lower``; the record travels with the SDFG
-object (also through ``copy.deepcopy``) and is saved as JSON beside the build (``dace_partition.json`` in
-the build folder), so a program loaded from its folder on any rank knows them without the SDFG's Python
-object.
+Ranks needed, io mode and argument layouts are decided by ``lower``; the record is saved as JSON beside
+the build (``dace_partition.json`` in the build folder), so a program loaded from its folder on any rank
+knows them without the SDFG's Python object. :func:`notes` holds the record, the lowering's report, a
+training step's names and whether discovery has converted its loops; it is one attribute of the SDFG, so
+it travels with the object (also through ``copy.deepcopy``) and nothing is kept in module-level tables.
 """
 import json
 import os
@@ -14,7 +16,7 @@ from .kinds import IoMode
 from .layout import Layout
 
 FILE = "dace_partition.json"
-_ATTR = "_dp_record"
+_ATTR = "_dace_partition"
 
 
 @dataclass(frozen=True)
@@ -35,14 +37,33 @@ class ProgramRecord:
                              {k: Layout.from_json(v) for k, v in d["layouts"].items()})
 
 
+@dataclass
+class Notes:
+    """What the package knows about one SDFG object (see the module docstring)."""
+    record: Optional[ProgramRecord] = None  # set by lower
+    report: Optional[object] = None  # the LoweringReport of lower
+    train: Optional[dict] = None  # from_torch_train_step: {"outputs": [...], "arguments": {...}}
+    loops_checked: bool = False  # discovery ran LoopToMap on it
+
+
+def notes(sdfg) -> Notes:
+    """The notes of ``sdfg`` (created empty on first use)."""
+    found = getattr(sdfg, _ATTR, None)
+    if found is None:
+        found = Notes()
+        setattr(sdfg, _ATTR, found)
+    return found
+
+
 def attach(sdfg, record: ProgramRecord):
-    setattr(sdfg, _ATTR, record)
+    notes(sdfg).record = record
 
 
 def record_of(sdfg) -> Optional[ProgramRecord]:
     """The record of an SDFG lowered in this process, None if it was not lowered (a loaded program reads
     its record from the build folder: :func:`read`)."""
-    return getattr(sdfg, _ATTR, None)
+    found = getattr(sdfg, _ATTR, None)
+    return found.record if found is not None else None
 
 
 def is_lowered(sdfg) -> bool:

@@ -12,7 +12,8 @@ def loops_to_maps(sdfg: SDFG):
     iterations independent, the loop becomes a map over its variable (named ``<loop body>_map``), which
     can be scheduled. Other loops are left alone, so map names elsewhere do not change. Returns the loop
     variables that were converted."""
-    if getattr(sdfg, "_dp_loops_checked", False):
+    from ..ir.record import notes
+    if notes(sdfg).loops_checked:
         return []
     from dace.transformation.interstate import LoopToMap
     from dace.transformation.passes.pattern_matching import match_patterns
@@ -34,10 +35,7 @@ def loops_to_maps(sdfg: SDFG):
         except Exception:  # noqa: BLE001 - DaCe's loop analysis failed: keep the loop as it is
             break
         done.append(chosen[1])
-    try:
-        sdfg._dp_loops_checked = True
-    except AttributeError:
-        pass
+    notes(sdfg).loops_checked = True
     return done
 
 

@@ -15,8 +15,8 @@ def resolve(kernels: List[Kernel], schedule) -> Dict[str, Tuple[int, ...]]:
 
     Keys may be map names, :class:`MapInfo` objects, or the ``Map`` / ``MapEntry`` objects of the SDFG.
     """
-    _FREE.clear()
     infos = [m for k in kernels for m in k.maps]
+    free = FreeSymbols()
     by_name = {m.name: m for m in infos}
     by_map = {id(m.map): m for m in infos}
     labels = [m.map.label for m in infos]
@@ -38,7 +38,7 @@ def resolve(kernels: List[Kernel], schedule) -> Dict[str, Tuple[int, ...]]:
                 raise ScheduleError(f"unknown map '{key}' in the schedule; known maps: {sorted(by_name)}")
         else:
             raise ScheduleError(f"schedule key {key!r} is neither a map name nor a map")
-        out[info.name] = check_grid(info, grid)
+        out[info.name] = check_grid(info, grid, free)
     return out
 
 
@@ -67,10 +67,12 @@ def replicate(grid, copies: int) -> Replicated:
     return Replicated(tuple(grid), copies)
 
 
-def check_grid(info: MapInfo, grid) -> Tuple[int, ...]:
-    """The process grid of a scheduled map: one entry per parameter (a replicated grid has one more)."""
+def check_grid(info: MapInfo, grid, free: "FreeSymbols" = None) -> Tuple[int, ...]:
+    """The process grid of a scheduled map: one entry per parameter (a replicated grid has one more).
+    ``free``: the program's free symbols, computed once for many checks."""
+    free = free if free is not None else FreeSymbols()
     if isinstance(grid, Replicated):
-        tiles = check_grid(info, grid.grid)
+        tiles = check_grid(info, grid.grid, free)
         return tiles + (grid.copies, ) if grid.copies > 1 else tiles
     if isinstance(grid, int) and not isinstance(grid, bool):
         grid = (grid, )
@@ -89,7 +91,7 @@ def check_grid(info: MapInfo, grid) -> Tuple[int, ...]:
     grid = tuple(int(g) for g in grid)
     for p, g, ext in zip(info.params, grid, info.shape):
         if not isinstance(ext, int):
-            if g > 1 and not _fixed_symbols(ext, info):
+            if g > 1 and not free.fixed(ext, info.kernel.state.sdfg):
                 raise ScheduleError(f"map '{info.name}' has extent {ext} along '{p}', which changes while the "
                                     "program runs (e.g. a loop variable or an outer map index); only extents "
                                     "given by the program's arguments can be split (DaCe's LoopToMap could not "
@@ -105,17 +107,17 @@ def check_grid(info: MapInfo, grid) -> Tuple[int, ...]:
     return grid
 
 
-_FREE: Dict[int, tuple] = {}  # id(sdfg) -> (sdfg, names of its free symbols and constants), per resolve()
+class FreeSymbols:
+    """Whether a symbolic extent depends only on the program's arguments (free symbols of the SDFG and its
+    constants). ``sdfg.free_symbols`` walks the whole program, so it is read once per SDFG and check."""
 
+    def __init__(self):
+        self._sdfg, self._names = None, set()
 
-def _fixed_symbols(expr, info: MapInfo) -> bool:
-    """Whether a symbolic extent depends only on the program's arguments (free symbols of the SDFG)."""
-    sdfg = info.kernel.state.sdfg
-    cached = _FREE.get(id(sdfg))
-    if cached is None or cached[0] is not sdfg:  # sdfg.free_symbols walks the whole program: once per resolve
-        cached = _FREE[id(sdfg)] = (sdfg, {str(s) for s in sdfg.free_symbols} | set(sdfg.constants))
-    free = cached[1]
-    return all(str(s) in free for s in dace.symbolic.pystr_to_symbolic(str(expr)).free_symbols)
+    def fixed(self, expr, sdfg) -> bool:
+        if self._sdfg is not sdfg:
+            self._sdfg, self._names = sdfg, {str(s) for s in sdfg.free_symbols} | set(sdfg.constants)
+        return all(str(s) in self._names for s in dace.symbolic.pystr_to_symbolic(str(expr)).free_symbols)
 
 
 def grid_size(grid: Sequence[int]) -> int:

@@ -1,4 +1,4 @@
-"""Issue 13 analysis fixes, checked without compiling: tiling formula, specialised and symbolic sizes,
+"""Constraint analysis checked without compiling: the tiling formula, specialised and symbolic sizes,
 derived library-node grids, views, triangular loops (the conformance suite runs them end to end)."""
 import dace
 import numpy as np
