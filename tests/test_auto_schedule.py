@@ -226,3 +226,44 @@ def test_a_program_with_nothing_to_partition_runs_on_rank_0_and_says_why():
     expected[0] = s
     got = dp.run(sdfg, 2, a=a.copy())
     assert np.array_equal(got["a"], expected)
+
+
+def test_lower_with_ranks_and_distributed_io_runs_correctly(rng):
+    sdfg = chain.to_sdfg()
+    sdfg.name = "auto_chain_dist_2"
+    dp.lower(sdfg, dp.auto_schedule(sdfg, 2, io="distributed", machine_=SLOW), io="distributed")
+    x, y = rng.random((64, 48)), rng.random(48)
+    got = dp.run(sdfg, 2, x=x, y=y)
+    np.testing.assert_allclose(got, np.exp(2.0 * x + y) - x, rtol=1e-12)
+
+
+def test_pytorch_module_and_training_step_are_scheduled_automatically():
+    """A PyTorch MLP's forward and its whole SGD training step, lowered with automatic grids (not given)
+    and run on 2 ranks, against eager PyTorch."""
+    torch = pytest.importorskip("torch")
+    from dace_partition.frontend import train_step as ts
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+    x, labels = torch.randn(64, 32), torch.randint(0, 8, (64, ))
+
+    sdfg = dp.from_torch(model.eval(), (x, ), name="auto_torch_mlp")
+    schedule = dp.auto_schedule(sdfg, 2, machine_=SLOW)
+    assert schedule, "nothing was partitioned"
+    dp.lower(sdfg, schedule)
+    with torch.no_grad():
+        np.testing.assert_allclose(dp.run(sdfg, 2, input=x), model(x).numpy(), rtol=1e-4, atol=1e-5)
+
+    step, state = ts.module_step(model.train(), "sgd", lr=0.1)
+    sdfg = dp.from_torch_train_step(step, {"x": x, "labels": labels}, state, name="auto_torch_sgd")
+    schedule = dp.auto_schedule(sdfg, 2, machine_=SLOW)
+    assert len(schedule) >= 5
+    dp.lower(sdfg, schedule)
+    loss, new = ts.outputs(sdfg, dp.run(sdfg, 2, x=x.numpy(), labels=labels.numpy()))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref = torch.nn.functional.cross_entropy(model(x), labels)
+    opt.zero_grad()
+    ref.backward()
+    opt.step()
+    assert loss == pytest.approx(float(ref.detach()), rel=1e-5, abs=1e-5)
+    for k, v in model.named_parameters():
+        np.testing.assert_allclose(new[k], v.detach().numpy(), rtol=1e-5, atol=1e-5, err_msg=k)
