@@ -13,8 +13,8 @@ the general ``blocks`` redistribution. The generated code also falls back to it 
 job has more ranks than the mesh, since the synthesized plan runs on MPI_COMM_WORLD.
 """
 import functools
-import json
-from typing import Dict, List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple
 
 from ..errors import UnsupportedPattern
 from ..ir import Cost, Distribution, Move, MoveKind
@@ -76,14 +76,25 @@ def _layout(subset, grid, coords, shape, axes, side: int) -> Optional[List[List[
     return out
 
 
-def block_layouts(move: Move) -> Optional[Dict[str, object]]:
+@dataclass(frozen=True)
+class Problem:
+    """A redistribution between block layouts of one mesh, in the synthesizer's terms: mesh axes (name,
+    size), the global shape, and per array dimension the mesh axes that split it on each side."""
+    mesh: Tuple[Tuple[str, int], ...]
+    shape: Tuple[int, ...]
+    src: Tuple[Tuple[str, ...], ...]
+    dst: Tuple[Tuple[str, ...], ...]
+    itemsize: int
+
+
+def block_layouts(move: Move) -> Optional[Problem]:
     """The synthesizer problem for a grid-to-grid move (blocks of one array on two grids), or None when it is
     not a redistribution between block layouts of one mesh."""
-    return _problem(move.src.combined(), move.dst.combined(), move.shape, move.itemsize)
+    return _problem(move.src.combined(), move.dst.combined(), tuple(move.shape), move.itemsize)
 
 
 @functools.lru_cache(maxsize=1024)
-def _problem(src: Distribution, dst: Distribution, shape, itemsize) -> Optional[Dict[str, object]]:
+def _problem(src: Distribution, dst: Distribution, shape, itemsize) -> Optional[Problem]:
     axes = common_mesh(src.grid, dst.grid)
     if axes is None:
         return None
@@ -91,20 +102,15 @@ def _problem(src: Distribution, dst: Distribution, shape, itemsize) -> Optional[
     b = _layout(dst.range, dst.grid, dst.coords, shape, axes, 1)
     if a is None or b is None:
         return None
-    return {"mesh": [[n, s] for n, s, _, _ in axes], "shape": [int(x) for x in shape], "src": a, "dst": b,
-            "itemsize": itemsize}
-
-
-def plan_of(problem: Dict[str, object]):
-    """The synthesized plan of a problem, computed once per distinct problem."""
-    return _plan(json.dumps(problem, sort_keys=True))
+    return Problem(tuple((n, s) for n, s, _, _ in axes), tuple(int(x) for x in shape), tuple(map(tuple, a)),
+                   tuple(map(tuple, b)), itemsize)
 
 
 @functools.lru_cache(maxsize=256)
-def _plan(key: str):
-    problem = json.loads(key)
-    return synthesize({n: s for n, s in problem["mesh"]}, problem["shape"], [tuple(x) for x in problem["src"]],
-                      [tuple(x) for x in problem["dst"]], itemsize=problem["itemsize"])
+def plan_of(problem: Problem):
+    """The synthesized plan of a problem, computed once per distinct problem."""
+    return synthesize(dict(problem.mesh), list(problem.shape), list(problem.src), list(problem.dst),
+                      itemsize=problem.itemsize)
 
 
 def received_per_rank(plan) -> List[int]:
