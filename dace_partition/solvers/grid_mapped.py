@@ -126,10 +126,37 @@ def mpi_calls(mapping: GridMapping, direction: str, op: Optional[str]) -> List[s
     return calls
 
 
-@functools.lru_cache(maxsize=4096)
 def match_distribution(array: str, dist: Distribution) -> GridMapping:
-    """:func:`match` of a grid distribution, once per distinct value."""
-    return match(array, dist.range, dist.grid, dist.coords)
+    """:func:`match` of a grid distribution, once per distinct block pattern: the mapping does not depend
+    on the names of the grid coordinates (each kernel has its own), so it is computed once for all
+    distributions that differ only in them (many kernels of one shape, the schedule search's candidates)."""
+    mapping = _match_canonical(dist.grid, *_canonical(dist))
+    if isinstance(mapping, str):
+        raise UnsupportedPattern(array, dist.range, mapping)
+    return mapping
+
+
+def _canonical(dist: Distribution):
+    """The distribution's subset and coordinates with coordinate d named ``__dpc<d>``."""
+    names = {c: f"__dpc{d}" for d, c in enumerate(dist.coords) if c}
+    if not names:
+        return dist.subset, dist.coords
+    repl = {}
+    for b, e, _ in dist.subset:
+        for f in sympy.sympify(b).free_symbols | sympy.sympify(e).free_symbols:
+            if str(f) in names:
+                repl[f] = dace.symbolic.symbol(names[str(f)], dace.int32)
+    subset = tuple(tuple(sympy.sympify(x).xreplace(repl) for x in r) for r in dist.subset)
+    return subset, tuple(names.get(c) for c in dist.coords)
+
+
+@functools.lru_cache(maxsize=4096)
+def _match_canonical(grid, subset, coords):
+    """The mapping, or the reason no mapping exists (a string)."""
+    try:
+        return match("", subsets.Range(list(subset)), grid, coords)
+    except UnsupportedPattern as e:
+        return e.reason
 
 
 class GridMappedSolver(Solver):

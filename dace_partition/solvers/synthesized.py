@@ -20,7 +20,7 @@ from ..errors import UnsupportedPattern
 from ..ir import Cost, Distribution, Move, MoveKind
 from .base import Solver
 from .blocks import BlockSolver
-from .grid_mapped import match
+from .grid_mapped import match_distribution
 from .synthesis import synthesize
 from .synthesis.sdfg_node import DacePartitionRedistribute, emit
 
@@ -51,10 +51,11 @@ def common_mesh(a: Sequence[int], b: Sequence[int]) -> Optional[List[Tuple[str, 
     return axes
 
 
-def _layout(subset, grid, coords, shape, axes, side: int) -> Optional[List[List[str]]]:
+def _layout(dist: Distribution, shape, axes, side: int) -> Optional[List[List[str]]]:
     """Per array dimension the mesh axes splitting it, or None if the blocks are not a block layout."""
+    grid = dist.grid
     try:
-        mapping = match("", subset, grid, coords)
+        mapping = match_distribution("", dist)
     except UnsupportedPattern:
         return None
     out = []
@@ -98,8 +99,8 @@ def _problem(src: Distribution, dst: Distribution, shape, itemsize) -> Optional[
     axes = common_mesh(src.grid, dst.grid)
     if axes is None:
         return None
-    a = _layout(src.range, src.grid, src.coords, shape, axes, 0)
-    b = _layout(dst.range, dst.grid, dst.coords, shape, axes, 1)
+    a = _layout(src, shape, axes, 0)
+    b = _layout(dst, shape, axes, 1)
     if a is None or b is None:
         return None
     return Problem(tuple((n, s) for n, s, _, _ in axes), tuple(int(x) for x in shape), tuple(map(tuple, a)),
