@@ -31,13 +31,18 @@ def _key(p: Prediction, choice: Dict[int, int]):
 def exhaustive(model: ProgramModel, allowed: Dict[int, Sequence[int]]) -> Tuple[Dict[int, int], Prediction]:
     ks = sorted(allowed)
     best = None
+    prev = None
     for combo in itertools.product(*[allowed[k] for k in ks]):
         choice = dict(zip(ks, combo))
-        p = model.evaluate(choice)
+        changed = [k for k in ks if prev is not None and prev[0][k] != choice[k]]
+        # consecutive schedules mostly differ in one kernel: price only that change
+        p = model.change(prev[0], prev[1], changed[0], choice[changed[0]]) if len(changed) == 1 \
+            else model.evaluate(choice)
+        prev = (choice, p)
         key = _key(p, choice)
         if best is None or key < best[0]:
             best = (key, choice, p)
-    return best[1], best[2]
+    return best[1], model.evaluate(best[1])  # the sums of the changes, recomputed once from the parts
 
 
 def local_search(model: ProgramModel, allowed: Dict[int, Sequence[int]], budget_s: float = 8.0):
