@@ -151,3 +151,45 @@ def test_window_in_loop_runs_like_numpy():
         for j in range(3):
             ref[:, i, j, :] = np.sum(x[:, i:i + 3, j:j + 3, :, None] * w[None], axis=(1, 2, 3))
     np.testing.assert_allclose(dp.run(sdfg, 2, input=x, weights=w), ref, rtol=1e-5)
+
+
+@dace.program
+def column_sweeps(a: dace.float64[N, M], out: dace.float64[N, M]):
+    """vadv: loops over the same variable ``k`` write column ``k`` of a transient and read column
+    ``k - 1``, written by the previous iteration or by another loop."""
+    c = np.ndarray((N, M), dtype=np.float64)
+    t = np.ndarray((N, ), dtype=np.float64)
+    for k in range(1):
+        t[:] = a[:, k] * 2.0
+        c[:, k] = t + 1.0
+    for k in range(1, M - 1):
+        t[:] = a[:, k] * 2.0
+        c[:, k] = t + c[:, k - 1]
+    for k in range(M - 1, M):
+        t[:] = a[:, k] * 3.0
+        c[:, k] = t - c[:, k - 1]
+    out[:] = c
+
+
+def _column_sweeps_ref(a):
+    c = np.empty_like(a)
+    c[:, 0] = 2 * a[:, 0] + 1
+    for k in range(1, a.shape[1] - 1):
+        c[:, k] = 2 * a[:, k] + c[:, k - 1]
+    c[:, -1] = 3 * a[:, -1] - c[:, -2]
+    return c
+
+
+def test_a_round_trip_is_fused_only_with_the_gather_that_wrote_what_is_read():
+    """A scatter reads a gather's local buffer instead of rank 0's copy only where that gather is the
+    last to write on every path to it (states are listed breadth-first, so a later loop's states
+    interleave with a loop's body), its blocks hold every element read (``c[:, k - 1]`` after
+    ``c[:, k]``) and the loop variables in the blocks did not change in between."""
+    sdfg = column_sweeps.to_sdfg()
+    sdfg.specialize(dict(N=6, M=5))
+    sdfg.name = "t_npb_column_sweeps"
+    dp.lower(sdfg, natural(sdfg))
+    a = np.random.default_rng(2).random((6, 5))
+    out = np.zeros((6, 5))
+    got = dp.run(sdfg, 2, a=a, out=out)
+    np.testing.assert_allclose(got["out"] if isinstance(got, dict) else out, _column_sweeps_ref(a), rtol=1e-12)

@@ -16,15 +16,17 @@ An input that the program never writes, scattered again in the same blocks to th
 from the first scatter's buffer instead (``REUSE``). Either way ``T`` is never allocated at global size
 nor sent to rank 0.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import List, Optional
 
+import dace
 from dace.memlet import Memlet
-from dace.sdfg import SDFG
+from dace.sdfg import SDFG, SDFGState
 
 from ..solvers.node import DistributedMemlet
 from ..ir import Move
+from ..ir.move import contains, intersection, volume
 from ..schedule import ordered_states
 from .graph import (MovePass, destination_buffer, distributed_memlets, drop, rename_data, reroute, source_buffer, uses,
                     writes)
@@ -66,6 +68,118 @@ def _plain(dm: DistributedMemlet) -> bool:
     return not dm.accumulates or not side.may_overlap()
 
 
+class _SameValues:
+    """Whether the symbols in the blocks of some moves (``wcon[:, :, k + 1]``) have the same values in a
+    later state as in an earlier one: no interstate assignment of them (nor a loop over them) lies on a
+    path from the one to the other within one iteration of the loops around both. Blocks written with the
+    same expression name other elements where ``k`` changed in between (vadv's three loops over ``k``)."""
+
+    def __init__(self, sdfg: SDFG):
+        from .loops import find_loops
+        self.sdfg = sdfg
+        self.loops = find_loops(sdfg)
+        self.assigned = {x for e in sdfg.all_interstate_edges() for x in e.data.assignments}
+        self.assigned |= {r.loop_variable for r in sdfg.all_control_flow_regions() if getattr(r, "loop_variable", None)}
+
+    def __call__(self, a: SDFGState, b: SDFGState, dms) -> bool:
+        from .loops import block_symbols
+        v = set().union(*(block_symbols(d) for d in dms)) & self.assigned
+        if not v:
+            return True
+        g = self.sdfg
+        if a.parent_graph is not g or b.parent_graph is not g:
+            return False  # inside control-flow regions: not analysed, keep the moves
+        back = {id(e) for lp in self.loops if a in lp.body and b in lp.body
+                for e in g.in_edges(lp.head) if e.src in lp.body}
+        edges = [e for e in g.edges() if id(e) not in back]
+        fwd, bwd = _reach(a, edges, True), _reach(b, edges, False)
+        if b not in fwd:
+            return False
+        for e in edges:
+            if e.src in fwd and e.dst in bwd and v & set(e.data.assignments):
+                return False
+        for blk in fwd & bwd:  # a loop region between them may assign them
+            if not isinstance(blk, SDFGState):
+                inner = {x for e in blk.all_interstate_edges() for x in e.data.assignments}
+                inner |= {r.loop_variable for r in [blk, *blk.all_control_flow_regions()]
+                          if getattr(r, "loop_variable", None)}
+                if v & inner:
+                    return False
+        return True
+
+
+def _only_source(src: SDFGState, reader: SDFGState, sources) -> bool:
+    """Whether every path that reaches ``reader`` (from the program's start, around loops too) last
+    passes a state of ``sources`` at ``src``: states are listed breadth-first, not in the order they
+    run, so "the gather before it in the list" is not enough (a loop's exit and its body interleave)."""
+    graph = reader.parent_graph
+    if src.parent_graph is not graph or src is reader:
+        return False
+    seen, todo, hit = {reader}, [reader], set()
+    while todo:
+        u = todo.pop()
+        if u is graph.start_block or graph.in_degree(u) == 0:
+            return False  # reached without passing any source
+        for e in graph.in_edges(u):
+            w = e.src
+            if w in seen:
+                continue
+            seen.add(w)
+            if w in sources:
+                hit.add(w)
+            else:
+                todo.append(w)
+    return hit == {src}
+
+
+def _covers(src, dst) -> bool:
+    """Whether the elements of ``src`` (all ranks' blocks) include every element of ``dst``: per dimension
+    the same range, or ranges free of grid coordinates with ``dst``'s inside ``src``'s; with known sizes,
+    block by block."""
+    if src.same_blocks(dst):
+        return True
+    a, b = src.blocks(), dst.blocks()
+    if a is not None and b is not None:
+        a = [x for x in dict.fromkeys(a) if volume(x[1]) > 0]  # replicas hold the same block
+        disjoint = all(intersection(x, y) == 0 for i, x in enumerate(a) for y in a[i + 1:])
+        return all(any(contains(x, blk) for x in a) or
+                   (disjoint and sum(intersection(x, blk) for x in a) == volume(blk[1])) for blk in b)
+    ga = [(g, c) for g, c in zip(src.grid, src.coords) if g > 1]
+    gb = [(g, c) for g, c in zip(dst.grid, dst.coords) if g > 1]
+    if [g for g, _ in ga] != [g for g, _ in gb]:
+        return False
+    from ..ir.distribution import _rename
+    names = {bc: ac for (_, ac), (_, bc) in zip(ga, gb) if ac and bc}
+    coords = {c for c in src.coords + dst.coords if c}
+    for (sb, se, _), (db, de, _) in zip(src.subset, _rename(dst.subset, names)):
+        if dace.symbolic.simplify(sb - db) == 0 and dace.symbolic.simplify(se - de) == 0:
+            continue
+        if {str(x) for x in (_free(sb) | _free(se) | _free(db) | _free(de))} & coords:
+            return False
+        lo, hi = dace.symbolic.simplify(db - sb), dace.symbolic.simplify(se - de)
+        if not (getattr(lo, "is_number", False) and getattr(hi, "is_number", False) and lo >= 0 and hi >= 0):
+            return False
+    return True
+
+
+def _free(x) -> set:
+    return set(getattr(x, "free_symbols", ()))
+
+
+def _reach(start, edges, forward: bool) -> set:
+    nxt = {}
+    for e in edges:
+        u, w = (e.src, e.dst) if forward else (e.dst, e.src)
+        nxt.setdefault(u, []).append(w)
+    seen, todo = {start}, [start]
+    while todo:
+        for w in nxt.get(todo.pop(), ()):
+            if w not in seen:
+                seen.add(w)
+                todo.append(w)
+    return seen
+
+
 class FuseRoundTrips(MovePass):
     """Removes round trips of intermediates through rank 0, and repeated scatters of inputs."""
 
@@ -73,6 +187,7 @@ class FuseRoundTrips(MovePass):
     def decide(self, sdfg: SDFG) -> List[_Decision]:
         """What to do with every fusable scatter; changes nothing."""
         out: List[_Decision] = []
+        self._same = _SameValues(sdfg)
         dms = distributed_memlets(sdfg)
         scatters = [(st, n) for st, n in dms if not n.src_grid]
         for arr in dict.fromkeys(n.array for _, n in dms if not n.dst_grid):
@@ -81,29 +196,46 @@ class FuseRoundTrips(MovePass):
             # T must be touched only by DistributedMemlets (no code on rank 0 reads or writes it).
             if desc is None or not desc.transient or len(uses(sdfg, arr)) != len(seq):
                 continue
-            versions, current = [], None
+            versions, current, early = [], None, False
             for st, n in seq:
                 if not n.dst_grid:
                     current = ((st, n), [])
                     versions.append(current)
                 elif current is not None:
                     current[1].append((st, n))
+                else:
+                    early = True  # read before the first gather (in a loop: the previous iteration's values)
+            mine, kept = [], early
             for (gst, g), readers in versions:
                 if not readers or not _plain(g) or not all(_plain(x) for _, x in readers):
+                    kept = kept or bool(readers)
                     continue
-                out += self._decide_version(sdfg, gst, g, readers)
+                decided = self._decide_version(sdfg, gst, g, readers, {x for (x, _), _ in versions})
+                kept = kept or len(decided) < len(readers)
+                mine += decided
                 for r in readers:
                     scatters.remove(r)
+            if kept:  # some reader reads rank 0's copy, maybe of another version's elements: keep every gather
+                mine = [replace(d, last=False) for d in mine]
+            out += mine
         out += self._decide_reuse(sdfg, scatters)
         return out
 
-    def _decide_version(self, sdfg: SDFG, gst, g, readers) -> List[_Decision]:
+    def _decide_version(self, sdfg: SDFG, gst, g, readers, gathers=()) -> List[_Decision]:
         src = g.distribution("src")
         local_a = source_buffer(gst, g)
         out = []
+        kept = False  # a reader keeps its scatter from rank 0: the gather stays too
         for k, (sst, s) in enumerate(readers):
-            last = k == len(readers) - 1
+            last = k == len(readers) - 1 and not kept
             dst = s.distribution("dst")
+            if not _only_source(gst, sst, set(gathers) | {gst}) or not self._same(gst, sst, (g, s)) \
+                    or not _covers(src, dst):
+                # Another gather (another loop's, or the previous iteration's) may have written what it reads,
+                # or it reads elements this gather did not write (``ccol[:, :, k - 1]`` after a kernel wrote
+                # ``ccol[:, :, k]``), or its blocks name other elements by now: it reads rank 0's copy.
+                kept = True
+                continue
             local_b = destination_buffer(sst, s)
             # Reading local_a in place is safe unless this reader updates it and a later reader needs the old value.
             in_place = last or not writes(sdfg, local_b, sst.out_edges(s)[0].dst)
@@ -125,7 +257,8 @@ class FuseRoundTrips(MovePass):
             dist = s.distribution("dst")
             local_b = destination_buffer(st, s)
             first = next(((fst, f) for fst, f in firsts if f.array == s.array and f.distribution("dst").same_blocks(dist)
-                          and sdfg.arrays[destination_buffer(fst, f)].shape == sdfg.arrays[local_b].shape), None)
+                          and sdfg.arrays[destination_buffer(fst, f)].shape == sdfg.arrays[local_b].shape
+                          and _only_source(fst, st, {fst}) and self._same(fst, st, (f, s))), None)
             if first is None:
                 firsts.append((st, s))
                 continue

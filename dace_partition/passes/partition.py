@@ -178,16 +178,25 @@ def check_moves(sdfg: SDFG, maps: Dict[int, str]) -> None:
     runs (a loop's variable in a move outside that loop): such a program would not compile, or would read
     an uninitialised offset. Raises UnsupportedPattern naming the array, the map and the rank."""
     from .loops import block_symbols, find_loops
-    inside = []  # (loop body, symbols its iterations assign)
-    for lp in find_loops(sdfg):
-        names = {x for st in lp.body for e in sdfg.out_edges(st) if e.dst in lp.body for x in e.data.assignments}
+    inside, ok = [], set()  # (loop body, symbols its iterations assign); the edges that assign them there
+    loops = find_loops(sdfg)
+    for lp in loops:
+        edges = [e for st in lp.body for e in sdfg.out_edges(st) if e.dst in lp.body] + list(lp.entries)
+        names = {x for e in edges for x in e.data.assignments}
+        ok |= {id(e) for e in edges}
         if names:
             inside.append((lp.body, names))
+    # A symbol also assigned outside every loop (``k = 0`` before the code of a one-trip loop) is defined
+    # there too: only symbols that loops alone assign are checked.
+    elsewhere = {x for e in sdfg.edges() if id(e) not in ok for x in e.data.assignments}
+    inside = [(body, names - elsewhere) for body, names in inside]
     for st, dm in distributed_memlets(sdfg):
         move = dm.move()
         name = maps.get(dm.grid_id, f"grid {dm.grid_id}")
         used = block_symbols(dm)
-        stray = sorted({x for body, names in inside if st not in body for x in used & names})
+        # stray: assigned by loops alone, and by none of the loops around this state
+        stray = sorted({x for _, names in inside for x in used & names} -
+                       {x for body, names in inside if st in body for x in names})
         if stray:
             raise UnsupportedPattern(move.array, move.grid_side.range, f"the blocks of map '{name}' use "
                                      f"{', '.join(map(repr, stray))}, which is not defined where the move runs "
