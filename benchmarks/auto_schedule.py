@@ -8,6 +8,11 @@ interleave the two). The cost model's rates come from ``dp.calibrate()`` (run fi
 unless ``--defaults``. Writes ``benchmarks/results/auto_schedule.json``.
 
     python benchmarks/auto_schedule.py [--ranks 2] [--rounds 3] [--reps 3] [--small] [--only matmul,mlp]
+
+``--conformance``: instead, every program of the conformance suite on 2 and 4 ranks, lowered (not run)
+with its hand schedule and with the automatic one (on the tests' slow-compute model, so that these small
+programs are partitioned): bytes from both reports and the predicted times
+(``benchmarks/results/auto_schedule_conformance.json``).
 """
 import argparse
 import json
@@ -61,6 +66,53 @@ def prepare(wl, ranks, tag, machine):
     return out
 
 
+def conformance(out_path):
+    """Hand against automatic schedules on every conformance program (lowered, not run)."""
+    sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+    import dace_partition as dp
+    from dace_partition.search import predict
+    from conformance.harness import SLOW_COMPUTE, symbol_values
+    from conformance.programs import CASES
+    rows = []
+    for name, case in CASES.items():
+        for P in (2, 4):
+            sizes = symbol_values(case)
+            row = {"program": name, "P": P}
+            for which in SCHEDULES:
+                sdfg = case.program.to_sdfg()
+                try:
+                    if which == "hand":
+                        schedule = case.schedule(P, dp.maps(sdfg))
+                        pred = predict(sdfg, schedule, P, sizes=sizes, machine_=SLOW_COMPUTE)
+                    else:
+                        schedule = dp.auto_schedule(sdfg, P, sizes=sizes, machine_=SLOW_COMPUTE)
+                        pred = schedule.predicted
+                    dp.lower(sdfg, dict(schedule))
+                    per = dp.report(sdfg).bytes_per_rank(**sizes)
+                    row[which] = {"bytes": sum(per) if per is not None else None, "predicted_ms": pred.time * 1e3,
+                                  "grids": len(schedule)}
+                except (dp.ScheduleError, dp.UnsupportedPattern) as e:
+                    row[which] = {"refused": str(e).splitlines()[0][:200]}
+            rows.append(row)
+            print(row, flush=True)
+    fewer = [r for r in rows if "bytes" in r["auto"] and "bytes" in r["hand"] and r["auto"]["bytes"] is not None
+             and r["hand"]["bytes"] is not None and r["auto"]["bytes"] <= r["hand"]["bytes"]]
+    faster = [r for r in rows if "bytes" in r["auto"] and "bytes" in r["hand"]
+              and r["auto"]["predicted_ms"] <= r["hand"]["predicted_ms"] * (1 + 1e-9)]
+    print(f"\n{len(rows)} runs: auto moves no more bytes than hand in {len(fewer)}; predicted no slower in "
+          f"{len(faster)}; hand refused in {sum('refused' in r['hand'] for r in rows)}, "
+          f"auto refused in {sum('refused' in r['auto'] for r in rows)}")
+    print("| program | P | hand bytes | auto bytes | hand predicted ms | auto predicted ms |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        h, a = r["hand"], r["auto"]
+        print(f"| {r['program']} | {r['P']} | {h.get('bytes', 'refused')} | {a.get('bytes', 'refused')} | "
+              f"{h.get('predicted_ms', float('nan')):.3f} | {a.get('predicted_ms', float('nan')):.3f} |")
+    with open(out_path, "w") as f:
+        json.dump({"date": time.strftime("%Y-%m-%d"), "model": str(SLOW_COMPUTE), "rows": rows}, f, indent=1)
+    print(f"wrote {out_path}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=2)
@@ -71,7 +123,10 @@ def main():
     ap.add_argument("--defaults", action="store_true", help="the model's default rates instead of calibrate()")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--out", default=os.path.join(HERE, "results", "auto_schedule.json"))
+    ap.add_argument("--conformance", action="store_true", help="hand vs auto bytes on the conformance suite")
     args = ap.parse_args()
+    if args.conformance:
+        return conformance(os.path.join(HERE, "results", "auto_schedule_conformance.json"))
     args.scale = 8 if args.small else 1
     import dace_partition as dp
     from dace_partition.runtime import toolchain
