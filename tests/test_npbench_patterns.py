@@ -193,3 +193,37 @@ def test_a_round_trip_is_fused_only_with_the_gather_that_wrote_what_is_read():
     out = np.zeros((6, 5))
     got = dp.run(sdfg, 2, a=a, out=out)
     np.testing.assert_allclose(got["out"] if isinstance(got, dict) else out, _column_sweeps_ref(a), rtol=1e-12)
+
+
+@dace.program
+def two_reductions(a: dace.float64[N, M, 4], b: dace.float64[M, N]):
+    s1 = np.sum(a, axis=2)
+    s2 = np.sum(b, axis=0)
+    return np.sum(s1, axis=1) + s2
+
+
+def test_grids_stay_with_the_maps_the_user_named(monkeypatch):
+    """resnet: the lowering splits states and discovers the kernels again; map names made unique in the
+    new order must not move the user's grids to other maps (a 2-parameter map given a 3-entry grid was
+    refused as a replicate() grid the schedule never had)."""
+    import dace_partition.passes.partition as part
+    real, calls = part.discover, []
+
+    def reordered(sdfg):  # discovery after the split names same-label maps the other way round
+        ks = real(sdfg)
+        calls.append(1)
+        if len(calls) > 1:
+            infos = [m for k in ks for m in k.maps if m.name.startswith("Reduce.reduce_output")]
+            names = [m.name for m in infos]
+            for m, n in zip(infos, reversed(names)):
+                m.name = n
+        return ks
+
+    monkeypatch.setattr(part, "discover", reordered)
+    sdfg = two_reductions.to_sdfg()
+    sdfg.specialize(dict(N=6, M=4))
+    sdfg.name = "t_npb_two_reductions"
+    schedule = natural(sdfg)
+    dp.lower(sdfg, schedule)
+    grids = {k.name: k.grid for k in dp.report(sdfg).kernels if k.grid}
+    assert grids and all(len(g) == len(schedule[name]) for name, g in grids.items() if name in schedule), grids

@@ -372,8 +372,11 @@ def plan_nested_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, .
     replicated = [m for m in scheduled if len(grids[m.name]) > len(m.params)]
     if replicated:
         if replicated != [principal]:
-            raise ScheduleError(f"inside '{kernel.label}', only the map with the most parameters "
-                                f"('{principal.name}') may be given a replicate() grid")
+            other = next(m for m in replicated if m is not principal)
+            raise ScheduleError(f"inside '{kernel.label}', map '{other.name}' has {len(other.params)} parameter(s) "
+                                f"{tuple(other.params)} but was given the grid {tuple(grids[other.name])}: a grid "
+                                "with one entry more than the map's parameters is a replicate() grid, which only "
+                                f"the map with the most parameters ('{principal.name}') may have")
         copies = grids[principal.name][-1]
         plan = plan_nested_kernel(sdfg, kernel, {**grids, principal.name: grids[principal.name][:-1]})
         plan.grid = tuple(plan.grid) + (copies, )

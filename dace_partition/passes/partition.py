@@ -46,11 +46,12 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: st
     """Lowers ``sdfg`` in place for ``grids`` ({map name: grid}, already checked) with the solvers in
     ``solvers`` order; raises before the first rewrite where it can, so callers lower a copy."""
     steps = Steps()
+    named = discover(sdfg)  # the names the schedule was checked against (before the states change)
     _split_states(sdfg)
-    kernels = discover(sdfg)
+    kernels = _same_names(discover(sdfg), named)
     expanded = _expand_uneven_library_nodes(sdfg, kernels, grids)
     if expanded:
-        kernels = discover(sdfg)
+        kernels = _same_names(discover(sdfg), kernels)
     steps.done("prepare and discover kernels")
     planned: List[KernelMoves] = []
     plans = []
@@ -274,6 +275,21 @@ def _uneven(plan: KernelPlan) -> bool:
         elif len({c for _, c in blocks}) > 1:
             return True
     return False
+
+
+def _same_names(kernels: List[Kernel], before: List[Kernel]) -> List[Kernel]:
+    """``kernels`` with the map names of the same kernels in ``before``: names made unique in discovery
+    order would change when the states are split (another order), and the user's grids would go to other
+    maps (a 2-parameter map given a 3-entry grid reads as a replicate() grid). A kernel is the same node,
+    or (a library node replaced by its expansion) a node of the same label in the same state."""
+    by_node = {id(k.node): k for k in before}
+    by_label = {(id(k.state), k.label): k for k in before}
+    for k in kernels:
+        old = by_node.get(id(k.node)) or by_label.get((id(k.state), k.label))
+        if old is not None and len(old.maps) == len(k.maps):
+            for m, o in zip(k.maps, old.maps):
+                m.name = o.name
+    return kernels
 
 
 def _expand_uneven_library_nodes(sdfg: SDFG, kernels: List[Kernel], grids) -> set:
