@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import FrontendError
 from .codegen import ProgramBuilder
+from . import numpy_ops as ops
 from .numpy_ops import np_dtype, shape_code
 
 Shape = Tuple[int, ...]
@@ -166,6 +167,8 @@ class Converter:
             self.node = node
             if node.op == "placeholder":
                 self.env[node] = inputs[node]
+            elif node.op == "get_attr":  # a tensor the step captured (a batch norm's running statistics)
+                self.env[node] = self.captured(graph, node)
             elif node.op == "output":
                 return [self.env[x] for x in _flatten(node.args[0])]
             elif node.op == "call_function":
@@ -188,6 +191,23 @@ class Converter:
             else:
                 raise FrontendError(f"unsupported graph node '{node.name}' ({node.op})")
         raise FrontendError("graph has no output node")
+
+    def captured(self, graph, node) -> Value:
+        import torch
+        t = getattr(graph.owning_module, node.target, None) if graph.owning_module is not None else None
+        if not isinstance(t, torch.Tensor):
+            raise FrontendError(f"graph attribute '{node.target}' at node '{node.name}' is not a tensor")
+        arr = t.detach().cpu().numpy()
+        ident = self.b.argument(node.target, arr.shape or (1, ), arr.dtype, arr)
+        return array_value(ident, arr.shape, arr.dtype)
+
+    def lines(self, lines):
+        for line in lines:
+            self.b.line(line)
+
+    def contraction_done(self):
+        """Counts a zero/accumulate pair for :func:`.numpy_ops.nest_contractions`."""
+        self.b.contractions = getattr(self.b, "contractions", 0) + 1
 
     def fail(self, why: str):
         raise FrontendError(f"ATen op '{self.node.target}' at node '{self.node.name}': {why}")
@@ -488,6 +508,273 @@ def _layer_norm_backward(c, go, x, normalized_shape, mean, rstd, weight, bias, o
     if bias is not None and output_mask[2]:
         db = c.reduce(go, batch_axes, False, "sum", "ln_db")
     return dx, dw, db
+
+
+# -- convolution, pooling, batch normalisation, embeddings ------------------------------------------------
+
+
+def _pair(v, n):
+    v = list(v) if isinstance(v, (list, tuple)) else [v]
+    return v * n if len(v) == 1 else v
+
+
+def _conv_check(c, x, weight, stride, padding, dilation, transposed, output_padding, groups):
+    n = len(x.shape) - 2
+    if transposed:
+        c.fail("transposed convolutions are not supported")
+    if groups != 1:
+        c.fail(f"grouped convolutions (groups={groups}) are not supported")
+    if isinstance(padding, str):
+        c.fail(f"padding='{padding}' is not supported (give the padding as numbers)")
+    if n < 1 or len(weight.shape) != n + 2 or weight.shape[1] != x.shape[1]:
+        c.fail(f"weight of shape {weight.shape} does not fit input {x.shape}")
+    return n, _pair(stride, n), _pair(padding, n), _pair(dilation, n)
+
+
+def _padded(c, x: Value, pads, value="0.0", hint="pad"):
+    """Materialized ``x`` padded on its spatial axes (2..), and its shape."""
+    src = c.materialize(x, hint + "_in")
+    if not any(pads):
+        return src, x.shape
+    out = c.fresh(hint)
+    c.lines(ops.pad(out, src, x.shape, 2, pads, pads, value, x.dtype))
+    return out, tuple(x.shape[:2]) + tuple(s + 2 * p for s, p in zip(x.shape[2:], pads))
+
+
+def _conv_out(size, k, s, d, ceil=False):
+    span = size - (k - 1) * d - 1
+    return (-(-span // s) if ceil else span // s) + 1
+
+
+@op("convolution.default")
+def _convolution(c, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
+    n, stride, padding, dilation = _conv_check(c, x, weight, stride, padding, dilation, transposed, output_padding,
+                                               groups)
+    xp, pshape = _padded(c, x, padding)
+    kernel = list(weight.shape[2:])
+    osz = [_conv_out(p, k, s, d) for p, k, s, d in zip(pshape[2:], kernel, stride, dilation)]
+    ys, ks, pos = ops.conv_terms(n, stride, dilation)
+    shape = (x.shape[0], weight.shape[0]) + tuple(osz)
+    out = c.fresh("conv")
+    loops = [("n", x.shape[0]), ("o", weight.shape[0]), ("c", x.shape[1])] + list(zip(ys, osz)) + list(zip(ks, kernel))
+    reads = [(xp, ", ".join(["_i_n", "_i_c"] + pos)),
+             (c.materialize(weight, "conv_w"), ", ".join(["_i_o", "_i_c"] + [f"_i_{k}" for k in ks]))]
+    c.lines(ops.accumulate(out, shape, x.dtype, loops, reads, ", ".join(["_i_n", "_i_o"] + [f"_i_{y}" for y in ys]),
+                           "in0 * in1"))
+    c.contraction_done()
+    res = array_value(out, shape, x.dtype)
+    if bias is None:
+        return res
+    return combine(lambda a, b: f"{a} + {b}", [res, bias.remap(shape, lambda a: 1)], shape, x.dtype)
+
+
+@op("convolution_backward.default")
+def _convolution_backward(c, go, x, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
+                          output_mask):
+    n, stride, padding, dilation = _conv_check(c, x, weight, stride, padding, dilation, transposed, output_padding,
+                                               groups)
+    kernel = list(weight.shape[2:])
+    osz = list(go.shape[2:])
+    ys, ks, pos = ops.conv_terms(n, stride, dilation)
+    g = c.materialize(go, "conv_go")
+    go_idx = ", ".join(["_i_n", "_i_o"] + [f"_i_{y}" for y in ys])
+    w_idx = ", ".join(["_i_o", "_i_c"] + [f"_i_{k}" for k in ks])
+    batch, oc, ic = x.shape[0], weight.shape[0], x.shape[1]
+    gx = gw = gb = None
+    if output_mask[0]:  # d input: the transposed convolution, accumulated into the padded input, then cropped
+        pshape = _covered(x, osz, kernel, stride, dilation)
+        acc = c.fresh("conv_gx")
+        loops = [("n", batch), ("c", ic), ("o", oc)] + list(zip(ys, osz)) + list(zip(ks, kernel))
+        c.lines(ops.accumulate(acc, pshape, x.dtype, loops, [(g, go_idx), (c.materialize(weight, "conv_w"), w_idx)],
+                               ", ".join(["_i_n", "_i_c"] + pos), "in0 * in1"))
+        c.contraction_done()
+        gx = _crop(c, acc, pshape, x, padding, "conv_gx_crop")
+    if output_mask[1]:  # d weight: sum over the batch and the output positions
+        xp, _ = _padded(c, x, padding)
+        acc = c.fresh("conv_gw")
+        loops = [("n", batch), ("o", oc), ("c", ic)] + list(zip(ys, osz)) + list(zip(ks, kernel))
+        c.lines(ops.accumulate(acc, weight.shape, x.dtype, loops, [(g, go_idx), (xp, ", ".join(["_i_n", "_i_c"] + pos))],
+                               w_idx, "in0 * in1"))
+        c.contraction_done()
+        gw = array_value(acc, weight.shape, x.dtype)
+    if output_mask[2]:
+        gb = c.reduce(array_value(g, go.shape, go.dtype), [0] + list(range(2, len(go.shape))), False, "sum", "conv_gb")
+    return gx, gw, gb
+
+
+def _covered(x, osz, kernel, stride, dilation) -> Shape:
+    """Shape of the padded input's part that some window touches (an accumulator zeroed and written whole)."""
+    return tuple(x.shape[:2]) + tuple((o - 1) * s + (k - 1) * d + 1 for o, k, s, d in zip(osz, kernel, stride,
+                                                                                             dilation))
+
+
+def _crop(c, acc: str, shape: Shape, x: Value, padding, hint: str) -> Value:
+    """The gradient of the unpadded input from one accumulated over the covered padded part (``shape``):
+    the padding cut off, positions no window reached are zero."""
+    if tuple(shape) == tuple(x.shape) and not any(padding):
+        return array_value(acc, x.shape, x.dtype)
+    out = c.fresh(hint)
+    after = [s - (cv - p) for s, cv, p in zip(x.shape[2:], shape[2:], padding)]
+    c.lines(ops.pad(out, acc, shape, 2, [-p for p in padding], after, "0.0", x.dtype))
+    return array_value(out, x.shape, x.dtype)
+
+
+def _pool_args(c, x, kernel_size, stride, padding, dilation, ceil_mode):
+    n = len(x.shape) - 2
+    kernel = _pair(kernel_size, n)
+    stride = _pair(stride, n) if stride else list(kernel)
+    padding, dilation = _pair(padding, n), _pair(dilation, n)
+    if ceil_mode:
+        c.fail("ceil_mode=True is not supported")
+    if any(2 * p > k for p, k in zip(padding, kernel)):
+        c.fail(f"padding {padding} is more than half the kernel {kernel}")
+    if int(np.prod(kernel)) > 64:
+        c.fail(f"pooling kernel {kernel} is too large (at most 64 elements are supported)")
+    osz = [_conv_out(s + 2 * p, k, st, d) for s, p, k, st, d in zip(x.shape[2:], padding, kernel, stride, dilation)]
+    return kernel, stride, padding, dilation, osz
+
+
+@op("max_pool2d_with_indices.default")
+def _max_pool(c, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    """Max over each window (first maximum in scan order, as PyTorch), and its flat index into the input's
+    spatial axes: one map over the output, the window unrolled into point reads."""
+    kernel, stride, padding, dilation, osz = _pool_args(c, x, kernel_size, stride, padding, dilation, ceil_mode)
+    lowest = repr(float(np.finfo(x.dtype).min))
+    xp, _ = _padded(c, x, padding, lowest, "pool_pad")
+    shape = tuple(x.shape[:2]) + tuple(osz)
+    out, idx = c.fresh("maxpool"), c.fresh("maxpool_idx")
+    params = [f"i{k}" for k in range(len(shape))]
+    sp = x.shape[2:]
+    lines = [f"{out} = np.empty({shape_code(shape)}, dtype={np_dtype(x.dtype)})",
+             f"{idx} = np.empty({shape_code(shape)}, dtype=np.int64)",
+             f"for {', '.join(params)} in dace.map[{', '.join(f'0:{s}' for s in shape)}]:", "    with dace.tasklet:"]
+    body = []
+    for k, offs in enumerate(np.ndindex(*kernel)):
+        sub = [f"{p} * {st} + {o * d}" for p, st, o, d in zip(params[2:], stride, offs, dilation)]
+        lines.append(f"        in{k} << {xp}[{', '.join(params[:2] + sub)}]")
+        pos = [f"({p} * {st} + {o * d - pad})" for p, st, o, d, pad in zip(params[2:], stride, offs, dilation, padding)]
+        flat = pos[0]
+        for q, s in zip(pos[1:], sp[1:]):
+            flat = f"({flat}) * {s} + {q}"
+        if k == 0:
+            body += [f"        m = in0", f"        j = {flat}"]
+        else:
+            body += [f"        if in{k} > m:", f"            m = in{k}", f"            j = {flat}"]
+    lines += [f"        o >> {out}[{', '.join(params)}]", f"        oi >> {idx}[{', '.join(params)}]"] + body
+    lines += ["        o = m", "        oi = j"]
+    c.lines(lines)
+    return array_value(out, shape, x.dtype), array_value(idx, shape, np.int64)
+
+
+@op("max_pool2d_with_indices_backward.default")
+def _max_pool_backward(c, go, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
+    """Each output's gradient goes to the input position its index names: one accumulating map over the
+    outputs and their windows (write index affine), into the padded input, then cropped."""
+    kernel, stride, padding, dilation, osz = _pool_args(c, x, kernel_size, stride, padding, dilation, ceil_mode)
+    ys, ks, pos = ops.conv_terms(len(kernel), stride, dilation)
+    pshape = _covered(x, osz, kernel, stride, dilation)
+    acc = c.fresh("pool_gx")
+    sub = ", ".join(["_i_n", "_i_c"] + [f"_i_{y}" for y in ys])
+    flat = None
+    for p, pad, s in zip(pos, padding, x.shape[2:]):
+        q = f"({p} - {pad})" if pad else f"({p})"
+        flat = q if flat is None else f"({flat}) * {s} + {q}"
+    loops = [("n", x.shape[0]), ("c", x.shape[1])] + list(zip(ys, osz)) + list(zip(ks, kernel))
+    c.lines(ops.accumulate(acc, pshape, x.dtype, loops,
+                           [(c.materialize(go, "pool_go"), sub), (c.materialize(indices, "pool_idx"), sub)],
+                           ", ".join(["_i_n", "_i_c"] + pos), f"(in0 if in1 == {flat} else 0.0)"))
+    c.contraction_done()
+    return _crop(c, acc, pshape, x, padding, "pool_gx_crop")
+
+
+def _channel(v: Optional[Value], shape: Shape) -> Optional[Value]:
+    """A per-channel vector read along axis 1 of ``shape``."""
+    return None if v is None else v.remap(shape, lambda a: 1)
+
+
+@op("native_batch_norm.default", "_native_batch_norm_legit_no_training.default")
+def _batch_norm(c, x, weight, bias, running_mean, running_var, *rest):
+    """Batch normalisation with the running statistics (a module in ``eval()`` mode). Training mode (batch
+    statistics, updated running statistics) is refused."""
+    if "no_training" in str(c.node.target):
+        momentum, eps = rest
+    else:
+        training, momentum, eps = rest
+        if training:
+            c.fail("batch normalisation in training mode (batch statistics) is not supported; put the module "
+                   "in eval() mode")
+    if running_mean is None or running_var is None:
+        c.fail("batch normalisation without running statistics is not supported")
+    shape = x.shape
+    rstd = combine(lambda v: f"1.0 / sqrt({v} + {_lit(float(eps))})", [_channel(running_var, shape)], shape, x.dtype)
+    out = combine(lambda a, m, r: f"({a} - {m}) * {r}", [x, _channel(running_mean, shape), rstd], shape, x.dtype)
+    if weight is not None:
+        out = combine(lambda y, w: f"{y} * {w}", [out, _channel(weight, shape)], shape, x.dtype)
+    if bias is not None:
+        out = combine(lambda y, b: f"{y} + {b}", [out, _channel(bias, shape)], shape, x.dtype)
+    empty = constant(0.0, (0, ), x.dtype)
+    return out, empty, empty
+
+
+@op("native_batch_norm_backward.default")
+def _batch_norm_backward(c, go, x, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
+                         output_mask):
+    if train:
+        c.fail("the gradient of batch normalisation in training mode is not supported; put the module in eval() "
+               "mode")
+    shape = x.shape
+    rstd = combine(lambda v: f"1.0 / sqrt({v} + {_lit(float(eps))})", [_channel(running_var, shape)], shape, x.dtype)
+    axes = [0] + list(range(2, len(shape)))
+    gx = gw = gb = None
+    if output_mask[0]:
+        gx = combine(lambda g, r: f"{g} * {r}", [go, rstd], shape, x.dtype)
+        if weight is not None:
+            gx = combine(lambda g, w: f"{g} * {w}", [gx, _channel(weight, shape)], shape, x.dtype)
+    if output_mask[1]:
+        xhat = combine(lambda a, m, r: f"({a} - {m}) * {r}", [x, _channel(running_mean, shape), rstd], shape, x.dtype)
+        gw = c.reduce(combine(lambda g, h: f"{g} * {h}", [go, xhat], shape, x.dtype), axes, False, "sum", "bn_gw")
+    if output_mask[2]:
+        gb = c.reduce(go, axes, False, "sum", "bn_gb")
+    return gx, gw, gb
+
+
+@op("empty.memory_format")
+def _empty(c, size, *_, dtype=None, **__):
+    import torch
+    nd = torch.empty((), dtype=dtype).numpy().dtype if dtype is not None else np.dtype(np.float32)
+    return constant(0.0 if nd.kind == "f" else 0, tuple(size), nd)
+
+
+@op("embedding.default")
+def _embedding(c, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    """Rows of ``weight`` picked by run-time indices: the table is read whole, the indices' axes (the batch)
+    are the map's leading axes."""
+    if len(weight.shape) != 2:
+        c.fail(f"embedding table of shape {weight.shape} is not 2-d")
+    shape = tuple(indices.shape) + (weight.shape[1], )
+    out = c.fresh("embedding")
+    c.lines(ops.gather(out, shape, weight.dtype, c.materialize(weight, "emb_w"), weight.shape, 0,
+                       c.materialize(indices, "emb_idx"), indices.shape or (1, )))
+    return array_value(out, shape, weight.dtype)
+
+
+@op("embedding_dense_backward.default")
+def _embedding_backward(c, go, indices, num_weights, padding_idx, scale_grad_by_freq):
+    """``grad[v, d] = sum of go[..., d] where indices == v``: one accumulating map over the indices' axes
+    (the batch, whose split gives partial sums), the table rows and the features."""
+    if scale_grad_by_freq:
+        c.fail("scale_grad_by_freq=True is not supported")
+    dim = go.shape[-1]
+    lead = [(f"b{k}", s) for k, s in enumerate(indices.shape)]
+    loops = lead + [("v", num_weights), ("d", dim)]
+    sub = ", ".join(f"_i_{l}" for l, _ in lead) or "0"
+    cond = "in1 == _i_v" + (f" and in1 != {int(padding_idx)}" if padding_idx is not None and padding_idx >= 0 else "")
+    out = c.fresh("emb_gw")
+    c.lines(ops.accumulate(out, (num_weights, dim), go.dtype, loops,
+                           [(c.materialize(go, "emb_go"), f"{sub}, _i_d"), (c.materialize(indices, "emb_idx"), sub)],
+                           "_i_v, _i_d", f"(in0 if {cond} else 0.0)"))
+    c.contraction_done()
+    return array_value(out, (num_weights, dim), go.dtype)
 
 
 def convert(graph, builder: ProgramBuilder, inputs: Dict[object, Value]) -> List[Value]:

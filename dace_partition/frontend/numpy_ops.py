@@ -320,3 +320,123 @@ def layer_norm(fresh: Callable[[str], str], out: str, x: str, shape: Shape, axis
         if name:
             lines += elementwise(name, ks, dtype, [(src, rs, dims)], "in0")
     return lines
+
+
+# -- merging reshapes, padding, windows (convolution, pooling) and run-time gathers -----------------------
+
+
+def refine(a: Sequence[int], b: Sequence[int]):
+    """Axis sizes that both ``a`` and ``b`` are products of runs of (their common refinement), or None."""
+    a, b, out = list(a), list(b), []
+    while a and b:
+        g = math.gcd(a[0], b[0])
+        if g == 1 and (a[0] != 1 or b[0] != 1):
+            return None
+        out.append(g)
+        a[0] //= g
+        b[0] //= g
+        a, b = (a[1:] if a[0] == 1 else a), (b[1:] if b[0] == 1 else b)
+    return out if not a and not b else None
+
+
+def linear_index(shape: Shape, fine: Sequence[int], params: Sequence[str]) -> str:
+    """Subscript of an array of ``shape`` at refinement indices ``params`` (runs of ``fine`` form its axes;
+    length-one axes are index 0)."""
+    idx, k = [], 0
+    for s in shape or (1, ):
+        if s == 1:
+            idx.append("0")
+            continue
+        terms, size = [], 1
+        while size < s:
+            terms.append(params[k])
+            size *= fine[k]
+            k += 1
+        stride, parts = 1, []
+        for p, f in reversed(list(zip(terms, fine[k - len(terms):k]))):
+            parts.append(p if stride == 1 else f"{stride} * {p}")
+            stride *= f
+        idx.append(" + ".join(reversed(parts)))
+    return ", ".join(idx)
+
+
+def merge_reshape_copy(out: str, out_shape: Shape, dtype, x: str, in_shape: Shape):
+    """A reshape that merges (and splits) axes as one copy map over the common refinement of both shapes,
+    both sides indexed affinely (``np.reshape`` would be a view, which no partitioned kernel may hold).
+    None when the shapes have no common refinement."""
+    fine = refine([s for s in in_shape if s != 1], [s for s in out_shape if s != 1])
+    if fine is None:
+        return None
+    params = [f"_r{k}" for k in range(len(fine))] or ["_r0"]
+    return ([f"{out} = np.empty({shape_code(tuple(out_shape) or (1, ))}, dtype={np_dtype(dtype)})"] +
+            _map_head(params, fine or [1]) +
+            [f"        _v << {x}[{linear_index(in_shape, fine, params)}]",
+             f"        _o >> {out}[{linear_index(out_shape, fine, params)}]", "        _o = _v"])
+
+
+def pad(out: str, x: str, shape: Shape, lead: int, before: Sequence[int], after: Sequence[int], value: str,
+        dtype) -> List[str]:
+    """``out`` = ``x`` padded with ``value`` by ``before`` / ``after`` on its last axes (from axis ``lead``;
+    negative amounts crop). One map over the padded shape; each element reads the unpadded plane it belongs
+    to (the leading axes are points, so a split of the batch or channel axis gives each rank its own
+    planes)."""
+    spatial = shape[lead:]
+    out_shape = tuple(shape[:lead]) + tuple(s + b + a for s, b, a in zip(spatial, before, after))
+    params = [f"_i{k}" for k in range(len(out_shape))]
+    sp = params[lead:]
+    inside = " and ".join(f"{p} >= {b} and {p} < {b + s}" for p, b, s in zip(sp, before, spatial))
+    window = ", ".join(params[:lead] + [f"0:{s}" for s in spatial])
+    at = ", ".join(f"{p} - {b}" if b > 0 else f"{p} + {-b}" if b < 0 else p for p, b in zip(sp, before))
+    return ([f"{out} = np.empty({shape_code(out_shape)}, dtype={np_dtype(dtype)})"] + _map_head(params, out_shape) +
+            [f"        _s << {x}[{window}]", f"        _o >> {out}[{', '.join(params)}]",
+             f"        _o = _s[{at}] if ({inside}) else {value}"])
+
+
+def accumulate(out: str, out_shape: Shape, dtype, loops: Sequence[Tuple[str, int]], reads: Sequence[Tuple[str, str]],
+               write: str, expr: str, init: str = "0", wcr: str = "a + b") -> List[str]:
+    """A contraction with affine (not only letter-by-letter) subscripts, in the form of :func:`contraction`
+    (so :func:`nest_contractions` nests it): a map setting ``out`` to ``init``, then one map over
+    ``loops`` (``(letter, extent)``, parameters ``_i_<letter>``) reading ``reads`` (``(array, subscript)``,
+    subscripts written over the parameters) into ``in0, in1, ...`` and accumulating ``expr`` into
+    ``out[write]`` with ``wcr``. Convolutions and their gradients are such maps."""
+    out_shape = tuple(out_shape) or (1, )
+    zero = [f"_z{k}" for k in range(len(out_shape))]
+    lines = [f"{out} = np.empty({shape_code(out_shape)}, dtype={np_dtype(dtype)})"] + _map_head(zero, out_shape)
+    lines += [f"        _o >> {out}[{', '.join(zero)}]", f"        _o = {init}"]
+    lines += _map_head([f"_i_{c}" for c, _ in loops], [n for _, n in loops])
+    for k, (name, idx) in enumerate(reads):
+        lines.append(f"        _in{k} << {name}[{idx}]")
+    lines.append(f"        _o >> {out}(1, lambda a, b: {wcr})[{write}]")
+    lines.append(f"        _o = {_connectors(expr)}")
+    return lines
+
+
+def conv_terms(n_spatial: int, strides, dilations, transpose_input: bool = False):
+    """Loop letters and subscripts of an N-d convolution ``y[n, o, Y] += xp[n, c, Y * s + K * d] * w[o, c, K]``
+    (``xp`` padded): (batch, out channel, in channel, output position letters, kernel letters, input
+    position subscripts)."""
+    ys = [f"y{k}" for k in range(n_spatial)]
+    ks = [f"k{k}" for k in range(n_spatial)]
+    pos = []
+    for y, k, s, d in zip(ys, ks, strides, dilations):
+        a = f"_i_{y}" if s == 1 else f"_i_{y} * {s}"
+        b = f"_i_{k}" if d == 1 else f"_i_{k} * {d}"
+        pos.append(f"{a} + {b}")
+    return ys, ks, pos
+
+
+def gather(out: str, out_shape: Shape, dtype, table: str, table_shape: Shape, axis: int, idx: str,
+           idx_shape: Shape) -> List[str]:
+    """``out = np.take(table, idx, axis)`` for run-time integer indices: one map over the output; each
+    element reads its index and the table's whole gathered axis (so a split of the indices' axes, the
+    batch, gives each rank its rows of the output while the table is read whole). Negative indices count
+    from the end, as in ONNX and NumPy."""
+    out_shape = tuple(out_shape) or (1, )
+    params = [f"_i{k}" for k in range(len(out_shape))]
+    ni = len(idx_shape)
+    ip = params[axis:axis + ni]
+    tidx = params[:axis] + [f"0:{table_shape[axis]}"] + params[axis + ni:]
+    n = table_shape[axis]
+    return ([f"{out} = np.empty({shape_code(out_shape)}, dtype={np_dtype(dtype)})"] + _map_head(params, out_shape) +
+            [f"        _ix << {idx}[{', '.join(ip) or '0'}]", f"        _t << {table}[{', '.join(tidx)}]",
+             f"        _o >> {out}[{', '.join(params)}]", f"        _o = _t[_ix + {n} if _ix < 0 else _ix]"])

@@ -490,6 +490,11 @@ class _Importer:
             out = self.new("view", shape, x.dtype)
             self._lines(ops.reshape_copy(out.ident, shape, x.dtype, self.data(x), groups))
             return out
+        out = self.new("view", shape, x.dtype)
+        lines = ops.merge_reshape_copy(out.ident, shape, x.dtype, self.data(x), x.shape)
+        if lines is not None:  # merges whole axes (Flatten): an affine copy map too
+            self._lines(lines)
+            return out
         out = self.new("view", shape, x.dtype, view=True)
         self.b.line(f"{out.ident} = np.reshape({self.data(x)}, {ops.shape_code(shape or (1, ))})")
         return out
@@ -594,8 +599,17 @@ class _Importer:
 
     def op_Gather(self, node, inputs, at):
         x = inputs[0]
-        idx = self.const(node.input[1], "indices").astype(np.int64)
         axis = at.get("axis", 0) % len(x.shape)
+        if not isinstance(self.get(node.input[1]), Const):  # run-time indices (an embedding lookup)
+            ind = self.get(node.input[1])
+            if not np.issubdtype(ind.dtype, np.integer):
+                raise self.error(f"Gather indices '{node.input[1]}' must be integers, not {ind.dtype}")
+            shape = x.shape[:axis] + ind.shape + x.shape[axis + 1:]
+            out = self.new("gather", shape, x.dtype)
+            self._lines(ops.gather(out.ident, shape, x.dtype, self.data(x), self.dshape(x), axis, self.data(ind),
+                                   ind.shape))
+            return [out]
+        idx = self.const(node.input[1], "indices").astype(np.int64)
         n = x.shape[axis]
         flat = [int(i) % n for i in idx.reshape(-1)]
         shape = x.shape[:axis] + idx.shape + x.shape[axis + 1:]
@@ -610,6 +624,141 @@ class _Importer:
             part = self.new("gather", cat_shape, x.dtype)
             self.b.line(f"{part.ident} = np.concatenate([{', '.join(p.ident for p in parts)}], axis={axis})")
         return [self._view(part, shape)]
+
+    # -- convolution, pooling, batch normalisation -----------------------------------------------------
+
+    def _window(self, node, at, x, kernel):
+        """(strides, dilations, pads before, pads after) of a Conv / pooling node, refusing what is not
+        supported in words."""
+        n = len(kernel)
+        if len(x.shape) != n + 2:
+            raise self.error(f"input '{node.input[0]}' of shape {x.shape} does not match a {n}-d kernel")
+        auto = at.get("auto_pad", b"NOTSET")
+        auto = auto.decode() if isinstance(auto, bytes) else auto
+        strides = list(at.get("strides", [1] * n))
+        dil = list(at.get("dilations", [1] * n))
+        pads = list(at.get("pads", [0] * (2 * n)))
+        if auto == "VALID":
+            pads = [0] * (2 * n)
+        elif auto in ("SAME_UPPER", "SAME_LOWER"):
+            pads = [0] * (2 * n)
+            for k in range(n):
+                out = -(-x.shape[2 + k] // strides[k])
+                total = max(0, (out - 1) * strides[k] + (kernel[k] - 1) * dil[k] + 1 - x.shape[2 + k])
+                small, big = total // 2, total - total // 2
+                pads[k], pads[n + k] = (small, big) if auto == "SAME_UPPER" else (big, small)
+        elif auto != "NOTSET":
+            raise self.error(f"auto_pad '{auto}' is not supported")
+        if len(strides) != n or len(dil) != n or len(pads) != 2 * n or min(strides + dil) < 1 or min(pads) < 0:
+            raise self.error(f"strides {strides}, dilations {dil} or pads {pads} do not fit a {n}-d kernel")
+        return strides, dil, pads[:n], pads[n:]
+
+    def _padded(self, x, before, after, value) -> Tuple[str, Shape]:
+        if not any(before) and not any(after):
+            return self.data(x), x.shape
+        out = self.b.fresh("pad")
+        self._lines(ops.pad(out, self.data(x), x.shape, 2, before, after, value, x.dtype))
+        return out, tuple(x.shape[:2]) + tuple(s + b + a for s, b, a in zip(x.shape[2:], before, after))
+
+    @staticmethod
+    def _out_size(size, k, s, d, ceil=False):
+        span = size - (k - 1) * d - 1
+        return (-(-span // s) if ceil else span // s) + 1
+
+    def op_Conv(self, node, inputs, at):
+        x, w = inputs[:2]
+        bias = inputs[2] if len(inputs) > 2 else None
+        if at.get("group", 1) != 1:
+            raise self.error(f"Conv with group={at['group']} is not supported (only group=1)")
+        if not np.issubdtype(x.dtype, np.floating):
+            raise self.error(f"Conv of {x.dtype} tensors is not supported")
+        kernel = list(at.get("kernel_shape", w.shape[2:]))
+        if tuple(kernel) != tuple(w.shape[2:]) or w.shape[1] != x.shape[1]:
+            raise self.error(f"Conv weight of shape {w.shape} does not fit input {x.shape}")
+        strides, dil, before, after = self._window(node, at, x, kernel)
+        xp, pshape = self._padded(x, before, after, "0.0")
+        n, oc, ic = x.shape[0], w.shape[0], x.shape[1]
+        osz = [self._out_size(p, k, s, d) for p, k, s, d in zip(pshape[2:], kernel, strides, dil)]
+        if min(osz) < 1:
+            raise self.error(f"Conv output of input {x.shape} would be empty")
+        ys, ks, pos = ops.conv_terms(len(kernel), strides, dil)
+        shape = (n, oc) + tuple(osz)
+        dtype = np.result_type(x.dtype, w.dtype)
+        acc = self.new("conv", shape, dtype)
+        loops = [("n", n), ("o", oc), ("c", ic)] + list(zip(ys, osz)) + list(zip(ks, kernel))
+        reads = [(xp, ", ".join(["_i_n", "_i_c"] + pos)),
+                 (self.data(w), ", ".join(["_i_o", "_i_c"] + [f"_i_{k}" for k in ks]))]
+        write = ", ".join(["_i_n", "_i_o"] + [f"_i_{y}" for y in ys])
+        self._lines(ops.accumulate(acc.ident, shape, dtype, loops, reads, write, "in0 * in1"))
+        self.contractions += 1
+        if bias is None:
+            return [acc]
+        out = self.new("t", shape, dtype)
+        self._lines(ops.elementwise(out.ident, shape, dtype, [(acc.ident, shape), (self.data(bias), (oc, ), [1])],
+                                    "in0 + in1"))
+        return [out]
+
+    def op_MaxPool(self, node, inputs, at):
+        x = inputs[0]
+        if len(node.output) > 1 and node.output[1]:
+            raise self.error("MaxPool's Indices output is not supported")
+        if at.get("storage_order", 0):
+            raise self.error("MaxPool with storage_order=1 is not supported")
+        kernel = list(at["kernel_shape"])
+        strides, dil, before, after = self._window(node, at, x, kernel)
+        ceil = bool(at.get("ceil_mode", 0))
+        osz = [self._out_size(s + b + a, k, st, d, ceil)
+               for s, b, a, k, st, d in zip(x.shape[2:], before, after, kernel, strides, dil)]
+        if ceil:  # the last window must start inside the input or its left padding (ONNX, PyTorch)
+            osz = [o - 1 if (o - 1) * st >= s + b else o for o, st, s, b in zip(osz, strides, x.shape[2:], before)]
+            after = [max(a, (o - 1) * st + (k - 1) * d + 1 - s - b)
+                     for a, o, st, k, d, s, b in zip(after, osz, strides, kernel, dil, x.shape[2:], before)]
+        if int(np.prod(kernel)) > 64:
+            raise self.error(f"MaxPool kernel {kernel} is too large (at most 64 elements are supported)")
+        lowest = repr(float(np.finfo(x.dtype).min)) if np.issubdtype(x.dtype, np.floating) else \
+            str(int(np.iinfo(x.dtype).min))
+        xp, _ = self._padded(x, before, after, lowest)
+        shape = tuple(x.shape[:2]) + tuple(osz)
+        out = self.new("maxpool", shape, x.dtype)
+        params = [f"_i{k}" for k in range(len(shape))]
+        reads = []
+        for offs in np.ndindex(*kernel):
+            sub = [f"{p} * {st} + {o * d}" if st != 1 else f"{p} + {o * d}"
+                   for p, st, o, d in zip(params[2:], strides, offs, dil)]
+            reads.append(f"        _in{len(reads)} << {xp}[{', '.join(params[:2] + sub)}]")
+        expr = "_in0"
+        for k in range(1, len(reads)):
+            expr = f"max({expr}, _in{k})"
+        self._lines([f"{out.ident} = np.empty({ops.shape_code(shape)}, dtype={ops.np_dtype(x.dtype)})"] +
+                    ops._map_head(params, shape) + reads + [f"        _o >> {out.ident}[{', '.join(params)}]",
+                                                             f"        _o = {expr}"])
+        return [out]
+
+    def op_BatchNormalization(self, node, inputs, at):
+        x, scale, bias, mean, var = inputs[:5]
+        if at.get("training_mode", 0) or (len(node.output) > 1 and any(node.output[1:])):
+            raise self.error("BatchNormalization in training mode (batch statistics, running-stat outputs) is not "
+                             "supported; export the module in eval() mode")
+        if len(x.shape) < 2:
+            raise self.error(f"BatchNormalization input of shape {x.shape} has no channel axis")
+        c = x.shape[1]
+        for name, v in zip(node.input[1:5], (scale, bias, mean, var)):
+            if v.shape != (c, ):
+                raise self.error(f"BatchNormalization parameter '{name}' of shape {v.shape} is not per channel ({c})")
+        eps = float(at.get("epsilon", 1e-5))
+        out = self.new("bn", x.shape, x.dtype)
+        operands = [(self.data(x), x.shape)] + [(self.data(v), (c, ), [1]) for v in (scale, bias, mean, var)]
+        self._lines(ops.elementwise(out.ident, x.shape, x.dtype, operands,
+                                    f"(in0 - in3) * (in1 / sqrt(in4 + {eps!r})) + in2"))
+        return [out]
+
+    def op_GlobalAveragePool(self, node, inputs, at):
+        x = inputs[0]
+        axes = list(range(2, len(x.shape)))
+        shape = ops.keep_shape(x.shape, axes)
+        out = self.new("gap", shape, x.dtype)
+        self._lines(ops.reduce(self.b.fresh, out.ident, self.data(x), x.shape, axes, True, "mean", x.dtype))
+        return [out]
 
 
 def _load(model_or_path):

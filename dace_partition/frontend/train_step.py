@@ -16,6 +16,7 @@ from ..errors import FrontendError
 from ..ir.record import notes
 from .aten import array_value, convert
 from .codegen import ProgramBuilder
+from .numpy_ops import nest_contractions
 
 Inputs = Union[Dict[str, object], Sequence[object]]
 
@@ -45,8 +46,16 @@ def from_torch_train_step(step_fn: Callable, example_inputs: Inputs, state: Dict
         return [loss] + [new[k] for k in keys]
 
     tensors = [torch.as_tensor(t) for t in list(state.values()) + list(inputs.values())]
-    with torch.no_grad():
-        gm = make_fx(flat)(*tensors)
+    try:
+        with torch.no_grad():
+            gm = make_fx(flat)(*tensors)
+    except FrontendError:
+        raise
+    except Exception as e:  # e.g. a batch norm in training mode updating its running statistics in place
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise FrontendError(f"tracing the training step '{name}' failed: {first} (put modules with batch "
+                            "normalisation in eval() mode; in-place updates of captured tensors cannot be traced)") \
+            from e
 
     b = ProgramBuilder(name)
     idents = {}
@@ -67,6 +76,9 @@ def from_torch_train_step(step_fn: Callable, example_inputs: Inputs, state: Dict
         written.add(name_)
         b.result(name_)
     sdfg = b.to_sdfg()
+    nested = getattr(b, "contractions", 0)  # convolutions, pooling and embedding gradients
+    if nested and nest_contractions(sdfg, "acc") != nested:
+        raise FrontendError(f"internal error: not every accumulating map of '{name}' could be nested")
     notes(sdfg).train = {"outputs": ["loss"] + keys, "arguments": idents}
     return sdfg
 
