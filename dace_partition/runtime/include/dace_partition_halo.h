@@ -21,9 +21,9 @@ struct HaloPeer {
 };
 
 struct HaloSite {
-    int src_gid = 0, dst_gid = 0, ndim = 0;
+    int src_gid = 0, dst_gid = 0;
     MPI_Datatype base = MPI_DATATYPE_NULL;
-    std::vector<long long> shapes, probe;
+    std::vector<long long> probe;
     bool built = false;
     Block src_me, dst_me, own;  // own: what this rank copies locally
     std::vector<HaloPeer> sends, recvs;
@@ -37,17 +37,6 @@ struct HaloSite {
         built = false;
     }
 };
-
-inline std::map<std::pair<std::type_index, std::type_index>, std::vector<HaloSite>> &halo_sites() {
-    static std::map<std::pair<std::type_index, std::type_index>, std::vector<HaloSite>> m;
-    return m;
-}
-
-inline void free_halo_sites() {
-    for (auto &kv : halo_sites())
-        for (HaloSite &s : kv.second) s.release();
-    halo_sites().clear();
-}
 
 // `box` (global indices) inside a local buffer holding `owner`, as a datatype placed at its offset.
 inline MPI_Datatype face_type(MPI_Datatype base, const Block &box, const Block &owner, const long long *strides) {
@@ -102,23 +91,12 @@ void halo_exchange(const char *array, int ndim, int src_gid, BlockFn src_fn, con
     probe_blocks(grid(src_gid), ndim, src_fn, probe, false);  // rank-independent: all ranks rebuild together
     probe_blocks(grid(dst_gid), ndim, dst_fn, probe2, false);
     probe.insert(probe.end(), probe2.begin(), probe2.end());
-    std::vector<HaloSite> &v = halo_sites()[std::make_pair(fn_type(src_fn), fn_type(dst_fn))];
-    HaloSite *sp = nullptr;
-    for (HaloSite &c : v)
-        if (c.src_gid == src_gid && c.dst_gid == dst_gid && c.ndim == ndim && c.base == base && c.shapes == shapes)
-            sp = &c;
-    if (!sp) {
-        at_exit(free_halo_sites);
-        v.emplace_back();
-        sp = &v.back();
-        sp->src_gid = src_gid, sp->dst_gid = dst_gid, sp->ndim = ndim, sp->base = base, sp->shapes = shapes;
-    }
-    HaloSite &s = *sp;
-    if (!s.built || s.probe != probe) {
-        s.release();
-        s.probe = probe;
+    SiteKey key{fn_type(src_fn), fn_type(dst_fn), {src_gid, dst_gid, ndim, 0}, base, shapes};
+    bool fresh = false;
+    HaloSite &s = SiteCache<HaloSite>::get(key, probe, fresh);  // rank-independent probes: all rebuild together
+    if (fresh) {
+        s.src_gid = src_gid, s.dst_gid = dst_gid, s.base = base;
         build_halo(s, array, ndim, src_fn, dst_fn, src_lstrides, dst_lshape, dst_lstrides);
-        s.built = true;
     }
     const int tag = 0x4a10;
     size_t k = 0;

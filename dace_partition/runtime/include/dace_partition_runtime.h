@@ -18,6 +18,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <complex>
 #include <functional>
@@ -26,6 +27,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <list>
 #include <map>
 #include <string>
 #include <thread>
@@ -123,6 +125,63 @@ inline void at_exit(void (*f)()) {
         if (g == f) return;
     cleanups().push_back(f);
 }
+
+// ---------------------------------------------------------------------------------------------------
+// Call sites. Every generated scatter, gather, redistribution and halo exchange keeps its MPI arguments
+// (datatypes, counts, peers) from its first call until exit. A site is known by its key: the types of
+// its block callbacks (one lambda type per generated call), grids, operator, element type and buffer
+// shapes. Its plan is rebuilt when the probe of its blocks changes (symbols changed between calls); where
+// every rank must rebuild at the same call, the probe is rank-independent.
+struct SiteKey {
+    std::type_index fn1, fn2;
+    std::array<int, 4> ints;  // kind, grid ids, dimensions, operator: what the site's kind needs
+    MPI_Datatype base;
+    std::vector<long long> shapes;
+
+    bool operator==(const SiteKey &o) const {
+        return fn1 == o.fn1 && fn2 == o.fn2 && ints == o.ints && base == o.base && shapes == o.shapes;
+    }
+};
+
+// One cache per kind of site. `Site` has `probe`, `built` and `release()` (frees its MPI objects).
+template <typename Site>
+struct SiteCache {
+    std::list<std::pair<SiteKey, Site>> sites;  // a list: sites stay where they are while others are added
+
+    static SiteCache &instance() {
+        static SiteCache c;
+        return c;
+    }
+
+    static void free_all() {
+        for (auto &kv : instance().sites) kv.second.release();
+        instance().sites.clear();
+    }
+
+    // The site of `key`. `fresh` tells whether its plan must be (re)built: its first call, or `probe` changed
+    // (the site's MPI objects are released then).
+    static Site &get(const SiteKey &key, const std::vector<long long> &probe, bool &fresh) {
+        SiteCache &c = instance();
+        Site *s = nullptr;
+        for (auto &kv : c.sites)
+            if (kv.first == key) {
+                s = &kv.second;
+                break;
+            }
+        if (!s) {
+            at_exit(free_all);
+            c.sites.emplace_back(key, Site());
+            s = &c.sites.back().second;
+        }
+        fresh = !s->built || s->probe != probe;
+        if (fresh) {
+            s->release();
+            s->probe = probe;
+            s->built = true;
+        }
+        return *s;
+    }
+};
 
 // ---------------------------------------------------------------------------------------------------
 // Large counts: MPI's int counts stop at INT_MAX elements. A larger count travels as a derived datatype
@@ -833,9 +892,7 @@ inline void probe_blocks(const Grid &g, int ndim, const BlockFn &fn, std::vector
 // One scatter_blocks / gather_blocks call site (identified by its callback's type, the grid, the element
 // type and the shapes): its MPI arguments, built at its first call and kept until exit.
 struct BlockSite {
-    int kind = 0, gid = 0, ndim = 0;
-    MPI_Datatype base = MPI_DATATYPE_NULL;
-    std::vector<long long> shapes, probe;
+    std::vector<long long> probe;
     bool built = false;
     Block mine;
     // MPI_Alltoallw arguments (O(P) arrays on every rank: the call's signature needs them)
@@ -860,17 +917,6 @@ struct BlockSite {
     }
 };
 
-inline std::map<std::type_index, std::vector<BlockSite>> &block_sites() {
-    static std::map<std::type_index, std::vector<BlockSite>> m;
-    return m;
-}
-
-inline void free_block_sites() {
-    for (auto &kv : block_sites())
-        for (BlockSite &s : kv.second) s.release();
-    block_sites().clear();
-}
-
 inline std::type_index fn_type(const BlockFn &fn) { return std::type_index(fn ? fn.target_type() : typeid(void)); }
 
 // Finds (or adds) the site; `fresh` tells whether its plan must be (re)built.
@@ -883,27 +929,8 @@ inline BlockSite &block_site(int kind, int gid, MPI_Datatype base, int ndim, con
     shapes.insert(shapes.end(), lshape, lshape + ndim);
     shapes.insert(shapes.end(), lstrides, lstrides + ndim);
     probe_blocks(grid(gid), ndim, fn, probe);
-    std::vector<BlockSite> &v = block_sites()[fn_type(fn)];
-    BlockSite *s = nullptr;
-    for (BlockSite &c : v)
-        if (c.kind == kind && c.gid == gid && c.base == base && c.ndim == ndim && c.shapes == shapes) s = &c;
-    if (!s) {
-        at_exit(free_block_sites);
-        v.emplace_back();
-        s = &v.back();
-        s->kind = kind;
-        s->gid = gid;
-        s->base = base;
-        s->ndim = ndim;
-        s->shapes = shapes;
-    }
-    fresh = !s->built || s->probe != probe;
-    if (fresh) {
-        s->release();
-        s->probe = probe;
-        s->built = true;
-    }
-    return *s;
+    SiteKey key{fn_type(fn), std::type_index(typeid(void)), {kind, gid, ndim, 0}, base, shapes};
+    return SiteCache<BlockSite>::get(key, probe, fresh);
 }
 
 // Root -> every rank of the grid: its block, with one MPI_Alltoallw (only the root sends). With
@@ -1137,9 +1164,8 @@ struct Piece {
 };
 
 struct RedistSite {
-    int src_gid = 0, dst_gid = 0, ndim = 0, op = 0;
     MPI_Datatype base = MPI_DATATYPE_NULL;
-    std::vector<long long> shapes, probe;
+    std::vector<long long> probe;
     bool built = false;
     Block src_me, dst_me;
     std::vector<Piece> sends, recvs;  // only the peers with something to exchange
@@ -1156,17 +1182,6 @@ struct RedistSite {
         built = false;
     }
 };
-
-inline std::map<std::pair<std::type_index, std::type_index>, std::vector<RedistSite>> &redist_sites() {
-    static std::map<std::pair<std::type_index, std::type_index>, std::vector<RedistSite>> m;
-    return m;
-}
-
-inline void free_redist_sites() {
-    for (auto &kv : redist_sites())
-        for (RedistSite &s : kv.second) s.release();
-    redist_sites().clear();
-}
 
 template <typename T>
 void build_redistribution(RedistSite &s, const char *array, int ndim, int src_gid, const BlockFn &src_fn,
@@ -1252,25 +1267,12 @@ void redistribute(const char *array, int ndim, int src_gid, BlockFn src_fn, cons
     probe_blocks(grid(src_gid), ndim, src_fn, probe, false);
     probe_blocks(grid(dst_gid), ndim, dst_fn, probe2, false);
     probe.insert(probe.end(), probe2.begin(), probe2.end());
-    std::vector<RedistSite> &v = redist_sites()[std::make_pair(fn_type(src_fn), fn_type(dst_fn))];
-    RedistSite *sp = nullptr;
-    for (RedistSite &c : v)
-        if (c.src_gid == src_gid && c.dst_gid == dst_gid && c.ndim == ndim && c.op == op && c.base == base &&
-            c.shapes == shapes)
-            sp = &c;
-    if (!sp) {
-        at_exit(free_redist_sites);
-        v.emplace_back();
-        sp = &v.back();
-        sp->src_gid = src_gid, sp->dst_gid = dst_gid, sp->ndim = ndim, sp->op = op, sp->base = base;
-        sp->shapes = shapes;
-    }
-    RedistSite &s = *sp;
-    if (!s.built || s.probe != probe) {  // the same decision on every rank: the probes are rank-independent
-        s.release();
-        s.probe = probe;
+    SiteKey key{fn_type(src_fn), fn_type(dst_fn), {src_gid, dst_gid, ndim, op}, base, shapes};
+    bool fresh = false;
+    RedistSite &s = SiteCache<RedistSite>::get(key, probe, fresh);
+    if (fresh) {  // the same decision on every rank: the probes are rank-independent
+        s.base = base;
         build_redistribution<T>(s, array, ndim, src_gid, src_fn, dst_gid, dst_fn, dst_lshape, op);
-        s.built = true;
     }
     T *sbuf = reinterpret_cast<T *>(s.sbuf.data());
     T *rbuf = reinterpret_cast<T *>(s.rbuf.data());
