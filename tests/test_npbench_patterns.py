@@ -227,3 +227,23 @@ def test_grids_stay_with_the_maps_the_user_named(monkeypatch):
     dp.lower(sdfg, schedule)
     grids = {k.name: k.grid for k in dp.report(sdfg).kernels if k.grid}
     assert grids and all(len(g) == len(schedule[name]) for name, g in grids.items() if name in schedule), grids
+
+
+@dace.program
+def scale_and_sum(x: dace.float64[N]):
+    """A program that writes an argument and also returns a value."""
+    x[:] = x * 2.0
+    return np.sum(x)
+
+
+def test_run_returns_the_value_and_updates_written_arguments_in_place():
+    """As a DaCe call does: ``dp.run`` returns the program's return value and writes the new values of
+    written arguments into the caller's arrays (before, they were dropped when a value was returned)."""
+    sdfg = scale_and_sum.to_sdfg()
+    sdfg.specialize(dict(N=10))
+    sdfg.name = "t_npb_scale_and_sum"
+    dp.lower(sdfg, natural(sdfg))
+    x = np.arange(10, dtype=np.float64)
+    got = dp.run(sdfg, 2, x=x)
+    np.testing.assert_allclose(np.asarray(got).reshape(-1)[0], 90.0)
+    np.testing.assert_allclose(x, 2.0 * np.arange(10))

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-from .launch import load, written_arguments
+from .launch import WRITTEN, load, written_arguments
 
 
 def _read(tmp):
@@ -27,6 +27,8 @@ def _pack(result, written):
         out.update(__kind=np.array("tuple"), __n=np.array(len(result)))
     else:
         out = {"__r0": np.asarray(result), "__kind": np.array("single")}
+    if result is not None:  # the written arguments too: dp.run updates the caller's arrays with them
+        out.update({WRITTEN + k: np.asarray(v) for k, v in written.items()})
     return out
 
 

@@ -693,15 +693,32 @@ def run(sdfg: SDFG, ranks: int, timeout: float = 300, launcher=None, **inputs):
     :func:`choose_launcher`). Every launch checks that the job's world has ``ranks`` ranks.
 
     Returns what calling the SDFG returns; for a program without a return value, a dict of the new
-    values of the arguments it writes. A failure on any rank raises :class:`RunError` with its message.
+    values of the arguments it writes. Either way, as calling the SDFG in one process does, the NumPy
+    arrays passed for the arguments it writes are updated in place (a writable array of another shape
+    with as many elements takes the values in C order); so a program that both returns a value and
+    writes an argument gives the first as the result and the second in the caller's array. A failure on
+    any rank raises :class:`RunError` with its message.
     """
-    return launch(sdfg, ranks, timeout, inputs, launcher=launcher)[0]
+    return launch(sdfg, ranks, timeout, inputs, launcher=launcher, update=inputs)[0]
+
+
+WRITTEN = "__written_"  # prefix of the written arguments saved beside a return value
+
+
+def _update_in_place(update, written):
+    """Copies the new values of written arguments into the caller's arrays (where they are writable NumPy
+    arrays of as many elements; others, e.g. torch tensors, get only the returned values)."""
+    for k, v in written.items():
+        dst = update.get(k)
+        if isinstance(dst, np.ndarray) and dst.flags.writeable and dst.size == np.size(v):
+            np.copyto(dst, np.reshape(v, dst.shape), casting="unsafe")
 
 
 def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = "dace_partition.runtime._worker", prefix=(),
-           collect=None, caller: str = "run()", launcher=None):
+           collect=None, caller: str = "run()", launcher=None, update=None):
     """Checks, builds and runs ``sdfg`` on ``ranks`` ranks with the entry module ``worker`` (behind the
-    command ``prefix``, e.g. ``env LD_PRELOAD=...``); returns rank 0's outputs and ``collect(tmp)``."""
+    command ``prefix``, e.g. ``env LD_PRELOAD=...``); returns rank 0's outputs and ``collect(tmp)``.
+    ``update``: the caller's arguments, whose arrays the written arguments' new values are copied into."""
     if not isinstance(ranks, int) or ranks < 1:
         raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
     need = ranks_needed(sdfg)
@@ -736,8 +753,10 @@ def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = "dace_p
         kind = str(res["__kind"])
         if kind == "none":  # written arguments, in the shapes the caller gave them
             outputs = {k: (res[k].reshape(given[k]) if k in given else res[k]) for k in res.files if k != "__kind"}
-        elif kind == "single":
-            outputs = res["__r0"]
+            written = outputs
         else:
-            outputs = tuple(res[f"__r{i}"] for i in range(int(res["__n"])))
+            outputs = res["__r0"] if kind == "single" else tuple(res[f"__r{i}"] for i in range(int(res["__n"])))
+            written = {k[len(WRITTEN):]: res[k] for k in res.files if k.startswith(WRITTEN)}
+        if update:
+            _update_in_place(update, written)
         return outputs, (collect(tmp) if collect else None)
