@@ -55,5 +55,11 @@ def from_torch(module, example_inputs, name: Optional[str] = None) -> dace.SDFG:
     :func:`dace_partition.runtime.launch.bind`. Shapes are those of ``example_inputs``. Put the module in
     ``eval()`` mode first if it has dropout or batch-norm layers.
     """
+    import torch
+    for sub_name, sub in module.named_modules():
+        if isinstance(sub, torch.nn.modules.batchnorm._BatchNorm) and sub.training:
+            raise FrontendError(f"{type(sub).__name__} '{sub_name or type(module).__name__}' is in training mode: "
+                                "the exported graph would normalise with the running statistics, unlike eager "
+                                "PyTorch (batch statistics); call module.eval() first")
     model = export(module, example_inputs)
     return from_onnx(model, name=name or type(module).__name__)

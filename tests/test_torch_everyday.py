@@ -1,0 +1,185 @@
+"""PyTorch's everyday modules as a new user meets them: ``dp.from_torch(module, example)`` and
+``dp.from_torch_train_step``, the batch split over 2 ranks, run under a real mpiexec and compared element
+by element with eager PyTorch. A CNN block (Conv2d with stride 1 and 2, padding and bias, BatchNorm2d with
+running statistics, ReLU, MaxPool2d, Flatten, Linear), an embedding lookup (run-time indices, LayerNorm,
+Linear) and a ResNet-style residual block; unsupported variants are refused in words."""
+import functools
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnxscript")
+from torch import nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import dace_partition as dp  # noqa: E402
+from dace_partition.errors import FrontendError  # noqa: E402
+from dace_partition.frontend import train_step as ts  # noqa: E402
+
+B = 6  # the batch; no other axis of these models has this extent (channels 3-5, images 8x8, vocabulary 20)
+TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+def _stats(bn, seed):
+    """Running statistics and affine parameters that are not the identity (so eval mode is really tested)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        bn.running_mean.copy_(torch.rand(bn.num_features, generator=g) - 0.5)
+        bn.running_var.copy_(0.5 + torch.rand(bn.num_features, generator=g))
+        bn.weight.copy_(0.5 + torch.rand(bn.num_features, generator=g))
+        bn.bias.copy_(torch.rand(bn.num_features, generator=g) - 0.5)
+
+
+def cnn():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
+                      nn.Conv2d(4, 5, 3, stride=2, padding=1), nn.Flatten(), nn.Linear(5 * 2 * 2, 3))
+    _stats(m[1], 1)
+    return m.eval()
+
+
+def embedding():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Embedding(20, 8), nn.LayerNorm(8), nn.Linear(8, 3)).eval()
+
+
+def embedding_classifier():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Embedding(20, 8), nn.LayerNorm(8), nn.Flatten(), nn.Linear(5 * 8, 3))
+
+
+class Residual(nn.Module):
+    """conv-bn-relu-conv-bn plus the identity, then relu (ResNet's basic block, without downsampling)."""
+
+    def __init__(self, c=4):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c)
+        self.conv2 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c)
+
+    def forward(self, x):
+        y = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(y)) + x)
+
+
+def residual():
+    torch.manual_seed(0)
+    m = Residual()
+    _stats(m.bn1, 2)
+    _stats(m.bn2, 3)
+    return m.eval()
+
+
+def images(channels, seed):
+    return torch.randn(B, channels, 8, 8, generator=torch.Generator().manual_seed(seed))
+
+
+def tokens(seed, length=5):
+    return torch.randint(0, 20, (B, length), generator=torch.Generator().manual_seed(seed))
+
+
+def eager(module, x):
+    with torch.no_grad():
+        return module(x).numpy()
+
+
+# -- forward: from_torch, every map split along the batch ---------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def forward(kind):
+    module, x = {"cnn": (cnn(), images(3, 0)), "embedding": (embedding(), tokens(0)),
+                 "residual": (residual(), images(4, 0))}[kind]
+    sdfg = dp.from_torch(module, (x, ), name=f"torch_everyday_{kind}")
+    infos = dp.maps(sdfg)
+    schedule = {m.name: (2, ) + (1, ) * (len(m.params) - 1) for m in infos if m.shape[0] == B}
+    assert len(schedule) == len(infos), [(m.name, m.shape) for m in infos if m.name not in schedule]
+    dp.lower(sdfg, schedule)
+    return module, sdfg
+
+
+@pytest.mark.parametrize("kind", ["cnn", "embedding", "residual"])
+def test_forward_data_parallel_2_ranks(kind):
+    module, sdfg = forward(kind)
+    x = {"cnn": images(3, 1), "embedding": tokens(1), "residual": images(4, 1)}[kind]
+    if kind == "embedding":
+        x[0, 0] = 19  # the table's last row too
+    (name, ) = set(sdfg.arglist()) - set(dp.runtime.launch.bound_values(sdfg)) - {"__return"}
+    out = dp.run(sdfg, 2, timeout=240, **{name: x.numpy()})
+    ref = eager(module, x)
+    assert out.shape == ref.shape and out.dtype == np.float32
+    np.testing.assert_allclose(out, ref, **TOL)
+
+
+def test_embedding_table_whole_on_every_rank_indices_split():
+    """The gather reads the whole table on every rank; the indices (and every activation) arrive by rows."""
+    _, sdfg = forward("embedding")
+    entries = [(e.array, tuple(e.calls)) for k in dp.report(sdfg).kernels for e in k.comm if e.direction == "scatter"]
+    table = [c for a, cs in entries if a == "t_0_weight" for c in cs]
+    assert table and all(c.startswith("MPI_Bcast") or c == "copy on rank 0" for c in table), entries
+    assert [cs for a, cs in entries if a == "input"] == [("MPI_Scatterv(grid dims (0,))", )], entries
+
+
+# -- training steps: from_torch_train_step, forward, cross entropy, backward, SGD ----------------------------
+
+
+def train_and_compare(model, x, y, name, tol=1e-5):
+    step, state = ts.module_step(model, "sgd", lr=0.1)
+    sdfg = dp.from_torch_train_step(step, {"x": x, "labels": y}, state, name=name)
+    dp.lower(sdfg, ts.data_parallel(sdfg, 2, B))
+    out = dp.run(sdfg, 2, timeout=300, x=x.numpy(), labels=y.numpy())
+    loss, new = ts.outputs(sdfg, out)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    ref = F.cross_entropy(model(x), y)
+    opt.zero_grad()
+    ref.backward()
+    opt.step()
+    assert loss == pytest.approx(float(ref.detach()), rel=tol, abs=tol)
+    assert set(new) == {k for k, _ in model.named_parameters()}
+    for k, p in model.named_parameters():
+        np.testing.assert_allclose(new[k], p.detach().numpy(), rtol=tol, atol=tol, err_msg=k)
+    return sdfg
+
+
+@pytest.mark.slow  # about a minute: two convolutions' forward and backward, pooling and batch norm
+def test_cnn_sgd_step_data_parallel_2_ranks():
+    """Conv2d (stride 1 and 2, padding, bias), BatchNorm2d (eval: running statistics), ReLU, MaxPool2d,
+    Flatten, Linear: one SGD step with the batch split, weight gradients combined by allreduce."""
+    labels = torch.randint(0, 3, (B, ), generator=torch.Generator().manual_seed(5))
+    train_and_compare(cnn(), images(3, 4), labels, "t_everyday_cnn_sgd")
+
+
+def test_embedding_sgd_step_data_parallel_2_ranks():
+    """Embedding (run-time indices), LayerNorm, Flatten, Linear: the embedding's gradient is an accumulating
+    map over the batch, so each rank holds partial sums of the table's gradient until the update."""
+    labels = torch.randint(0, 3, (B, ), generator=torch.Generator().manual_seed(6))
+    x = tokens(7)
+    x[0, :2] = 3  # a repeated index: its gradient rows add up
+    train_and_compare(embedding_classifier(), x, labels, "t_everyday_embedding_sgd")
+
+
+# -- refused in words ---------------------------------------------------------------------------------------
+
+
+def test_refuses_grouped_conv_and_training_mode_batch_norm():
+    with pytest.raises(FrontendError, match=r"Conv with group=2 is not supported.*node .*\(Conv\)"):
+        dp.from_torch(nn.Conv2d(4, 4, 3, groups=2), (images(4, 0), ), name="t_everyday_group")
+    torch.manual_seed(0)
+    train_bn = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).train()
+    with pytest.raises(FrontendError, match=r"BatchNorm2d '1' is in training mode.*eval\(\)"):
+        dp.from_torch(train_bn, (images(3, 0), ), name="t_everyday_bn_train")
+
+
+def test_train_step_refuses_grouped_conv_and_training_mode_batch_norm():
+    y = torch.zeros(B, dtype=torch.int64)
+    torch.manual_seed(0)
+    grouped = nn.Sequential(nn.Conv2d(4, 4, 3, groups=2), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+    step, state = ts.module_step(grouped, "sgd")
+    with pytest.raises(FrontendError, match=r"aten.convolution.default' at node 'convolution.*grouped"):
+        dp.from_torch_train_step(step, {"x": images(4, 0), "labels": y}, state, name="t_everyday_group_step")
+    train_bn = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(4 * 6 * 6, 3)).train()
+    step, state = ts.module_step(train_bn, "sgd")
+    with pytest.raises(FrontendError, match=r"eval\(\) mode"):
+        dp.from_torch_train_step(step, {"x": images(3, 0), "labels": y}, state, name="t_everyday_bn_step")
