@@ -30,6 +30,7 @@ test-slow: $(VENV)/.installed
 bench: $(VENV)/.installed
 	$(PY) -m pip install -q -e ".[bench]"
 	$(PY) benchmarks/vs_peers.py  # dace-partition vs mpi4py, JAX, NumPy: README table
+	$(PY) benchmarks/auto_schedule.py  # automatic vs hand schedules: README table
 
 
 # --- Other launchers and MPIs (README: "Slurm and Open MPI") -------------------------------------------
