@@ -206,3 +206,41 @@ def test_variants_slow(r):
     nodes = [node("Softmax", ["a"], ["sm"], axis=1), node("ReduceSum", ["a"], ["rs"], axes=[0, 2], keepdims=1),
              node("ReduceMean", ["a"], ["rm"], axes=[-1], keepdims=0), node("Squeeze", ["rs"], ["sq"], axes=[0])]
     check("var11", nodes, ins, {n.output[0]: F for n in nodes}, opset=11)
+
+
+def test_conv_pool_batchnorm_gather(r):
+    """Conv (stride 2, asymmetric pads, dilation, no bias; SAME_UPPER with bias), MaxPool (pads, strides,
+    ceil_mode), BatchNormalization (running statistics), GlobalAveragePool, Flatten of a 4-D tensor (a
+    merging copy map), and Gather with run-time indices (negative ones too) along axes 0 and 1."""
+    ins = dict(x=f32(r, 2, 3, 7, 6), idx=np.array([[0, 4], [-1, 2]], dtype=np.int64), t=f32(r, 5, 3),
+               jdx=np.array([2, -3, 1], dtype=np.int64))
+    inits = dict(w=f32(r, 4, 3, 3, 2), w3=f32(r, 2, 3, 3, 3), b3=f32(r, 2), s=f32(r, 3, positive=True),
+                 bb=f32(r, 3), m=f32(r, 3), v=f32(r, 3, positive=True))
+    nodes = [
+        node("Conv", ["x", "w"], ["conv"], strides=[2, 1], pads=[1, 0, 2, 1], dilations=[1, 2]),
+        node("Conv", ["x", "w3", "b3"], ["same"], auto_pad="SAME_UPPER", strides=[2, 2]),
+        node("MaxPool", ["x"], ["pool"], kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1]),
+        node("MaxPool", ["x"], ["pool_ceil"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
+        node("BatchNormalization", ["x", "s", "bb", "m", "v"], ["bn"], epsilon=1e-3),
+        node("GlobalAveragePool", ["x"], ["gap"]),
+        node("Flatten", ["x"], ["flat"], axis=1),
+        node("Gather", ["t", "idx"], ["rows"], axis=0),
+        node("Gather", ["t", "jdx"], ["cols"], axis=1),
+    ]
+    check("convpool", nodes, ins, {n.output[0]: F for n in nodes}, inits, rtol=1e-4, atol=1e-5)
+
+
+def test_conv_pool_batchnorm_unsupported_variants_are_refused(r):
+    x, w = f32(r, 1, 4, 5, 5), f32(r, 4, 2, 3, 3)
+    cases = [
+        (node("Conv", ["x", "w"], ["y"], group=2, name="grouped"), dict(w=w), r"group=2.*'grouped' \(Conv\)"),
+        (node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2], name="mp"), {}, r"Indices.*'mp' \(MaxPool\)"),
+        (node("BatchNormalization", ["x", "c", "c", "c", "c"], ["y"], training_mode=1, name="bn"), dict(c=f32(r, 4)),
+         r"training mode.*'bn' \(BatchNormalization\)"),
+        (node("Gather", ["x", "f"], ["y"], name="g"), {}, r"indices 'f' must be integers.*'g' \(Gather\)"),
+    ]
+    for n, inits, msg in cases:
+        inputs = dict(x=x, f=f32(r, 2)) if "f" in n.input else dict(x=x)
+        model = make_model([n], inputs, {o: F for o in n.output}, inits)
+        with pytest.raises(FrontendError, match=msg):
+            dp.from_onnx(model)
