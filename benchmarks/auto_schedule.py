@@ -22,7 +22,6 @@ import sys
 import tempfile
 import time
 
-import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -131,7 +130,7 @@ def main():
     import dace_partition as dp
     from dace_partition.runtime import toolchain
     from dace_partition.runtime.launch import mpi_environment
-    from vs_peers import run_variant
+    from vs_peers import run_variant, write_data
     machine = dp.Machine() if args.defaults else dp.calibrate(save=False)
     print(f"cost model: {machine}", flush=True)
     env = mpi_environment()
@@ -144,12 +143,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="dace_partition_auto_")
     setup = {}
     for wl in workloads:
-        data = os.path.join(tmp, wl.name)
-        os.makedirs(data)
-        inputs = wl.inputs(np.random.default_rng(0))
-        for k, v in inputs.items():
-            np.save(os.path.join(data, f"{k}.npy"), v)
-        np.save(os.path.join(data, "__ref.npy"), np.asarray(wl.numpy(**{k: v.copy() for k, v in inputs.items()})))
+        data = write_data(wl, tmp)
         t0 = time.perf_counter()
         setup[wl.name] = (data, prepare(wl, args.ranks, tag, machine))
         print(f"[{wl.name}] lowered and built in {time.perf_counter() - t0:.0f} s", flush=True)

@@ -71,6 +71,17 @@ def build(wl, ranks, tag):
     return out, lower_s
 
 
+def write_data(wl, tmp) -> str:
+    """The workload's inputs and NumPy's result as .npy files in a folder of their own (read by the workers)."""
+    data = os.path.join(tmp, wl.name)
+    os.makedirs(data)
+    inputs = wl.inputs(np.random.default_rng(0))
+    for k, v in inputs.items():
+        np.save(os.path.join(data, f"{k}.npy"), v)
+    np.save(os.path.join(data, "__ref.npy"), np.asarray(wl.numpy(**{k: v.copy() for k, v in inputs.items()})))
+    return data
+
+
 def run_variant(wl, variant, data, folder, args, env):
     reps = wl.reps or (max(1, args.reps - 2) if wl.heavy else args.reps)
     worker = [sys.executable, os.path.join(HERE, "_peers_worker.py"), wl.name, variant, data, folder or "",
@@ -110,13 +121,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="dace_partition_peers_")
     setup = {}
     for wl in workloads:
-        data = os.path.join(tmp, wl.name)
-        os.makedirs(data)
-        inputs = wl.inputs(np.random.default_rng(0))
-        for k, v in inputs.items():
-            np.save(os.path.join(data, f"{k}.npy"), v)
-        ref = wl.numpy(**{k: v.copy() for k, v in inputs.items()})
-        np.save(os.path.join(data, "__ref.npy"), np.asarray(ref))
+        data = write_data(wl, tmp)
         t0 = time.perf_counter()
         folders, lower_s = build(wl, args.ranks, tag)
         print(f"[{wl.name}] built in {time.perf_counter() - t0:.0f} s", flush=True)

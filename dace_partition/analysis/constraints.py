@@ -350,7 +350,8 @@ def copies_write_whole_values(plan: KernelPlan) -> List[Access]:
     return out
 
 
-def _find_entry(body: SDFG, m: nodes.Map):
+def find_entry(body: SDFG, m: nodes.Map):
+    """(state, map entry) of the map ``m`` among the top-level states of ``body``."""
     for st in ordered_states(body):
         for n in st.nodes():
             if isinstance(n, nodes.MapEntry) and n.map is m:
@@ -394,7 +395,7 @@ def plan_nested_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, .
 
     order = [principal] + sorted([m for m in infos if m is not principal], key=lambda m: -len(m.params))
     for info in order:
-        st, entry = _find_entry(body, info.map)
+        st, entry = find_entry(body, info.map)
         explicit = info.name in grids
         candidates = list(_candidates(info, grids.get(info.name), grid, coords))
         chosen = None

@@ -31,6 +31,7 @@ import sympy
 from dace import nodes
 from dace.sdfg import SDFG
 
+from ..analysis.constraints import find_entry
 from ..errors import ScheduleError, UnsupportedPattern
 from ..ir import ROOT, Cost, Distribution, Move, MoveKind
 from ..plan import KernelMoves, analyse_kernel, plan_kernel
@@ -192,7 +193,7 @@ class ProgramModel:
         else:
             for info in k.maps:
                 grid = _inner_grid(km, info) if km is not None else None
-                st, entry = _entry_of(k.body, info.map)
+                st, entry = find_entry(k.body, info.map)
                 ops += _iterations(info.map, grid, self.sdfg.constants) * _ops_in_scope(st, entry, self.sdfg.constants)
         t = ops / self.machine.map_ops
         mem = _buffer_bytes(self.sdfg, km) if km is not None else _global_bytes(self.sdfg, k)
@@ -584,11 +585,3 @@ def _ops_in_scope(state, entry, consts=None) -> float:
         elif isinstance(n, nodes.LibraryNode):
             total += 1
     return max(total, 1.0)
-
-
-def _entry_of(body: SDFG, m: nodes.Map):
-    for st in ordered_states(body):
-        for n in st.nodes():
-            if isinstance(n, nodes.MapEntry) and n.map is m:
-                return st, n
-    raise KeyError(m.label)
