@@ -267,3 +267,13 @@ def test_pytorch_module_and_training_step_are_scheduled_automatically():
     assert loss == pytest.approx(float(ref.detach()), rel=1e-5, abs=1e-5)
     for k, v in model.named_parameters():
         np.testing.assert_allclose(new[k], v.detach().numpy(), rtol=1e-5, atol=1e-5, err_msg=k)
+
+
+def test_schedule_command_prints_the_schedule_and_the_report():
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "dace_partition", "schedule", f"{__file__}:column_sums", "--ranks", "4"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "schedule = {'Reduce.reduce_output': (1, 4)}" in proc.stdout  # [column, row]: the rows split
+    assert "automatic schedule for 4 rank(s)" in proc.stdout and "MPI_Reduce" in proc.stdout
