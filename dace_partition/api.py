@@ -120,6 +120,8 @@ def _invalid_at(e) -> str:
     """The data (or map, or state) a DaCe validation error points at, by name."""
     try:
         st = e.sdfg.node(e.state_id)
+        if getattr(e, "edge_id", None) is not None:
+            return st.edges()[e.edge_id].data.data or f"state {st.label}"
         if getattr(e, "node_id", None) is None:
             return f"state {st.label}"
         n = st.node(e.node_id)

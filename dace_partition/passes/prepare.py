@@ -6,6 +6,8 @@
   that feed it in a state of their own before it and those that follow it in one after it, so the state
   of a kernel touches exactly what the kernel reads and writes.
 """
+import functools
+
 import dace
 import numpy as np
 from dace import nodes
@@ -68,12 +70,18 @@ def materialize_views(sdfg: SDFG):
             continue
         used = any(n.data == name for st in ordered_states(sdfg) for n in st.data_nodes())
         viewed = _viewed_volume(sdfg, name)
-        if not used or viewed is None or dace.symbolic.simplify(viewed - desc.total_size) != 0:
+        elements = functools.reduce(lambda x, y: x * y, desc.shape, 1)  # total_size is a strided view's span
+        if not used or viewed is None or dace.symbolic.simplify(_constants(sdfg, viewed - elements)) != 0:
             continue  # a view of another size (``M // 2`` pieces of ``M``): kept, and refused if partitioned
-        new = dace.data.Array(desc.dtype, desc.shape, transient=True, storage=desc.storage)
+        shape = [_constants(sdfg, x) for x in desc.shape]  # so the copy's two sides have equal sizes
+        new = dace.data.Array(desc.dtype, shape, transient=True, storage=desc.storage)
         sdfg.arrays[name] = new
         for st, n in [(st, n) for st in ordered_states(sdfg) for n in st.data_nodes() if n.data == name]:
             for e, viewed_side in _edges_of(st, n):
+                if viewed_side:  # the copy's two sides in numbers where specialized symbols make them equal
+                    e.data.subset = _constant_range(sdfg, e.data.subset)
+                    if e.data.other_subset is not None:
+                        e.data.other_subset = _constant_range(sdfg, e.data.other_subset)
                 if viewed_side and e.data.other_subset is None:
                     # The view edge names only the viewed array's subset: name the whole view too.
                     e.data.other_subset = dace.subsets.Range.from_array(new)
@@ -84,6 +92,19 @@ def materialize_views(sdfg: SDFG):
             n.remove_out_connector("views")
         done.append(name)
     return done
+
+
+def _constants(sdfg: SDFG, expr):
+    """``expr`` with the symbols ``sdfg.specialize`` fixed replaced by their values."""
+    consts = {k: v for k, (_, v) in sdfg.constants_prop.items() if isinstance(v, (int, np.integer))}
+    expr = dace.symbolic.pystr_to_symbolic(str(expr))
+    return expr.subs({x: consts[str(x)] for x in expr.free_symbols if str(x) in consts})
+
+
+def _constant_range(sdfg: SDFG, rng):
+    if not isinstance(rng, dace.subsets.Range):
+        return rng
+    return dace.subsets.Range([tuple(_constants(sdfg, x) for x in r) for r in rng.ranges])
 
 
 def _viewed_volume(sdfg: SDFG, name: str):
