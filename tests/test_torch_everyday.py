@@ -180,6 +180,13 @@ def test_train_step_refuses_grouped_conv_and_training_mode_batch_norm():
     with pytest.raises(FrontendError, match=r"aten.convolution.default' at node 'convolution.*grouped"):
         dp.from_torch_train_step(step, {"x": images(4, 0), "labels": y}, state, name="t_everyday_group_step")
     train_bn = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(4 * 6 * 6, 3)).train()
-    step, state = ts.module_step(train_bn, "sgd")
-    with pytest.raises(FrontendError, match=r"eval\(\) mode"):
+    with pytest.raises(FrontendError, match=r"BatchNorm2d '1' is in training mode.*eval\(\)"):
+        ts.module_step(train_bn, "sgd")
+
+    def step(state, x, labels):  # a hand-written step with the same module: tracing fails, in words
+        return torch.func.grad_and_value(
+            lambda p: F.cross_entropy(torch.func.functional_call(train_bn, p, (x, )), labels))(state)[::-1]
+
+    state = {k: v.detach().clone() for k, v in train_bn.named_parameters()}
+    with pytest.raises(FrontendError, match=r"tracing the training step .* eval\(\) mode"):
         dp.from_torch_train_step(step, {"x": images(3, 0), "labels": y}, state, name="t_everyday_bn_step")

@@ -110,6 +110,12 @@ def module_step(module, optimizer: str = "sgd", loss: Callable = None, lr: float
     from torch.func import functional_call, grad_and_value
 
     loss = loss or torch.nn.functional.cross_entropy
+    for sub_name, sub in module.named_modules():
+        if isinstance(sub, torch.nn.modules.batchnorm._BatchNorm) and sub.training and sub.track_running_stats:
+            raise FrontendError(f"{type(sub).__name__} '{sub_name or type(module).__name__}' is in training mode: "
+                                "its running statistics would be updated in place, which a traced step cannot "
+                                "do; call module.eval() first (the step then normalises with the running "
+                                "statistics)")
     params = {k: v.detach().clone() for k, v in module.named_parameters()}
 
     def loss_of(p, *inputs):
