@@ -50,11 +50,13 @@ def test_daceml_distributed_lower_is_the_same_function():
 
 
 def test_quickstart_example_under_mpiexec():
-    """The README demo: compile() inside an mpiexec-launched script, checked against NumPy on rank 0."""
+    """The README demo (``make demo``): automatic schedules and one hand schedule, compile() inside an
+    mpiexec-launched script, every result checked against NumPy on rank 0."""
     res = mpi_script(os.path.join("examples", "quickstart.py"), 4, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
-    assert res.stdout.count("matches NumPy") == 2
+    assert res.stdout.count("matches NumPy") == 3
     assert "DOES NOT MATCH" not in res.stdout
+    assert res.stdout.count("automatic schedule for 4 rank(s)") == 2
 
 
 def test_mlp_example_under_mpiexec():
