@@ -135,7 +135,7 @@ class Converter:
         """A copy map over the common refinement of both shapes, so both sides index linearly (a DaCe
         view of ``np.reshape`` would reach the partitioner as an ambiguous View node)."""
         src = self.materialize(v, "view_in")
-        fine = _refine([s for s in v.shape if s != 1], [s for s in shape if s != 1])
+        fine = ops.refine([s for s in v.shape if s != 1], [s for s in shape if s != 1])
         if fine is None:
             raise FrontendError(f"reshape {v.shape} -> {shape} at node '{self.node.name}' does not split or merge "
                                 "whole axes")
@@ -144,8 +144,8 @@ class Converter:
         self.b.line(f"{out} = np.empty({shape_code(shape or (1, ))}, dtype={np_dtype(v.dtype)})")
         self.b.line(f"for {', '.join(params)} in dace.map[{', '.join(f'0:{s}' for s in fine or [1])}]:")
         self.b.line("    with dace.tasklet:")
-        self.b.line(f"        in0 << {src}[{_linear(v.shape, fine, params)}]")
-        self.b.line(f"        o >> {out}[{_linear(shape, fine, params)}]")
+        self.b.line(f"        in0 << {src}[{ops.linear_index(v.shape, fine, params)}]")
+        self.b.line(f"        o >> {out}[{ops.linear_index(shape, fine, params)}]")
         self.b.line("        o = in0")
         return array_value(out, shape, v.dtype)
 
@@ -211,40 +211,6 @@ class Converter:
 
     def fail(self, why: str):
         raise FrontendError(f"ATen op '{self.node.target}' at node '{self.node.name}': {why}")
-
-
-def _refine(a: List[int], b: List[int]) -> Optional[List[int]]:
-    """Axis sizes that both ``a`` and ``b`` are products of runs of, or None."""
-    a, b, out = list(a), list(b), []
-    while a and b:
-        g = min(a[0], b[0])
-        if a[0] % g or b[0] % g:
-            return None
-        out.append(g)
-        a[0] //= g
-        b[0] //= g
-        a, b = (a[1:] if a[0] == 1 else a), (b[1:] if b[0] == 1 else b)
-    return out if not a and not b else None
-
-
-def _linear(shape: Shape, fine: List[int], params: List[str]) -> str:
-    """Index of an array of ``shape`` at refinement indices ``params`` (runs of ``fine`` form its axes)."""
-    idx, k = [], 0
-    for s in shape or (1, ):
-        if s == 1:
-            idx.append("0")
-            continue
-        terms, size = [], 1
-        while size < s:
-            terms.append(params[k])
-            size *= fine[k]
-            k += 1
-        stride, parts = 1, []
-        for p, f in reversed(list(zip(terms, fine[k - len(terms):k]))):
-            parts.append(p if stride == 1 else f"{stride} * {p}")
-            stride *= f
-        idx.append(" + ".join(reversed(parts)))
-    return ", ".join(idx)
 
 
 def _flatten(x):
@@ -657,7 +623,7 @@ def _max_pool(c, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=Fal
         for q, s in zip(pos[1:], sp[1:]):
             flat = f"({flat}) * {s} + {q}"
         if k == 0:
-            body += [f"        m = in0", f"        j = {flat}"]
+            body += ["        m = in0", f"        j = {flat}"]
         else:
             body += [f"        if in{k} > m:", f"            m = in{k}", f"            j = {flat}"]
     lines += [f"        o >> {out}[{', '.join(params)}]", f"        oi >> {idx}[{', '.join(params)}]"] + body
