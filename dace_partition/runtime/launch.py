@@ -692,11 +692,11 @@ def run(sdfg: SDFG, ranks: int, timeout: float = 300, launcher=None, **inputs):
     ``$DACE_PARTITION_LAUNCHER``, else ``srun`` inside a Slurm allocation and ``mpiexec`` otherwise (see
     :func:`choose_launcher`). Every launch checks that the job's world has ``ranks`` ranks.
 
-    Returns what calling the SDFG returns; for a program without a return value, a dict of the new
-    values of the arguments it writes. Either way, as calling the SDFG in one process does, the NumPy
-    arrays passed for the arguments it writes are updated in place (a writable array of another shape
-    with as many elements takes the values in C order); so a program that both returns a value and
-    writes an argument gives the first as the result and the second in the caller's array. A failure on
+    Returns what calling the SDFG returns. For a program without a return value: a dict of the new values
+    of the arguments it writes (the caller's arrays keep their values, so a reference can be computed from
+    them afterwards). A program that returns a value and also writes arguments: the value, and, as calling
+    the SDFG in one process does, the new values of the written arguments copied into the caller's NumPy
+    arrays (a writable array of another shape with as many elements takes them in C order). A failure on
     any rank raises :class:`RunError` with its message.
     """
     return launch(sdfg, ranks, timeout, inputs, launcher=launcher, update=inputs)[0]
@@ -751,9 +751,9 @@ def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = "dace_p
                 print(line, file=sys.stderr)
         res = np.load(os.path.join(tmp, "outputs.npz"), allow_pickle=False)
         kind = str(res["__kind"])
-        if kind == "none":  # written arguments, in the shapes the caller gave them
+        if kind == "none":  # written arguments, in the shapes the caller gave them (returned, not copied back)
             outputs = {k: (res[k].reshape(given[k]) if k in given else res[k]) for k in res.files if k != "__kind"}
-            written = outputs
+            written = {}
         else:
             outputs = res["__r0"] if kind == "single" else tuple(res[f"__r{i}"] for i in range(int(res["__n"])))
             written = {k[len(WRITTEN):]: res[k] for k in res.files if k.startswith(WRITTEN)}
