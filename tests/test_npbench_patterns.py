@@ -273,3 +273,18 @@ def test_strided_and_reshaped_views_become_arrays_and_run_like_numpy():
     x, w = rng.random((4, 4, 4, 2)), rng.random((8, 3))
     pooled = x.reshape(4, 2, 2, 2, 2, 2).max(axis=(2, 4))
     np.testing.assert_allclose(dp.run(sdfg, 2, x=x, w=w), pooled.reshape(4, 8) @ w, rtol=1e-12)
+
+
+def test_a_kernel_whose_buffers_a_loop_sizes_is_refused_and_the_search_leaves_it_out():
+    """correlation: the matrix-vector product inside ``for i`` works on ``M - i - 1`` columns; rank-local
+    buffers are sized when the program starts, so splitting that kernel is refused in words (it used to
+    reach the C++ compiler: "'i' was not declared"), and the automatic schedule does not choose it."""
+    sdfg = view_read_in_loop.to_sdfg()
+    sdfg.specialize(dict(M=6, N=8))
+    gemv = [m.name for m in dp.maps(sdfg) if m.name.endswith("_GEMV__map")]
+    assert gemv
+    with pytest.raises(dp.UnsupportedPattern, match="which a loop assigns"):
+        dp.lower(sdfg, {gemv[0]: (1, 2)})
+    slow = dp.Machine(map_ops=1e6, blas_flops=3e7, stream=8e6, source="slow compute (tests)")
+    schedule = dp.auto_schedule(sdfg, 2, machine_=slow)
+    assert gemv[0] not in schedule and schedule  # the other kernels are still split

@@ -98,6 +98,7 @@ def plan_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, ...]], s
     the reason) when no solver implements one of its moves. Changes nothing."""
     plan = analysis if analysis is not None else analyse_kernel(sdfg, kernel, grids)
     buffers = local_buffers(plan)
+    refuse_loop_sized_buffers(sdfg, plan, buffers)
     read = {a.array for a in plan.accesses if a.direction == Direction.IN and not a.prior}
     fills = [id(a) for a in scatters(plan, buffers)]
     planned = []
@@ -128,6 +129,27 @@ def plan_lowering(sdfg: SDFG, kernels: Sequence[Kernel], grids: Dict[str, Tuple[
         if plan.size > 1:
             out.append(plan_kernel(sdfg, k, grids, solvers, plan))
     return LoweringPlan(tuple(out), needed)
+
+
+def refuse_loop_sized_buffers(sdfg: SDFG, plan: KernelPlan, buffers):
+    """Rank-local buffers are allocated when the program starts, so their sizes may use the program's
+    symbols but not a variable that a loop assigns (a kernel of ``for i: corr[i, i+1:M] = ...`` whose tile
+    has ``M - i - 1`` columns): such a kernel is refused in words before anything is rewritten."""
+    sizes = {}
+    for (array, _), (name, subset) in buffers.items():
+        for x in Distribution.on_grid(subset, plan.grid, plan.coords, 0).local_shape:
+            sizes.setdefault(name, (array, subset, set()))[2].update(str(f) for f in sympy.sympify(x).free_symbols)
+    used = set().union(*(s for _, _, s in sizes.values())) if sizes else set()
+    if not used:
+        return
+    assigned = {x for e in sdfg.all_interstate_edges() for x in e.data.assignments}
+    assigned |= {r.loop_variable for r in sdfg.all_control_flow_regions() if getattr(r, "loop_variable", None)}
+    for name, (array, subset, syms) in sizes.items():
+        stray = sorted(syms & assigned)
+        if stray:
+            raise UnsupportedPattern(array, subset, f"kernel '{plan.kernel.label}' needs a rank-local buffer whose "
+                                     f"size depends on {', '.join(stray)}, which a loop assigns; buffers are sized "
+                                     "when the program starts, so leave this kernel out of the schedule")
 
 
 def local_buffers(plan: KernelPlan) -> Dict[Tuple[str, str], Tuple[str, object]]:
