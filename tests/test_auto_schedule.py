@@ -1,7 +1,6 @@
 """Automatic schedules (dace_partition.search): what the cost model chooses, that its prediction is the
 lowering's own byte count, that the search finds the model's optimum, and that the caller's SDFG never
 changes. Pure Python (no compiler) except the two runs at the end, which build and run under mpiexec."""
-import copy
 import itertools
 
 import dace
@@ -139,8 +138,8 @@ def test_prediction_is_the_reports_byte_count(program, ranks, kw):
 
 def test_local_search_is_within_5_percent_of_the_exhaustive_optimum():
     for program, ranks, kw in [(chain, 4, {}), (mlp_large_batch, 4, {}), (jacobi1d, 4, {"sizes": {"N": 400, "T": 6}})]:
-        work, sizes = prepare(program.to_sdfg(), kw.get("sizes"))
-        model = ProgramModel(work, ranks, resolve_solvers(None), SLOW, sizes=kw.get("sizes"))
+        work, sizes, kernels = prepare(program.to_sdfg(), kw.get("sizes"))
+        model = ProgramModel(work, kernels, ranks, resolve_solvers(None), SLOW, sizes=kw.get("sizes"))
         allowed = {k.index: list(range(len(model.priced[k.index]))) for k in model.kernels}
         count = int(np.prod([len(v) for v in allowed.values()]))
         assert count <= 300000

@@ -59,16 +59,15 @@ def auto_schedule(sdfg: SDFG, ranks: int, *, io: str = "root", memory_per_rank: 
     if io not in ("root", "distributed"):
         raise ValueError(f"io must be 'root' or 'distributed', got {io!r}")
     t0 = time.perf_counter()
-    work, assumed = prepare(sdfg, sizes)
+    work, assumed, kernels = prepare(sdfg, sizes)
     m = machine_ or machine()
     order = resolve_solvers(solvers)
     by_map, by_array = _split_fixed(fixed)
     cands = None
     if by_map:
         cands = {}
-        from ..schedule import discover
         names = {}
-        for k in discover(work):
+        for k in kernels:
             for info in k.maps:
                 names[info.name] = (k, info)
         for name, grid in by_map.items():
@@ -81,7 +80,7 @@ def auto_schedule(sdfg: SDFG, ranks: int, *, io: str = "root", memory_per_rank: 
                                     "map instead")
             check_grid(info, grid)
             cands[k.index] = [Candidate(grid if isinstance(grid, Replicated) else tuple(grid))]
-    model = ProgramModel(work, ranks, order, m, io, memory_per_rank, cands, sizes)
+    model = ProgramModel(work, kernels, ranks, order, m, io, memory_per_rank, cands, sizes)
     allowed = {}
     for k in model.kernels:
         idx = list(range(len(model.priced[k.index])))
@@ -110,10 +109,9 @@ def predict(sdfg: SDFG, schedule, ranks: int, *, io: str = "root", sizes: Option
     """What the cost model predicts for a given schedule ({map name: grid}) on ``ranks`` ranks: a hand
     schedule priced the way :func:`auto_schedule` prices its candidates. A kernel is priced on its
     principal map's grid (the map with the most parameters); kernels the schedule leaves out run on rank 0."""
-    work, _ = prepare(sdfg, sizes)
-    from ..schedule import discover
+    work, _, kernels = prepare(sdfg, sizes)
     cands = {}
-    for k in discover(work):
+    for k in kernels:
         if not k.maps:
             continue
         principal = k.maps[0] if len(k.maps) == 1 else max(k.maps, key=lambda x: len(x.params))
@@ -122,7 +120,8 @@ def predict(sdfg: SDFG, schedule, ranks: int, *, io: str = "root", sizes: Option
             cands[k.index] = [Candidate(grid if isinstance(grid, Replicated) else tuple(grid))]
         else:
             cands[k.index] = []
-    model = ProgramModel(work, ranks, resolve_solvers(solvers), machine_ or machine(), io, None, cands, sizes)
+    model = ProgramModel(work, kernels, ranks, resolve_solvers(solvers), machine_ or machine(), io, None, cands,
+                         sizes)
     choice = {k: len(model.priced[k]) - 1 for k in model.priced}  # the given grid (or rank 0) of each
     return model.evaluate(choice)
 

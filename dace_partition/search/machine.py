@@ -117,7 +117,6 @@ def _compiled_map_rate(x, y) -> float:
     """Operations per second of DaCe-generated rank-local code: ``2 * x + y`` (two maps, one temporary,
     as the frontend writes it) built like a lowered program's kernels (one thread, sequential maps)."""
     import dace
-    import numpy as np
     from ..passes.partition import single_threaded
     from .calibration_programs import stream_program
     sdfg = stream_program.to_sdfg()

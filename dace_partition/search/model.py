@@ -98,12 +98,16 @@ class Prediction:
                 f"max {max(self.bytes_per_rank or [0])} B/rank, {self.memory} B of rank-local buffers per rank")
 
 
-def prepare(sdfg: SDFG, sizes: Optional[Dict[str, int]] = None) -> Tuple[SDFG, Dict[str, int]]:
+def prepare(sdfg: SDFG, sizes: Optional[Dict[str, int]] = None) -> Tuple[SDFG, Dict[str, int], List[Kernel]]:
     """A copy of ``sdfg`` ready to be planned (one work node per state, as the lowering has it), with every
-    size symbol fixed: ``sizes``, else the SDFG's constants, else :data:`DEFAULT_SIZE`."""
-    from ..passes.partition import _split_states
+    size symbol fixed: ``sizes``, else the SDFG's constants, else :data:`DEFAULT_SIZE`; the values assumed;
+    and its kernels, whose maps carry the names ``dp.maps`` gives them (discovered before the states are
+    split, as ``lower`` checks a schedule)."""
+    from ..passes.partition import _same_names, _split_states
     work = copy.deepcopy(sdfg)
+    named = discover(work)
     _split_states(work)
+    kernels = _same_names(discover(work), named)
     values = {}
     for s in sorted(str(x) for x in work.free_symbols):
         if s in work.constants:
@@ -116,13 +120,13 @@ def prepare(sdfg: SDFG, sizes: Optional[Dict[str, int]] = None) -> Tuple[SDFG, D
     fixed = {k: v for k, v in work.constants.items() if isinstance(v, (int, np.integer))}
     if fixed:
         work.replace_dict({k: str(int(v)) for k, v in fixed.items()})
-    return work, values
+    return work, values, kernels
 
 
 class ProgramModel:
     """A program's kernels with their priced candidates and every array's uses (module docstring)."""
 
-    def __init__(self, sdfg: SDFG, ranks: int, solvers, machine: Machine, io: str = "root",
+    def __init__(self, sdfg: SDFG, kernels: List[Kernel], ranks: int, solvers, machine: Machine, io: str = "root",
                  memory_per_rank: Optional[int] = None, candidates: Optional[Dict[int, List[Candidate]]] = None,
                  sizes: Optional[Dict[str, int]] = None):
         self.sdfg, self.ranks, self.solvers, self.machine = sdfg, ranks, solvers, machine
@@ -132,7 +136,7 @@ class ProgramModel:
         self._memo: Dict[tuple, Tuple[List[int], float]] = {}
         self._kernel_parts: Dict[tuple, tuple] = {}
         self.io, self.memory_per_rank = io, memory_per_rank
-        self.kernels: List[Kernel] = discover(sdfg)
+        self.kernels: List[Kernel] = kernels  # from prepare(): named as dp.maps names them
         self.refused: Dict[int, List[Tuple[Candidate, str]]] = {}
         self.priced: Dict[int, List[Priced]] = {}
         self._moves: Dict[tuple, Optional[Cost]] = {}
