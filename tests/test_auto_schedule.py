@@ -275,3 +275,34 @@ def test_schedule_command_prints_the_schedule_and_the_report():
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "schedule = {'Reduce.reduce_output': (1, 4)}" in proc.stdout  # [column, row]: the rows split
     assert "automatic schedule for 4 rank(s)" in proc.stdout and "MPI_Reduce" in proc.stdout
+
+
+@dace.program
+def two_sums(a: dace.float64[64, 48, 4], b: dace.float64[48, 64]):
+    s1 = np.sum(a, axis=2)
+    s2 = np.sum(b, axis=0)
+    return s1 + s2[:, np.newaxis]
+
+
+def test_the_schedule_names_the_maps_it_priced(monkeypatch):
+    """The search plans on a copy whose states are split, where discovery could name same-label maps in
+    another order; its candidates carry the names dp.maps gives (as lower checks them), so every grid it
+    returns fits its map (deriche's automatic schedule used to be refused: its grids went to other maps)."""
+    import dace_partition.search.model as model
+    real, calls = model.discover, []
+
+    def reordered(sdfg):  # discovery after the split names same-label maps the other way round
+        ks = real(sdfg)
+        calls.append(1)
+        if len(calls) % 2 == 0:
+            infos = [m for k in ks for m in k.maps if m.name.startswith("Reduce.reduce_output")]
+            for m, n in zip(infos, reversed([m.name for m in infos])):
+                m.name = n
+        return ks
+
+    monkeypatch.setattr(model, "discover", reordered)
+    sdfg = two_sums.to_sdfg()
+    schedule = dp.auto_schedule(sdfg, 2, machine_=SLOW)
+    params = {m.name: len(m.params) for m in dp.maps(sdfg)}
+    assert schedule and all(len(g) == params[name] for name, g in schedule.items() if isinstance(g, tuple))
+    dp.lower(sdfg, schedule)
