@@ -62,17 +62,12 @@ def auto_schedule(sdfg: SDFG, ranks: int, *, io: str = "root", memory_per_rank: 
     work, assumed, kernels = prepare(sdfg, sizes)
     m = machine_ or machine()
     order = resolve_solvers(solvers)
-    by_map, by_array = _split_fixed(fixed)
+    names = {info.name: (k, info) for k in kernels for info in k.maps}
+    by_map, by_array = _split_fixed(fixed, names, sdfg.arrays)
     cands = None
     if by_map:
         cands = {}
-        names = {}
-        for k in kernels:
-            for info in k.maps:
-                names[info.name] = (k, info)
         for name, grid in by_map.items():
-            if name not in names:
-                raise ScheduleError(f"fixed: unknown map '{name}'; known maps: {sorted(names)}")
             k, info = names[name]
             principal = k.maps[0] if len(k.maps) == 1 else max(k.maps, key=lambda x: len(x.params))
             if info is not principal:
@@ -126,17 +121,19 @@ def predict(sdfg: SDFG, schedule, ranks: int, *, io: str = "root", sizes: Option
     return model.evaluate(choice)
 
 
-def _split_fixed(fixed):
+def _split_fixed(fixed, maps, arrays):
+    """``fixed`` as (pinned map grids, pinned array layouts): a key is what the program calls it."""
     by_map, by_array = {}, {}
     for key, value in dict(fixed or {}).items():
         if not isinstance(key, str):
             key = getattr(key, "name", None) or getattr(key, "label", None)
-        if key is None:
-            raise ScheduleError(f"fixed: keys must be map or array names, got {key!r}")
-        if "." in key or key.endswith("_map") or "_map_" in key:
+        if key in maps:
             by_map[key] = value
-        else:
+        elif key in arrays:
             by_array[key] = tuple(value)
+        else:
+            raise ScheduleError(f"fixed: unknown map or array {key!r}; known maps: {sorted(maps)}, "
+                                f"arrays: {sorted(arrays)}")
     return by_map, by_array
 
 
