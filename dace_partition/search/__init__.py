@@ -15,7 +15,7 @@ from ..errors import ScheduleError
 from ..schedule import Replicated, check_grid
 from ..solvers.registry import resolve_solvers
 from .machine import Machine, calibrate, machine
-from .model import Candidate, Prediction, ProgramModel, prepare
+from .model import Candidate, Prediction, ProgramModel, prepare, principal_map
 from .solve import solve
 
 __all__ = ["Schedule", "auto_schedule", "predict", "calibrate", "machine", "Machine", "Prediction"]
@@ -69,7 +69,7 @@ def auto_schedule(sdfg: SDFG, ranks: int, *, io: str = "root", memory_per_rank: 
         cands = {}
         for name, grid in by_map.items():
             k, info = names[name]
-            principal = k.maps[0] if len(k.maps) == 1 else max(k.maps, key=lambda x: len(x.params))
+            principal = principal_map(k)
             if info is not principal:
                 raise ScheduleError(f"fixed: '{name}' shares its grid with '{principal.name}' (one kernel); pin that "
                                     "map instead")
@@ -109,7 +109,7 @@ def predict(sdfg: SDFG, schedule, ranks: int, *, io: str = "root", sizes: Option
     for k in kernels:
         if not k.maps:
             continue
-        principal = k.maps[0] if len(k.maps) == 1 else max(k.maps, key=lambda x: len(x.params))
+        principal = principal_map(k)
         grid = dict(schedule).get(principal.name)
         if grid is not None:
             cands[k.index] = [Candidate(grid if isinstance(grid, Replicated) else tuple(grid))]

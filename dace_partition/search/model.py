@@ -148,7 +148,7 @@ class ProgramModel:
 
     # -- kernels on candidates -------------------------------------------------------------------------
     def principal(self, k: Kernel):
-        return k.maps[0] if k.kind == KernelKind.MAP else max(k.maps, key=lambda m: len(m.params))
+        return principal_map(k)
 
     def _price_all(self, k: Kernel, cands: Sequence[Candidate]) -> List[Priced]:
         out = [Priced(Candidate(None), self.work(k, None) * 1.0, 1)]
@@ -478,7 +478,7 @@ def candidate_grids(k: Kernel, ranks: int) -> List[Candidate]:
     ranks / c tiles times c copies, is left to hand schedules: it multiplies the candidates.)"""
     if not k.maps:
         return [Candidate(None)]
-    info = k.maps[0] if k.kind == KernelKind.MAP else max(k.maps, key=lambda m: len(m.params))
+    info = principal_map(k)
     out = [Candidate(None)]
     # leading dimensions split first: among equal costs the search keeps the earlier candidate
     for grid in sorted(factorizations(ranks, len(info.params)), reverse=True):
@@ -487,6 +487,12 @@ def candidate_grids(k: Kernel, ranks: int) -> List[Candidate]:
     if ranks > 1:  # every rank computes the whole kernel (a consumer of partial sums gets one allreduce)
         out.append(Candidate(Replicated((1, ) * len(info.params), ranks)))
     return out
+
+
+def principal_map(k: Kernel):
+    """The map whose grid a kernel is searched over: its own map, or inside a nested SDFG or library node
+    the map with the most parameters (the others share its grid, as ``lower`` derives them)."""
+    return k.maps[0] if k.kind == KernelKind.MAP else max(k.maps, key=lambda m: len(m.params))
 
 
 def divisors(n: int) -> List[int]:
