@@ -1,5 +1,8 @@
 """One variant of one workload of ``vs_peers.py`` in this process (or MPI job): warm-up call, checked
-against NumPy, then timed calls. Prints one JSON line (rank 0): best time, check, peak RSS per rank.
+against NumPy, then timed calls. Prints one JSON line (rank 0): best time, check, peak RSS per rank, and
+what the measurement ran under: each call's wall time and the share of it the process (every rank) was
+on a core (CPU time / wall time: well below 1 when other processes took the core), the load average, and
+the NumPy / BLAS / OpenMP configuration of every process (``threadpoolctl``).
 
     python _peers_worker.py WORKLOAD VARIANT DATA_DIR [BUILD_FOLDER] --reps N --scale S
 """
@@ -24,6 +27,40 @@ def _load(data, names, whole=True):
 
 def _rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def runtime_config(extra=None):
+    """What this process computes with: NumPy's version and SIMD paths, each native thread pool that
+    threadpoolctl finds (BLAS, OpenMP: library, version, threads), the variables that set threads, the CPUs
+    it may run on. Called after the first call, so that libraries the call loaded (MKL) are listed."""
+    from threadpoolctl import threadpool_info
+    try:
+        from numpy.core._multiarray_umath import __cpu_features__ as feats
+    except ImportError:  # NumPy 2
+        from numpy._core._multiarray_umath import __cpu_features__ as feats
+    libs = [{"api": d.get("internal_api"), "version": d.get("version"), "threads": d.get("num_threads"),
+             "layer": d.get("threading_layer"), "file": os.path.basename(d.get("filepath") or "")}
+            for d in threadpool_info()]
+    libs.sort(key=lambda d: (str(d["api"]), str(d["file"])))
+    env = {k: os.environ[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                      "MKL_THREADING_LAYER", "XLA_FLAGS", "LD_PRELOAD") if k in os.environ}
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    out = {"numpy": np.__version__, "simd": [f for f in ("AVX2", "FMA3", "AVX512F", "AVX512_SKX") if feats.get(f)],
+           "libs": libs, "env": env, "cpus": cpus}
+    out.update(extra or {})
+    return out
+
+
+class Clock:
+    """Wall and CPU time of one call (CPU time of this process: all its threads)."""
+
+    def __enter__(self):
+        self.c0, self.t0 = time.process_time(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.wall = time.perf_counter() - self.t0
+        self.cpu = time.process_time() - self.c0
 
 
 def _check(wl, result, after, ref):
@@ -95,17 +132,25 @@ def run_mpi(wl, variant, data, folder, reps, names):
     if comm.rank == 0:
         after = first_inputs if variant == "ours_root" else (joined or None) if variant == "ours_dist" else None
         status = _check(wl, whole_result, after, ref)
-    best = float("inf")
+    config = comm.gather(runtime_config(), root=0)
+    calls = []
+    load0 = os.getloadavg()[0]
     for _ in range(reps):
         comm.Barrier()
-        t0 = time.perf_counter()
-        call(timed_inputs)
-        dt = time.perf_counter() - t0
-        dt = comm.allreduce(dt, op=MPI.MAX)
-        best = min(best, dt)
+        with Clock() as c:
+            call(timed_inputs)
+        # the call's time is the slowest rank's; its CPU share the least any rank had
+        calls.append((comm.allreduce(c.wall, op=MPI.MAX), comm.allreduce(c.cpu / max(c.wall, 1e-9), op=MPI.MIN)))
     rss = comm.gather(_rss_mb(), root=0)
     if comm.rank == 0:
-        print("RESULT " + json.dumps({"time": best, "check": status, "rss_mb": rss}), flush=True)
+        print("RESULT " + json.dumps(_result(calls, status, rss, config, load0)), flush=True)
+
+
+def _result(calls, status, rss, config, load0):
+    best = min(range(len(calls)), key=lambda i: calls[i][0])
+    return {"time": calls[best][0], "check": status, "rss_mb": rss, "calls_ms": [round(w * 1e3, 3) for w, _ in calls],
+            "cpu_share": round(calls[best][1], 3), "load": [round(load0, 2), round(os.getloadavg()[0], 2)],
+            "config": config}
 
 
 def run_single(wl, variant, data, folder, reps, names, ranks):
@@ -140,14 +185,21 @@ def run_single(wl, variant, data, folder, reps, names, ranks):
     result = sync(call(first))
     status = _check(wl, result, first, ref)
     timed = prep()
-    best = float("inf")
+    extra = {}
+    if variant == "jax":
+        import jax
+        extra = {"jax": jax.__version__, "devices": len(jax.devices())}
+    config = [runtime_config(extra)]
+    calls = []
+    load0 = os.getloadavg()[0]
     for _ in range(reps):
-        t0 = time.perf_counter()
-        r = call(timed)
-        if variant == "jax":
-            r.block_until_ready()
-        best = min(best, time.perf_counter() - t0)
-    print("RESULT " + json.dumps({"time": best, "check": status, "rss_mb": [_rss_mb()]}), flush=True)
+        with Clock() as c:
+            r = call(timed)
+            if variant == "jax":
+                r.block_until_ready()
+        # JAX's devices are threads of this process: its CPU share can exceed 1
+        calls.append((c.wall, c.cpu / max(c.wall, 1e-9)))
+    print("RESULT " + json.dumps(_result(calls, status, [_rss_mb()], config, load0)), flush=True)
 
 
 def main():
