@@ -45,7 +45,7 @@ class Schedule(dict):
 
 def auto_schedule(sdfg: SDFG, ranks: int, *, io: str = "root", memory_per_rank: Optional[int] = None,
                   fixed: Optional[dict] = None, sizes: Optional[Dict[str, int]] = None, solvers=None,
-                  machine_: Optional[Machine] = None) -> Schedule:
+                  machine_: Optional[Machine] = None, local_optimize: bool = True) -> Schedule:
     """The schedule for ``ranks`` ranks that the cost model predicts fastest (see the module docstring).
 
     ``io``: as in ``lower`` (with ``"distributed"`` the arguments' scatters and gathers are free).
@@ -53,12 +53,16 @@ def auto_schedule(sdfg: SDFG, ranks: int, *, io: str = "root", memory_per_rank: 
     by map name (``{"_MatMult_.gemm_map": (2, 2, 1)}``) or by an array's layout (``{"x": (P, 1)}``: every
     kernel that touches ``x`` holds it split into P row blocks). ``sizes`` gives the values of size
     symbols the model assumes (default: the SDFG's constants, else 512). ``sdfg`` does not change.
+    ``local_optimize``: price the maps as ``lower`` fuses them (the schedule then names the fused maps).
     """
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
     if io not in ("root", "distributed"):
         raise ValueError(f"io must be 'root' or 'distributed', got {io!r}")
     t0 = time.perf_counter()
+    if local_optimize:  # the maps lower() partitions: fused as it fuses them (passes.local_optimize)
+        from ..passes.local_optimize import fused_for_search
+        sdfg, fixed = fused_for_search(sdfg, fixed)
     work, assumed, kernels = prepare(sdfg, sizes)
     m = machine_ or machine()
     order = resolve_solvers(solvers)
@@ -95,8 +99,10 @@ def auto_schedule(sdfg: SDFG, ranks: int, *, io: str = "root", memory_per_rank: 
         if p.candidate.partitioned:
             grids[name] = p.candidate.value
         lines.append(_explain_kernel(model, k, choice, pred, name))
-    return Schedule(grids, ranks=ranks, predicted=pred, lines=lines, method=method,
-                    seconds=time.perf_counter() - t0, sizes=assumed, machine_=m)
+    out = Schedule(grids, ranks=ranks, predicted=pred, lines=lines, method=method,
+                   seconds=time.perf_counter() - t0, sizes=assumed, machine_=m)
+    out.fused = local_optimize  # its names are those of the fused maps
+    return out
 
 
 def predict(sdfg: SDFG, schedule, ranks: int, *, io: str = "root", sizes: Optional[Dict[str, int]] = None,

@@ -1,0 +1,227 @@
+"""Rank-local optimization inside ``lower``: maps on the same grid fuse before partitioning (a schedule
+written against the program as written keeps working), and contraction maps become GEMMs on BLAS.
+
+The first tests decide without a compiler; the compiled ones run under ``mpiexec -n 2`` (one build per
+module fixture) and compare every element with NumPy."""
+import dace
+import numpy as np
+import pytest
+from dace.libraries.blas import nodes as blas_nodes
+
+import dace_partition as dp
+from conftest import run_counted
+from dace_partition.passes.contractions import find_contractions
+from dace_partition.passes.local_optimize import LocalStep, optimize_local
+
+N = 48
+
+
+@dace.program
+def jacobi_as_written(A: dace.float64[N, N], B: dace.float64[N, N]):
+    for t in range(6):
+        B[1:-1, 1:-1] = 0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1])
+        A[1:-1, 1:-1] = 0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1])
+
+
+def jacobi_reference(A, B):
+    A, B = A.copy(), B.copy()
+    for _ in range(6):
+        B[1:-1, 1:-1] = 0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1])
+        A[1:-1, 1:-1] = 0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1])
+    return A, B
+
+
+R, C = 16, 64
+
+
+@dace.program
+def softmax_rows(x: dace.float64[R, C]):
+    mx = np.max(x, axis=1)
+    e = np.exp(x - mx[:, np.newaxis])
+    s = np.sum(e, axis=1)
+    return e / s[:, np.newaxis]
+
+
+Bt, S, E, H, D = 2, 6, 8, 4, 3
+
+
+@dace.program
+def project_heads(x: dace.float64[Bt, S, E], w: dace.float64[H, E, D]):
+    return np.einsum("bse,hed->bhsd", x, w)
+
+
+@dace.program
+def scores(q: dace.float64[Bt, H, S, D], k: dace.float64[Bt, H, S, D]):
+    s = np.zeros([Bt, H, S, S])
+    for b, h, i, j, d in dace.map[0:Bt, 0:H, 0:S, 0:S, 0:D]:
+        s[b, h, i, j] += q[b, h, i, d] * k[b, h, j, d]
+    return s
+
+
+@dace.program
+def batched_matmul(a: dace.float64[H, S, E], b: dace.float64[H, E, D]):
+    return a @ b
+
+
+@dace.program
+def not_a_contraction(a: dace.float64[S, E], b: dace.float64[S, E]):
+    c = np.zeros([S])
+    for i, j in dace.map[0:S, 0:E]:
+        c[i] += a[i, j] * b[i, j] + 1.0  # not a plain product: stays a map
+    return c
+
+
+def rows(sdfg, P):
+    return {m.name: (P, 1) for m in dp.maps(sdfg)}
+
+
+def kernel_notes(sdfg):
+    return {k.name: k.notes for k in dp.report(sdfg).kernels}
+
+
+# ------------------------------------------------------------------------------ decisions, no compiler
+def test_jacobi_as_written_fuses_each_update_into_one_map():
+    sdfg = jacobi_as_written.to_sdfg()
+    written = [m.name for m in dp.maps(sdfg)]
+    assert len(written) == 10  # five maps per update, four whole-array temporaries
+    dp.lower(sdfg, rows(sdfg, 2))  # the schedule names the maps as written
+    fused = [n for notes in kernel_notes(sdfg).values() for n in notes if n.startswith("fused")]
+    assert len(fused) == 2 and all("5 maps" in n for n in fused)
+    assert len([k for k in dp.report(sdfg).kernels if k.grid]) == 2
+
+
+def test_fused_jacobi_moves_what_the_hand_fused_program_moves():
+    from dace.transformation.dataflow import MapFusion
+    counted = {}
+    for variant in ("as written", "unfused", "hand-fused"):
+        sdfg = jacobi_as_written.to_sdfg()
+        if variant == "hand-fused":
+            sdfg.apply_transformations_repeated(MapFusion)
+        dp.lower(sdfg, rows(sdfg, 2), local_optimize=variant != "unfused")
+        counted[variant] = dp.report(sdfg).bytes_per_rank()
+    assert counted["as written"] == counted["hand-fused"]
+    # one buffer per array instead of one per shifted read: less than half the bytes
+    assert 2 * sum(counted["as written"]) < sum(counted["unfused"])
+
+
+def test_maps_on_different_grids_do_not_fuse():
+    sdfg = jacobi_as_written.to_sdfg()
+    names = [m.name for m in dp.maps(sdfg)]
+    schedule = {n: (2, 1) for n in names}
+    schedule[names[2]] = (1, 2)  # the third map of the first update on another grid
+    dp.lower(sdfg, schedule)
+    grids = [k.grid for k in dp.report(sdfg).kernels if k.grid]
+    assert (1, 2) in grids and len(grids) > 2
+
+
+def test_unknown_map_in_schedule_is_refused_in_words():
+    sdfg = jacobi_as_written.to_sdfg()
+    with pytest.raises(dp.ScheduleError, match="unknown map 'no_such_map'"):
+        dp.lower(sdfg, {"no_such_map": (2, 1)})
+
+
+def test_local_optimize_false_keeps_every_map():
+    sdfg = jacobi_as_written.to_sdfg()
+    dp.lower(sdfg, rows(sdfg, 2), local_optimize=False)
+    assert len([k for k in dp.report(sdfg).kernels if k.grid]) == 10
+    with pytest.raises(ValueError, match="local_optimize"):
+        fresh = jacobi_as_written.to_sdfg()
+        dp.lower(fresh, rows(fresh, 2), local_optimize=["fusion"])
+
+
+def test_automatic_schedule_is_chosen_for_the_fused_maps():
+    sdfg = jacobi_as_written.to_sdfg()
+    dp.lower(sdfg, ranks=2)
+    notes = [n for ns in kernel_notes(sdfg).values() for n in ns]
+    assert sum(n.startswith("fused 5 maps") for n in notes) == 2
+    assert "_Add__map" in dp.report(sdfg).schedule  # the search priced the fused map
+
+
+def test_a_schedule_from_auto_schedule_names_the_fused_maps_lower_fuses():
+    sdfg = jacobi_as_written.to_sdfg()
+    s = dp.auto_schedule(sdfg, 2)
+    assert len(s) == 2 and s.fused
+    dp.lower(sdfg, s)
+    assert [k.name for k in dp.report(sdfg).kernels if k.grid] == sorted(s)
+    with pytest.raises(dp.ScheduleError, match="local_optimize=True"):
+        dp.lower(jacobi_as_written.to_sdfg(), s, local_optimize=False)
+
+
+def test_einsum_projection_is_one_gemm():
+    sdfg = project_heads.to_sdfg()
+    (c, ) = [m.decision for m in find_contractions(sdfg)]
+    assert (c.batch, c.m, c.n, c.k) == ((), ("b", "s"), ("h", "d"), ("e", ))
+
+
+def test_per_head_scores_map_is_a_batched_gemm():
+    sdfg = scores.to_sdfg()
+    (c, ) = [m.decision for m in find_contractions(sdfg)]
+    assert (c.batch, c.m, c.n, c.k) == (("b", "h"), ("i", ), ("j", ), ("d", ))
+    optimize_local(sdfg, steps=[LocalStep.CONTRACTIONS])
+    assert any(isinstance(n, blas_nodes.MatMul) for n, _ in sdfg.all_nodes_recursive())
+    assert not find_contractions(sdfg)
+
+
+def test_sum_of_something_else_stays_a_map():
+    assert find_contractions(not_a_contraction.to_sdfg()) == []
+
+
+# --------------------------------------------------------------------- compiled, mpiexec -n 2
+def lowered(program, schedule_of, tag, **kw):
+    sdfg = program.to_sdfg()
+    sdfg.name = f"t_lo_{program.name}_{tag}"
+    dp.lower(sdfg, schedule_of(sdfg), **kw)
+    return sdfg
+
+
+@pytest.fixture(scope="module")
+def jacobi_root():
+    return lowered(jacobi_as_written, lambda s: rows(s, 2), "root")
+
+
+@pytest.fixture(scope="module")
+def jacobi_dist():
+    return lowered(jacobi_as_written, lambda s: rows(s, 2), "dist", io="distributed")
+
+
+@pytest.mark.parametrize("which", ["jacobi_root", "jacobi_dist"])
+def test_jacobi_as_written_runs_on_two_ranks(which, request, rng):
+    sdfg = request.getfixturevalue(which)
+    A, B = rng.random((N, N)), rng.random((N, N))
+    out = run_counted(sdfg, 2, A=A, B=B)
+    refA, refB = jacobi_reference(A, B)
+    np.testing.assert_allclose(out["A"], refA, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(out["B"], refB, rtol=1e-13, atol=1e-13)
+
+
+def test_softmax_rows_on_two_ranks(rng):
+    sdfg = lowered(softmax_rows, lambda s: {m.name: (2, ) + (1, ) * (len(m.params) - 1) for m in dp.maps(s)
+                                            if m.shape[0] == R}, "rows")
+    x = rng.standard_normal((R, C))
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(dp.run(sdfg, 2, x=x), e / e.sum(axis=1, keepdims=True), rtol=1e-13, atol=1e-15)
+
+
+def heads_split(sdfg):
+    out = {}
+    for m in dp.maps(sdfg):
+        if H in m.shape:
+            grid = [1] * len(m.params)
+            grid[list(m.shape).index(H)] = 2
+            out[m.name] = tuple(grid)
+    return out
+
+
+def test_einsum_on_heads_runs_as_gemm_on_two_ranks(rng):
+    sdfg = lowered(project_heads, heads_split, "heads")
+    assert any("runs as a GEMM on BLAS" in n for notes in kernel_notes(sdfg).values() for n in notes)
+    x, w = rng.standard_normal((Bt, S, E)), rng.standard_normal((H, E, D))
+    np.testing.assert_allclose(dp.run(sdfg, 2, x=x, w=w), np.einsum("bse,hed->bhsd", x, w), rtol=1e-12,
+                               atol=1e-12)
+
+
+def test_batched_matmul_stays_on_blas_on_two_ranks(rng):
+    sdfg = lowered(batched_matmul, heads_split, "heads")
+    assert any(isinstance(n, (blas_nodes.BatchedMatMul, blas_nodes.MatMul)) for n, _ in sdfg.all_nodes_recursive())
+    a, b = rng.standard_normal((H, S, E)), rng.standard_normal((H, E, D))
+    np.testing.assert_allclose(dp.run(sdfg, 2, a=a, b=b), a @ b, rtol=1e-12, atol=1e-12)
