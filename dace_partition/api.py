@@ -21,6 +21,7 @@ from dace.sdfg import SDFG
 
 from .errors import ScheduleError, UnsupportedPattern
 from .ir import IoMode, Layout, is_lowered, layouts_of, notes, ranks_needed
+from .passes.local_optimize import LocalOptimize, LocalStep, steps_of
 from .passes.partition import partition, single_threaded
 from .report import LoweringReport
 from .schedule import discover, resolve
@@ -38,7 +39,8 @@ def report(sdfg: SDFG) -> LoweringReport:
 
 def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=None, fuse: bool = True,
           device: str = "cpu", io: str = "root", threads: Optional[int] = 1, verbose: bool = False,
-          memory_per_rank: Optional[int] = None, fixed: Optional[dict] = None, sizes: Optional[dict] = None) -> SDFG:
+          memory_per_rank: Optional[int] = None, fixed: Optional[dict] = None, sizes: Optional[dict] = None,
+          local_optimize=True) -> SDFG:
     """Transforms ``sdfg`` in place into an SPMD program and returns it.
 
     ``ranks=P`` (and no ``schedule``): the process grids are chosen by :func:`auto_schedule` for P ranks
@@ -59,6 +61,10 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
     sequential loops and write conflicts (reductions) are plain updates instead of atomics.
     ``threads=None`` keeps DaCe's OpenMP maps for hybrid MPI + OpenMP runs (``OMP_NUM_THREADS`` threads
     per rank). Matrix products run on BLAS either way (see :mod:`dace_partition.runtime.toolchain`).
+
+    ``local_optimize`` (default True; False, or a set of :class:`~dace_partition.passes.LocalStep`): maps on
+    the same grid are fused before partitioning (a schedule names the maps of the program as written) and
+    contractions become BLAS calls on the rank-local tiles (:mod:`dace_partition.passes.local_optimize`).
     """
     if is_lowered(sdfg):
         raise ScheduleError(f"SDFG '{sdfg.name}' has already been lowered")
@@ -69,23 +75,47 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
     t0 = time.perf_counter()
+    local = LocalOptimize(steps_of(local_optimize))
     auto = None
     if schedule is None:
         if ranks is None:
             raise ScheduleError("lower() needs a schedule ({map name: grid}) or ranks=P to choose one")
         from .search import auto_schedule
-        auto = schedule = auto_schedule(sdfg, ranks, io=io, memory_per_rank=memory_per_rank, fixed=fixed,
-                                        sizes=sizes, solvers=solvers)
+        work = copy.deepcopy(sdfg)  # lowered on a copy: every error surfaces before the SDFG changes
+        local.apply(work)  # the search sees the fused maps
+        auto = schedule = auto_schedule(work, ranks, io=io, memory_per_rank=memory_per_rank,
+                                        fixed=local.rename_fixed(fixed), sizes=sizes, solvers=solvers,
+                                        local_optimize=False)  # work is fused already
+        grids = resolve(discover(work), schedule)
     elif ranks is not None or fixed is not None or memory_per_rank is not None:
         raise ScheduleError("lower(): give either a schedule or ranks=P (with fixed= / memory_per_rank=), not both")
-    work = copy.deepcopy(sdfg)  # lowered on a copy: every error surfaces before the SDFG changes
-    grids = resolve(discover(work), _on_copy(schedule, sdfg, work))
+    else:
+        from .search import Schedule
+        work = copy.deepcopy(sdfg)  # lowered on a copy: every error surfaces before the SDFG changes
+        if isinstance(schedule, Schedule) and getattr(schedule, "fused", False):
+            if LocalStep.MAP_FUSION not in local.steps:
+                raise ScheduleError("this schedule is auto_schedule's for the fused maps; lower it with "
+                                    "local_optimize=True, or call auto_schedule(..., local_optimize=False)")
+            local.apply(work)  # auto_schedule's names are those of the fused maps (it priced them)
+            grids = resolve(discover(work), schedule)
+        else:
+            if isinstance(schedule, Schedule):  # priced unfused (auto_schedule(local_optimize=False)): lowered so
+                local.steps = local.steps - {LocalStep.MAP_FUSION}
+            grids = local.apply(work, _on_copy(schedule, sdfg, work))  # checked against the maps as written
     order = resolve_solvers(solvers)
     t1 = time.perf_counter()
     rep = partition(work, grids, order, device, fuse, IoMode(io))
-    rep.timings = {"schedule check and copy": t1 - t0, **rep.timings}
+    rep.timings = {"schedule check, copy, map fusion": t1 - t0, **rep.timings}
     if auto is not None:
         rep.schedule = auto.explain()
+        if rep.unsplit and not rep.unsplit.startswith("the program has no map"):
+            rep.unsplit = ("the automatic schedule keeps every map on rank 0 (predicted fastest, or every other "
+                           "grid was refused: see its lines above); the whole program runs on rank 0")
+    local.note(rep)
+    if device == "cpu" and LocalStep.CONTRACTIONS in local.steps:
+        t2 = time.perf_counter()
+        local.contractions(work, rep)
+        rep.timings["contractions to BLAS"] = time.perf_counter() - t2
     if device == "cpu" and threads == 1:
         single_threaded(work)
     _validate(work, sdfg.name)

@@ -148,6 +148,7 @@ class LoweringReport:
     blas: str = ""  # the BLAS of the rank-local kernels
     timings: Dict[str, float] = field(default_factory=dict)  # seconds per lowering step (see Steps)
     schedule: str = ""  # lower(ranks=P): the automatic schedule and why (Schedule.explain())
+    unsplit: str = ""  # why nothing was partitioned (the whole program runs on rank 0), if so
 
     def slow_steps(self, threshold: float = SLOW_LOWERING_S) -> Optional[str]:
         """None when lowering took less than ``threshold`` seconds, else which steps took the time."""
@@ -199,6 +200,8 @@ class LoweringReport:
         lines.append(f"  rank-local buffers: {self.persistent_bytes} B per rank, allocated once when the program "
                      "starts")
         lines += [str(k) for k in self.kernels]
+        if self.unsplit:
+            lines.append(f"  nothing partitioned: {self.unsplit}")
         lines.append(f"  communication ({len(self.traffic)} move(s), bytes received from other ranks):")
         lines += [str(t) for t in self.traffic]
         per = self.bytes_per_rank()

@@ -288,3 +288,150 @@ def test_a_kernel_whose_buffers_a_loop_sizes_is_refused_and_the_search_leaves_it
     slow = dp.Machine(map_ops=1e6, blas_flops=3e7, stream=8e6, source="slow compute (tests)")
     schedule = dp.auto_schedule(sdfg, 2, machine_=slow)
     assert gemv[0] not in schedule and schedule  # the other kernels are still split
+
+
+@dace.program
+def rows_by_index(idx: dace.int32[N], G: dace.float64[N, M], out: dace.float64[N, M]):
+    """scattering_self_energies: a loop reads an index array into a symbol (``t = idx[a]``) and a
+    partitioned map reads the row ``G[t]`` it names."""
+    for a in range(N):
+        out[a] = G[idx[a]] * 2.0
+
+
+def test_a_block_offset_read_from_data_reaches_every_rank():
+    """The symbol assigned from ``idx[a]`` gives the offset of the block of ``G`` every rank receives;
+    ``idx`` is on rank 0 only, so it is broadcast before the assignment (before, rank 1 read its own
+    uninitialised copy and aborted: "block of 'G' ... is outside the array")."""
+    sdfg = rows_by_index.to_sdfg()
+    sdfg.specialize(dict(N=5, M=6))
+    sdfg.name = "t_npb_rows_by_index"
+    dp.lower(sdfg, natural(sdfg))
+    assert "idx: rank 0 -> grid" in str(dp.report(sdfg))
+    idx = np.array([3, 0, 4, 4, 1], np.int32)
+    G = np.random.default_rng(4).random((5, 6))
+    got = dp.run(sdfg, 2, idx=idx, G=G, out=np.zeros((5, 6)))
+    np.testing.assert_array_equal(got["out"] if isinstance(got, dict) else got, 2.0 * G[idx])
+
+
+@dace.program
+def triangular_weighted_sums(S: dace.float64[N, N], X: dace.float64[M, N], w: dace.float64[M]):
+    """syrk, syr2k: row ``i`` of a lower triangle accumulates over an inner loop; the rows are
+    independent, but every map inside has extent ``i + 1``."""
+    for i in range(N):
+        S[i, :i + 1] = 0.0
+        for k in range(M):
+            S[i, :i + 1] += X[k, :i + 1] * w[k] * X[k, i]
+
+
+def _triangular_weighted_sums_ref(S, X, w):
+    S = S.copy()
+    for i in range(S.shape[0]):
+        S[i, :i + 1] = (X[:, :i + 1] * (w * X[:, i])[:, None]).sum(axis=0)
+    return S
+
+
+@pytest.fixture(scope="module")
+def triangular_sdfg():
+    sdfg = triangular_weighted_sums.to_sdfg()
+    sdfg.specialize(dict(N=9, M=4))
+    sdfg.name = "t_npb_triangular_weighted_sums"
+    return sdfg
+
+
+def test_an_independent_triangular_loop_becomes_a_schedulable_map(triangular_sdfg):
+    """The frontend writes the loop variable into memlets as a symbol SymPy holds unequal to the loop's
+    own; made the same, ``LoopToMap`` proves the rows independent and the loop is a map over ``i``."""
+    (m, ) = dp.maps(triangular_sdfg)
+    assert m.params == ("i", ) and m.shape == (9, )
+
+
+def test_triangular_rows_run_on_two_ranks_like_numpy(triangular_sdfg):
+    """Each rank gets its block of rows; the blocks of ``S`` and ``X`` grow with the rank (row ``i``
+    reads ``i + 1`` columns), so the rank-local buffers take the largest block (sizes are known)."""
+    import copy
+    sdfg = copy.deepcopy(triangular_sdfg)
+    dp.lower(sdfg, natural(sdfg))
+    assert dp.report(sdfg).ranks_needed == 2
+    rng = np.random.default_rng(5)
+    S, X, w = rng.random((9, 9)), rng.random((4, 9)), rng.random(4)
+    got = dp.run(sdfg, 2, S=S.copy(), X=X, w=w)
+    np.testing.assert_allclose(got["S"] if isinstance(got, dict) else got, _triangular_weighted_sums_ref(S, X, w),
+                               rtol=1e-12)
+
+
+@dace.program
+def row_and_column(L: dace.float64[N, N]):
+    """Iteration ``i`` writes row ``i`` up to the diagonal and column ``i`` above it: independent, but the
+    bounding box of a block of iterations is a square that overlaps the next block's."""
+    for i in range(N):
+        L[i, :i + 1] = 2.0
+        L[:i, i] = -1.0
+
+
+def test_overlapping_triangular_writes_are_refused_in_words():
+    """Gathering overlapping written boxes would send back values another rank computed: refused at
+    ``lower``, naming the array."""
+    sdfg = row_and_column.to_sdfg()
+    sdfg.specialize(dict(N=8))
+    sched = natural(sdfg)
+    assert list(sched.values()) == [(2, )]  # the i loop became a map
+    with pytest.raises(dp.UnsupportedPattern, match=r"'L'.*written blocks of two ranks overlap"):
+        dp.lower(sdfg, sched)
+
+
+@dace.program
+def bit_mixing(data: dace.uint8[N]):
+    """crc16: one scalar carried through a data-dependent loop; there is no map to split."""
+    acc = np.uint16(0xFFFF)
+    for i in range(N):
+        if data[i] > 100:
+            acc = (acc >> 1) ^ np.uint16(data[i])
+        else:
+            acc = acc ^ np.uint16(3)
+    return acc
+
+
+def test_a_program_with_nothing_to_split_runs_on_rank_0_and_the_report_says_why():
+    sdfg = bit_mixing.to_sdfg()
+    sdfg.specialize(dict(N=16))
+    sdfg.name = "t_npb_bit_mixing"
+    expected = bit_mixing.to_sdfg()
+    expected.specialize(dict(N=16))
+    expected.name = "t_npb_bit_mixing_ref"
+    data = np.arange(16, dtype=np.uint8) * 7
+    ref = expected(data=data.copy())
+    dp.lower(sdfg, ranks=2)
+    assert "nothing partitioned" in str(dp.report(sdfg)) and "rank 0" in dp.report(sdfg).unsplit
+    got = dp.run(sdfg, 2, data=data)
+    assert int(np.asarray(got).reshape(-1)[0]) == int(np.asarray(ref).reshape(-1)[0])
+
+
+@dace.program
+def segment_sums(offsets: dace.int32[M + 1], vals: dace.float64[N]):
+    """spmv: row ``i`` sums a slice whose bounds are read from data (``offsets[i]:offsets[i + 1]``); the
+    slice is a transient that every rank allocates, sized by those symbols."""
+    scaled = vals * 2.0
+    out = np.empty(M, np.float64)
+    for i in range(M):
+        lo = dace.define_local_scalar(dace.int32)
+        hi = dace.define_local_scalar(dace.int32)
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        seg = scaled[lo:hi]
+        out[i] = np.sum(seg)
+    return out
+
+
+@pytest.mark.parametrize("mode", ["natural", "auto"])
+def test_transients_sized_from_data_run_like_numpy(mode):
+    """Ranks other than 0 allocate the transients too: without the sizes rank 0 read from data they
+    allocated from uninitialised copies (``std::bad_alloc``). With nothing split the other ranks end at
+    start-up; with the map split, the offsets are broadcast before the sizes are assigned."""
+    sdfg = segment_sums.to_sdfg()
+    sdfg.specialize(dict(M=5, N=12))
+    sdfg.name = f"t_npb_segment_sums_{mode}"
+    dp.lower(sdfg, natural(sdfg) if mode == "natural" else None, ranks=None if mode == "natural" else 2)
+    offsets = np.array([0, 3, 3, 7, 8, 12], np.int32)
+    vals = np.random.default_rng(6).random(12)
+    ref = np.array([2.0 * vals[offsets[i]:offsets[i + 1]].sum() for i in range(5)])
+    np.testing.assert_allclose(dp.run(sdfg, 2, offsets=offsets, vals=vals), ref, rtol=1e-12)

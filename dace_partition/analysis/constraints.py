@@ -6,6 +6,7 @@ nested SDFG or a library node's pure expansion, every inner map is tiled; all co
 must agree up to a renaming of grid dimensions (schedule consistency, def. 4.6.1). Inner maps that the
 schedule leaves out get the grid and renaming that make them consistent with the principal map.
 """
+import copy
 import itertools
 from dataclasses import dataclass, field
 from enum import Enum
@@ -18,6 +19,7 @@ from dace.frontend.operations import detect_reduction_type
 from dace.sdfg import SDFG, SDFGState
 from dace.sdfg.propagation import propagate_subset
 
+from ..compat import as_range
 from ..errors import ScheduleError, UnsupportedPattern
 from ..ir import ReduceOp
 from ..schedule import Kernel, MapInfo, grid_size, ordered_states
@@ -222,10 +224,31 @@ def _compare(a, b, positions: Dict[str, int]) -> Optional[int]:
     return None
 
 
+_PROPAGATED: Dict[tuple, object] = {}  # (memlets, array shape, params, tile) -> propagated memlet
+
+
 def _propagate(inner, sdfg: SDFG, arr: str, params, rng, entry):
-    """DaCe's memlet propagation over a tile; its failures become a refusal in words."""
+    """DaCe's memlet propagation over a tile; its failures become a refusal in words.
+
+    Propagation simplifies symbolic bounds (``int_ceil`` of grid coordinates) and takes most of the
+    lowering time of large programs, whose many maps repeat the same accesses over the same tiles
+    (channel_flow's stencils; every candidate grid of the automatic schedule): results are kept per
+    distinct (memlets, array shape, parameters, tile)."""
+    desc = sdfg.arrays[arr]
+    exprs = [x for m in inner for r in m.subset.ndrange() for x in r] + [x for r in rng for x in r] + list(desc.shape)
+    flavours = {(str(f), tuple(sorted(f.assumptions0.items()))) for x in exprs for f in getattr(x, "free_symbols", ())}
+    # symbols of one name with other assumptions are other symbols to SymPy: they are part of the key
+    key = (tuple((str(m.subset), str(m.volume), m.dynamic) for m in inner), str(desc.shape), tuple(params), str(rng),
+           tuple(sorted(flavours)))
+    hit = _PROPAGATED.get(key)
+    if hit is not None:
+        return copy.deepcopy(hit)
+    if len(_PROPAGATED) > 20000:
+        _PROPAGATED.clear()
     try:
-        return propagate_subset(inner, sdfg.arrays[arr], params, rng)
+        out = propagate_subset(inner, desc, params, rng)
+        _PROPAGATED[key] = copy.deepcopy(out)
+        return out
     except Exception as e:  # noqa: BLE001 - DaCe raises IndexError/TypeError/... on memlets it cannot analyse
         raise UnsupportedPattern(arr, ", ".join(str(m.subset) for m in inner),
                                  f"DaCe cannot propagate the accesses of map '{entry.map.label}' through a tile "
@@ -233,17 +256,40 @@ def _propagate(inner, sdfg: SDFG, arr: str, params, rng, entry):
                                  "this map out of the schedule") from None
 
 
+def known_sizes(sdfg: SDFG) -> Dict[str, int]:
+    """The integer symbols ``sdfg.specialize`` fixed, by name."""
+    return {n: int(v) for n, v in sdfg.constants.items() if hasattr(v, "__index__") and not isinstance(v, bool)}
+
+
+def with_known(expr, fixed: Dict[str, int]):
+    """``expr`` with the symbols named in ``fixed`` replaced by their values (matched by name: SymPy holds
+    symbols of one name with other assumptions unequal)."""
+    expr = sympy.sympify(expr)
+    repl = {f: fixed[str(f)] for f in expr.free_symbols if str(f) in fixed}
+    return expr.subs(repl) if repl else expr
+
+
 def refuse_growing_blocks(plan: "KernelPlan", label: str, samples=(7, 97, 1000)):
-    """Rank-local buffers are sized by rank 0's block; a constraint whose block grows with the grid
-    coordinate (a triangular access ``L[i, 0:i + 1]`` over a tile of ``i``) is refused before any rank
-    starts. Checked on every grid position, with the program's symbols set to a few sample values."""
+    """Where the program's sizes are symbolic, rank-local buffers are sized by rank 0's block; a constraint
+    whose block grows with the grid coordinate (a triangular access ``L[i, 0:i + 1]`` over a tile of ``i``)
+    is then refused before any rank starts. Checked on every grid position, with the program's symbols set
+    to a few sample values. Where ``specialize`` fixed the sizes, every block is known and the buffer takes
+    the largest (:func:`..solvers.base.block_shape`), so nothing is refused."""
     import itertools as _it
     coords = [(dace.symbolic.symbol(c, dace.int32), g) for c, g in zip(plan.coords, plan.grid) if c]
     if not coords:
         return
+    fixed = known_sizes(plan.kernel.state.sdfg)
     for a in plan.accesses:
         for j, (b, e, _) in enumerate(a.subset):
             width = sympy.sympify(e - b + 1)
+            known = with_known(width, fixed) if fixed else width
+            if fixed and not {str(f) for f in known.free_symbols} - {str(c) for c, _ in coords}:
+                at = [int(known.subs(dict(zip([c for c, _ in coords], pos))))
+                      for pos in _it.product(*[range(g) for _, g in coords])]
+                if max(at) > at[0]:
+                    refuse_overlapping_writes(plan, a, fixed, label)
+                continue  # sizes known: the buffer takes the largest block (block_shape)
             free = width.free_symbols
             if not free & {c for c, _ in coords}:
                 continue
@@ -260,6 +306,23 @@ def refuse_growing_blocks(plan: "KernelPlan", label: str, samples=(7, 97, 1000))
                     raise UnsupportedPattern(a.array, a.subset, f"in kernel '{label}', the block of dimension {j} "
                                              "grows with the grid coordinate (a triangular access), but rank-local "
                                              "buffers are sized by rank 0's block")
+
+
+def refuse_overlapping_writes(plan: "KernelPlan", a: "Access", fixed: Dict[str, int], label: str):
+    """A growing block is safe to read, but written blocks that overlap on two ranks (a bounding box
+    wider than what each rank writes) would send stale values back to rank 0: refused in words."""
+    if a.direction != Direction.OUT or a.op is not None:
+        return
+    from ..ir import Distribution
+    names = {c for c in plan.coords if c}
+    rng = [tuple(with_known(x, fixed) for x in r) for r in a.subset]
+    # dimensions that do not follow the grid are the same on every rank: they overlap anyway
+    rng = [r for r in rng if all({str(f) for f in sympy.sympify(x).free_symbols} <= names for x in r)]
+    dist = Distribution.on_grid(subsets.Range(rng), plan.grid, plan.coords, 0) if rng else None
+    if dist is not None and dist.blocks() is not None and dist.replicas == 1 and dist.may_overlap():
+        raise UnsupportedPattern(a.array, a.subset, f"in kernel '{label}', the written blocks of two ranks "
+                                 "overlap (the bounding box of a triangular write), so gathering them would "
+                                 "overwrite values another rank computed")
 
 
 def refuse_views(sdfg: SDFG, accesses: List[Access], label: str):
@@ -292,8 +355,7 @@ def _nested_write_op(state: SDFGState, edge, array) -> Optional[ReduceOp]:
 
 
 def _range(subset, array) -> subsets.Range:
-    if isinstance(subset, subsets.Indices):
-        subset = subsets.Range.from_indices(subset)
+    subset = as_range(subset)  # DaCe 1.0.2's Indices (see compat)
     if not isinstance(subset, subsets.Range):
         raise UnsupportedPattern(array, subset, f"subset of type {type(subset).__name__} is not a range")
     return subset

@@ -43,10 +43,12 @@ def _assignment_reads(value: str) -> Set[str]:
     return {str(s) for s in dace.InterstateEdge(assignments={"__x": value}).read_symbols()}
 
 
-def branch_data(sdfg: SDFG) -> Dict[object, List[str]]:
+def branch_data(sdfg: SDFG, every_rank: Set[str] = frozenset()) -> Dict[object, List[str]]:
     """{source state: data containers that its out-edges read to decide, directly or through symbols
-    assigned from data on any edge}; only data rank 0 alone keeps current."""
-    decide = set()
+    assigned from data on any edge}; only data rank 0 alone keeps current. ``every_rank``: symbols that
+    code on every rank reads besides conditions (the blocks of moves, the kernels' subsets): a symbol
+    assigned from data (``t = idx[a, b]`` for ``G[t]``) needs the same value on every rank too."""
+    decide = set(every_rank)
     for e in sdfg.edges():
         if not e.data.is_unconditional():
             decide |= _names(e.data.condition)
@@ -86,15 +88,17 @@ class BroadcastBranchData(MovePass):
     """Broadcasts the data that interstate conditions read before they are evaluated (module docstring).
 
     ``world``: ranks the lowering needs (the report's figures); ``grid_id``: an id no kernel uses, for the
-    world grid (the caller makes it at start-up with :meth:`init_code`)."""
+    world grid (the caller makes it at start-up with :meth:`init_code`); ``every_rank``: symbols that
+    code on every rank reads (see :func:`branch_data`)."""
 
-    def __init__(self, solvers, world: int, grid_id: int):
+    def __init__(self, solvers, world: int, grid_id: int, every_rank: Set[str] = frozenset()):
         super().__init__(solvers)
         self.world = world
         self.grid_id = grid_id
+        self.every_rank = set(every_rank)
 
     def decide(self, sdfg: SDFG) -> List[Broadcast]:
-        return [Broadcast(st.label, tuple(names)) for st, names in branch_data(sdfg).items()]
+        return [Broadcast(st.label, tuple(names)) for st, names in branch_data(sdfg, self.every_rank).items()]
 
     def init_code(self) -> str:
         return (f'dace_partition::init_grid({self.grid_id}, "{WORLD_GRID_LABEL}", '
@@ -104,7 +108,7 @@ class BroadcastBranchData(MovePass):
         if self.world < 2:
             return []
         out = []
-        for src, names in branch_data(sdfg).items():
+        for src, names in branch_data(sdfg, self.every_rank).items():
             st = sdfg.add_state(f"dp_branch_data_{src.label}")
             for e in list(sdfg.out_edges(src)):
                 sdfg.remove_edge(e)

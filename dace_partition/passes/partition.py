@@ -23,10 +23,11 @@ from dace.memlet import Memlet
 from dace.properties import CodeBlock
 from dace.sdfg import SDFG, SDFGState
 
-from ..analysis.constraints import KernelPlan, plan_nested_kernel
+from ..analysis.constraints import KernelPlan, known_sizes, plan_nested_kernel
 from ..plan import KernelMoves, analyse_kernel, plan_kernel, role, scatters
 from ..solvers.node import DistributedMemlet
 from ..runtime.environment import ENVIRONMENT
+from ..compat import is_one_element_scalar, rebase_nested_argument, shift_interstate_reads
 from ..errors import UnsupportedPattern
 from ..ir import Distribution, IoMode, Move, MoveKind, ProgramRecord, attach
 from . import FuseRoundTrips, FusionKind, LocalizeArguments
@@ -78,6 +79,8 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: st
             continue
         plans.append((plan, kr))
 
+    if not plans:
+        rep.unsplit = _why_unsplit(kernels, grids)
     for plan, kr in plans:
         planned.append(plan_kernel(sdfg, plan.kernel, grids, solvers, plan))
     _scalars_to_arrays(sdfg, {a.array for plan, _ in plans for a in plan.accesses})
@@ -109,7 +112,7 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: st
     else:
         layouts = {}
     world_grid = max(p.kernel.index for p, _ in plans) + 1 if plans else 0
-    branch = BroadcastBranchData(solvers, rep.ranks_needed, world_grid)
+    branch = BroadcastBranchData(solvers, rep.ranks_needed, world_grid, _every_rank_symbols(sdfg, guarded))
     if branch.apply_pass(sdfg, {}):
         sdfg.append_init_code(branch.init_code())
     root_states = []
@@ -118,6 +121,8 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: st
             continue
         root_states.append(st)
         comm_states |= set(_guard(sdfg, st, f"{RANK} == 0"))
+    if not plans:
+        _only_rank_0(sdfg, init_state)
     if device == "gpu":
         from .gpu import offload
         offload(sdfg, [p.kernel.state for p, _ in plans], root_states, rep)
@@ -132,6 +137,47 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: st
     steps.done("report")
     attach(sdfg, ProgramRecord(sdfg.name, rep.ranks_needed, io, layouts))
     return rep
+
+
+def _only_rank_0(sdfg: SDFG, init_state: SDFGState):
+    """Nothing is partitioned: ranks other than 0 end right after start-up. Running the guarded program
+    they would still evaluate interstate assignments on their own uninitialised copies of rank 0's data
+    (spmv's ``start = A_row[i]``) and allocate transients of those sizes (``std::bad_alloc``)."""
+    (e, ) = sdfg.out_edges(init_state)
+    mid = sdfg.add_state("dace_partition_rank_0_only")
+    sdfg.remove_edge(e)
+    sdfg.add_edge(init_state, mid, dace.InterstateEdge(assignments=dict(e.data.assignments)))
+    sdfg.add_edge(mid, e.dst, dace.InterstateEdge(condition=f"{RANK} == 0"))
+    sdfg.add_edge(mid, sdfg.add_state("dace_partition_other_ranks_done"),
+                  dace.InterstateEdge(condition=f"not ({RANK} == 0)"))
+
+
+def _why_unsplit(kernels: List[Kernel], grids) -> str:
+    """Why the whole program runs on rank 0 (for the report)."""
+    tail = "; the whole program runs on rank 0, the other ranks wait"
+    if not any(k.maps for k in kernels):
+        return ("the program has no map to split (its work is scalar code in loops, which DaCe's LoopToMap could "
+                "not make maps: the iterations depend on each other or on data)" + tail)
+    if not any(m.name in grids for k in kernels for m in k.maps):
+        return "the schedule names none of the program's maps" + tail
+    return "every scheduled map has a grid of one rank" + tail
+
+
+def _every_rank_symbols(sdfg: SDFG, kernel_states) -> set:
+    """Symbols that code beyond rank 0 reads: the blocks of every move, the kernels' own subsets and the
+    sizes of transients (allocated on every rank, also where only rank 0 uses them). One
+    assigned from data (``t = neigh_idx[a, b]`` for a block ``G[k, t]``) must be broadcast before it is
+    assigned, or the other ranks compute their offsets from uninitialised copies."""
+    from .loops import block_symbols
+    out = set()
+    for _, dm in distributed_memlets(sdfg):
+        out |= block_symbols(dm)
+    for st in kernel_states:
+        out |= {str(s) for s in st.free_symbols}
+    for desc in sdfg.arrays.values():  # every rank allocates the transients (spmv's ``A_val[start:stop]``)
+        if desc.transient:
+            out |= {str(s) for s in desc.free_symbols}
+    return out
 
 
 def _note_fusion(f, by_kernel):
@@ -394,7 +440,8 @@ def _apply_plan(sdfg: SDFG, km: KernelMoves):
     for (array, which), (name, subset) in buffers.items():
         if name not in sdfg.arrays:
             desc = sdfg.arrays[array]
-            sdfg.add_array(name, block_shape(subset, plan.grid, plan.coords), desc.dtype, storage=desc.storage,
+            sdfg.add_array(name, block_shape(subset, plan.grid, plan.coords, known_sizes(sdfg)), desc.dtype,
+                           storage=desc.storage,
                            transient=True)
         locals_[(array, which)] = name
 
@@ -450,6 +497,7 @@ def _rewire(sdfg: SDFG, plan: KernelPlan, locals_, buffers):
         wcr = e.data.wcr
         e.data = Memlet.from_array(local, sdfg.arrays[local])
         e.data.wcr = wcr
+    rebased = set()
     for e in inner:
         arr = e.data.data
         if arr is None:
@@ -458,8 +506,14 @@ def _rewire(sdfg: SDFG, plan: KernelPlan, locals_, buffers):
         direction = "in" if path[0].dst is k.node else "out"
         if (arr, direction) not in locals_:
             continue
-        e.data.data = locals_[(arr, direction)]
-        e.data.subset.offset([b for b, _, _ in subsets_[(arr, direction)]], negative=True)
+        local = locals_[(arr, direction)]
+        begin = [b for b, _, _ in subsets_[(arr, direction)]]
+        e.data.data = local
+        e.data.subset.offset(begin, negative=True)
+        for n, conn in ((e.dst, e.dst_conn), (e.src, e.src_conn)):  # DaCe 2: whole arrays into map bodies
+            if isinstance(n, nodes.NestedSDFG) and conn and (n, conn) not in rebased:
+                rebased.add((n, conn))
+                rebase_nested_argument(n, conn, sdfg.arrays[arr].shape, sdfg.arrays[local], begin)
 
 
 def _tile_body(plan: KernelPlan):
@@ -479,11 +533,13 @@ def _tile_body(plan: KernelPlan):
                                          map_entry=n)
     for arr, subset in plan.body_constraints.items():
         desc = body.arrays[arr]
-        shape = block_shape(subset, plan.grid, plan.coords)
-        desc.set_shape(shape)
+        shape = block_shape(subset, plan.grid, plan.coords, known_sizes(k.state.sdfg))
+        if not is_one_element_scalar(desc, shape):  # DaCe 2's Reduce writes a Scalar (compat)
+            desc.set_shape(shape)
         begin = [b for b, _, _ in subset]
         for st in ordered_states(body):
             for e in st.edges():
                 if e.data.data == arr:
                     e.data.subset.offset(begin, negative=True)
+        shift_interstate_reads(body, arr, begin)  # DaCe 2 reads elements on interstate edges (compat)
 

@@ -15,6 +15,7 @@ from dace import nodes
 from dace.sdfg import SDFG, SDFGState
 from dace.sdfg.utils import dfs_topological_sort
 
+from ..compat import to_state_machine
 from ..errors import ScheduleError
 from .loops import loops_to_maps
 
@@ -151,6 +152,7 @@ def discover(sdfg: SDFG) -> List[Kernel]:
     A loop whose only maps have extents that depend on its variable is first made a map by DaCe's
     ``LoopToMap`` where the iterations are independent (see :func:`.loops.loops_to_maps`)."""
     loops_to_maps(sdfg)  # triangular loops whose iterations are independent become maps (once per SDFG)
+    to_state_machine(sdfg)  # then DaCe 2's loop and branch regions are inlined as 1.0.2's frontend does (compat)
     kernels: List[Kernel] = []
     used: Dict[str, int] = {}
 

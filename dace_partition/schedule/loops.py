@@ -1,9 +1,13 @@
 """Loops that hide maps: a loop whose body holds maps with extents that depend on its variable has no
 schedulable map of its own; DaCe's ``LoopToMap`` turns it into one where it proves the iterations
 independent. Part of discovery, so the names ``maps()`` shows are the names ``lower`` schedules."""
+import copy
+
 import dace
 from dace import nodes
 from dace.sdfg import SDFG, SDFGState
+
+from ..compat import all_states
 
 
 def loops_to_maps(sdfg: SDFG):
@@ -17,31 +21,129 @@ def loops_to_maps(sdfg: SDFG):
         return []
     from dace.transformation.interstate import LoopToMap
     from dace.transformation.passes.pattern_matching import match_patterns
-    done = []
+    done, rejected = [], set()
+    _same_loop_symbols(sdfg)
     for _ in range(100):
         chosen = None
         try:
-            for xf in match_patterns(sdfg, [LoopToMap]):
+            for nth, xf in enumerate(match_patterns(sdfg, [LoopToMap])):
                 info = xf.loop_information()
-                if not info:
+                if not info or _loop_key(xf) in rejected:
                     continue
                 itervar = info[0]
                 if _has_dependent_map(xf.loop_body(), itervar):
-                    chosen = (xf, itervar)
+                    chosen = (nth, itervar, _loop_key(xf))
                     break
             if chosen is None:
                 break
-            chosen[0].apply_pattern()
+            nth, itervar, key = chosen
+            # tried on a copy first: DaCe 1.0.2 may leave a transient sized by the loop variable outside
+            # the new map (correlation's ``data[:, i:M]``), which no rank could allocate
+            trial = copy.deepcopy(sdfg)
+            _nth_match(trial, nth).apply_pattern()
+            if _leaks(trial, itervar):
+                rejected.add(key)
+                continue
+            _nth_match(sdfg, nth).apply_pattern()
+            _refine_bodies(sdfg)
         except Exception:  # noqa: BLE001 - DaCe's loop analysis failed: keep the loop as it is
             break
-        done.append(chosen[1])
+        done.append(itervar)
     notes(sdfg).loops_checked = True
     return done
 
 
+def _loop_key(xf) -> str:
+    return xf.loop_guard.label if xf.expr_index <= 1 else xf.loop_begin.label
+
+
+def _nth_match(sdfg: SDFG, nth: int):
+    from dace.transformation.interstate import LoopToMap
+    from dace.transformation.passes.pattern_matching import match_patterns
+    for i, xf in enumerate(match_patterns(sdfg, [LoopToMap])):
+        if i == nth:
+            return xf
+    raise LookupError(nth)
+
+
+def _leaks(sdfg: SDFG, itervar: str) -> bool:
+    """Whether a state outside every map uses an array whose shape names ``itervar`` (undefined there)."""
+    for st in all_states(sdfg):
+        for n in st.data_nodes():
+            if st.entry_node(n) is None and itervar in {str(f) for f in n.desc(sdfg).free_symbols}:
+                return True
+    return False
+
+
+def _same_loop_symbols(sdfg: SDFG):
+    """Memlets name a loop's variable by the symbol ``LoopToMap`` parses from the loop's own edges.
+
+    DaCe 1.0.2's Python frontend writes loop variables into memlets as symbols with other SymPy
+    assumptions than the ones parsed from the loop condition; SymPy holds them unequal, so ``LoopToMap``
+    cannot see that ``C[i, 0:i + 1]`` depends on ``i`` and keeps every triangular loop (syrk, syr2k,
+    trmm). Same name, same symbol: only the assumptions change, never the values."""
+    names = {x for e in sdfg.all_interstate_edges() for x in e.data.assignments}
+    names |= {r.loop_variable for r in sdfg.all_control_flow_regions() if getattr(r, "loop_variable", None)}
+    if not names:
+        return
+    for st in all_states(sdfg):
+        for e in st.edges():
+            m = e.data
+            for sub in (m.subset, m.other_subset):
+                if sub is None:
+                    continue
+                exprs = [x for r in getattr(sub, "ranges", ()) for x in r] + list(getattr(sub, "indices", ()))
+                found = {f for x in exprs for f in getattr(x, "free_symbols", ()) if str(f) in names}
+                repl = {f: dace.symbolic.pystr_to_symbolic(str(f)) for f in found}
+                repl = {a: b for a, b in repl.items() if a != b}
+                if repl:
+                    sub.replace(repl)
+
+
+def _refine_bodies(sdfg: SDFG):
+    """``LoopToMap`` passes the loop body (a nested SDFG) a bounding box of what it touches that DaCe's
+    propagation widens (``C[0:i + 1, 0:i + 1]`` where the body only touches row ``C[i, 0:i + 1]``); the
+    analysis would then give every rank all rows before its block. DaCe's ``RefineNestedAccess`` narrows
+    the memlets to the indices every access of the body agrees on (and re-bases the body on them)."""
+    from dace.sdfg.propagation import propagate_memlets_state
+    from dace.transformation.interstate import RefineNestedAccess
+    for st in sdfg.states():
+        for n in st.nodes():
+            if not isinstance(n, nodes.NestedSDFG) or st.entry_node(n) is None:
+                continue
+            # specialized sizes in a propagated volume (``M * (i + 1)``) count as defined in the body
+            added = [c for c in sdfg.constants if c not in n.symbol_mapping]
+            for c in added:
+                n.symbol_mapping[c] = dace.symbolic.pystr_to_symbolic(c)
+            try:
+                xf = RefineNestedAccess()
+                xf.setup_match(sdfg, sdfg.cfg_id, sdfg.node_id(st), {RefineNestedAccess.nsdfg: st.node_id(n)}, 0)
+                if xf.can_be_applied(st, 0, sdfg):
+                    ins, outs = RefineNestedAccess._candidates(st, n)
+                    xf.apply(st, sdfg)
+                    _narrow(n.sdfg, {**ins, **outs})
+            finally:
+                for c in added:
+                    n.symbol_mapping.pop(c, None)
+            propagate_memlets_state(sdfg, st)
+
+
+def _narrow(body: SDFG, refined):
+    """The body's descriptor of each refined argument gets the refined extent along the refined
+    dimensions (its strides stay the outer array's): its indices are now relative to the outer memlet,
+    and a descriptor of the whole array's shape would read as global indices."""
+    for name, (memlet, dims) in refined.items():
+        desc = body.arrays.get(name)
+        if desc is None or not isinstance(desc, dace.data.Array):
+            continue
+        size = memlet.subset.size()
+        shape = [size[d] if d in dims else x for d, x in enumerate(desc.shape)]
+        desc.set_shape(shape, strides=list(desc.strides), total_size=desc.total_size, offset=list(desc.offset))
+
+
 def _has_dependent_map(blocks, itervar: str) -> bool:
     for block in blocks:
-        states = [block] if isinstance(block, SDFGState) else list(block.all_states())
+        states = [block] if isinstance(block, SDFGState) else all_states(block)
         for st in states:
             for n in st.nodes():
                 if isinstance(n, nodes.MapEntry):

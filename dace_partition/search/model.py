@@ -35,6 +35,7 @@ from ..analysis.constraints import find_entry
 from ..errors import ScheduleError, UnsupportedPattern
 from ..ir import ROOT, Cost, Distribution, Move, MoveKind
 from ..plan import KernelMoves, analyse_kernel, plan_kernel
+from ..passes.contractions import is_contraction
 from ..plan.lowering import IN
 from ..schedule import Kernel, KernelKind, Replicated, check_grid, discover, ordered_states
 from ..solvers.registry import choose
@@ -190,6 +191,9 @@ class ProgramModel:
             grid = _inner_grid(km, info) if km is not None else None
             flops = 2 * _iterations(info.map, grid, self.sdfg.constants)
             return flops / self.machine.blas_flops
+        if k.kind == KernelKind.MAP and is_contraction(k.state, k.node):  # a GEMM after lowering (passes.contractions)
+            grid = km.analysis.grid if km is not None else None
+            return 2 * _iterations(k.node.map, grid, self.sdfg.constants) / self.machine.blas_flops
         ops = 0.0
         if k.kind == KernelKind.MAP:
             grid = km.analysis.grid if km is not None else None
@@ -590,8 +594,33 @@ def _ops_in_scope(state, entry, consts=None) -> float:
         elif isinstance(n, nodes.MapEntry):
             total += _iterations(n.map, None, consts) * _ops_in_scope(state, n, consts)
         elif isinstance(n, nodes.NestedSDFG):
-            total += sum(max(1, len(_OP.findall(t.code.as_string))) for t, _ in n.sdfg.all_nodes_recursive()
-                         if isinstance(t, nodes.Tasklet))
+            total += _ops_in_body(n.sdfg, consts)
         elif isinstance(n, nodes.LibraryNode):
             total += 1
+    return max(total, 1.0)
+
+
+def _ops_in_body(body, consts=None) -> float:
+    """Operations of one call of a nested SDFG: each state's work times the trips of the loops around it
+    (a loop body made a map by ``LoopToMap`` keeps its inner loops: syrk's ``for k`` runs M times)."""
+    from ..passes.loops import trips
+    total = 0.0
+    for st in body.states():
+        t = trips(body, st)
+        try:
+            t = int(sympy.sympify(t).subs({f: consts[str(f)] for f in sympy.sympify(t).free_symbols
+                                          if str(f) in (consts or {})}))
+        except (TypeError, ValueError, sympy.SympifyError):
+            t = DEFAULT_SIZE
+        ops = 0.0
+        for n in st.scope_children()[None]:
+            if isinstance(n, nodes.Tasklet):
+                ops += max(1, len(_OP.findall(n.code.as_string)))
+            elif isinstance(n, nodes.MapEntry):
+                ops += _iterations(n.map, None, consts) * _ops_in_scope(st, n, consts)
+            elif isinstance(n, nodes.NestedSDFG):
+                ops += _ops_in_body(n.sdfg, consts)
+            elif isinstance(n, nodes.LibraryNode):
+                ops += 1
+        total += max(t, 0) * ops
     return max(total, 1.0)

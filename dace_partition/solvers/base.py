@@ -10,10 +10,11 @@ under the ``dace_partition.solvers`` entry point).
 from dataclasses import dataclass
 from typing import FrozenSet, List, Optional, Sequence, Tuple
 
+import numpy as np
 from dace import subsets
 
 from ..ir import Cost, Distribution, Move, MoveKind
-from ..ir.move import intersection, volume
+from ..ir.move import overlaps, volume
 
 
 @dataclass
@@ -44,21 +45,28 @@ class CommSpec:
         return self.distribution().may_overlap()
 
 
-def block_shape(subset: subsets.Range, grid: Sequence[int], coords: Sequence[Optional[str]]) -> List[object]:
-    """Shape of the rank-local buffer for ``subset`` (see :attr:`Distribution.local_shape`)."""
+def block_shape(subset: subsets.Range, grid: Sequence[int], coords: Sequence[Optional[str]],
+                fixed: Optional[dict] = None) -> List[object]:
+    """Shape of the rank-local buffer for ``subset`` (see :attr:`Distribution.local_shape`). ``fixed``:
+    the program's specialized sizes by name; with them the blocks are known and the buffer is the largest
+    (a triangular block grows with the grid coordinate)."""
+    if fixed:
+        from ..analysis.constraints import with_known
+        subset = subsets.Range([tuple(with_known(x, fixed) for x in r) for r in subset])
     return list(Distribution.on_grid(subset, grid, coords, 0).local_shape)
 
 
 def messages_between(src_blocks, dst_blocks, senders=None) -> int:
     """Point-to-point transfers between distinct ranks that share elements (source -> destination)."""
-    n = 0
-    for w, sb in enumerate(src_blocks):
-        if senders is not None and not senders[w]:
-            continue
-        for q, db in enumerate(dst_blocks):
-            if q != w and intersection(sb, db):
-                n += 1
-    return n
+    m = overlaps(src_blocks, dst_blocks) > 0
+    if len(src_blocks) == len(dst_blocks):
+        np.fill_diagonal(m, False)
+    else:
+        for w in range(min(len(src_blocks), len(dst_blocks))):
+            m[w, w] = False
+    if senders is not None:
+        m[~np.asarray(senders, dtype=bool), :] = False
+    return int(m.sum())
 
 
 class Solver:

@@ -12,7 +12,7 @@ from typing import Optional
 from dace.codegen.targets.cpp import sym2cpp
 
 from ..ir import Cost, Move, MoveKind, op_code
-from ..ir.move import intersection, volume
+from ..ir.move import from_others, overlaps, volume
 from .base import Solver, messages_between, received, scatter_gather_sizes
 
 
@@ -93,10 +93,13 @@ class BlockSolver(Solver):
         partial = move.src.partial
         senders = [True] * world
         if not partial:  # identical source blocks (replicas) send once
+            seen = set()
             for w in range(world):
-                senders[w] = not any(src[v] == src[w] and volume(src[w][1]) > 0 for v in range(w))
-        per = tuple(sum(intersection(src[q], dst[me]) for q in range(world) if q != me and senders[q]) *
-                    move.itemsize for me in range(world))
+                if volume(src[w][1]) > 0:
+                    senders[w] = src[w] not in seen
+                    seen.add(src[w])
+        got = from_others(overlaps(src, dst), senders)
+        per = tuple(int(got[me]) * move.itemsize for me in range(world))
         return Cost(per, messages_between(src, dst, senders), calls)
 
     def emit(self, move: Move, src_desc, dst_desc) -> str:

@@ -18,10 +18,11 @@ import itertools
 from typing import Optional
 
 import dace.library
+import numpy as np
 import sympy
 
 from ..ir import Cost, Distribution, Move, MoveKind
-from ..ir.move import contains, intersection
+from ..ir.move import contains, intersection, overlaps
 from ..runtime.environment import DacePartitionMPI
 from .base import Solver
 from .blocks import _arr, _block_fn
@@ -146,16 +147,13 @@ class HaloSolver(Solver):
         src, dst = move.src.world_blocks(world), move.dst.world_blocks(world)
         if src is None or dst is None:
             return Cost(None, None, calls)
-        per, msgs = [0] * world, 0
+        m = overlaps(src, dst)
+        np.fill_diagonal(m, 0)
         for me in range(world):
             if contains(src[me], dst[me]):
-                continue  # its own block has everything (the executor's rule)
-            for q in range(world):
-                if q != me:
-                    n = intersection(src[q], dst[me])
-                    per[me] += n * move.itemsize
-                    msgs += 1 if n else 0
-        return Cost(tuple(per), msgs, calls)
+                m[:, me] = 0  # its own block has everything (the executor's rule)
+        per = tuple(int(x) * move.itemsize for x in m.sum(axis=0))
+        return Cost(per, int((m > 0).sum()), calls)
 
     def emit(self, move: Move, src_desc, dst_desc) -> str:
         src_fn = _block_fn(move.src.subset, move.src.coords)

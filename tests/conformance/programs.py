@@ -410,9 +410,9 @@ def _syrk(d):
 
 
 @case("syrk", lambda r: dict(alpha=1.5, beta=1.2, C=_r(r, 9, 9), A=_r(r, 9, 5), N=9, M=5), _syrk, kind="loop",
-      schedule=lambda P, maps: {m.name: (P, ) for m in maps if m.name == "_Mult__map"},
-      note="the i loop holds a k loop that accumulates: LoopToMap does not apply, and the maps inside have "
-      "extents i + 1")
+      schedule=lambda P, maps: {m.name: (P, ) for m in maps if m.params == ("i", )},
+      note="the rows are independent: LoopToMap makes the i loop a map (its k loop stays inside); with "
+      "symbolic sizes the row blocks' column extents grow with the rank")
 @dace.program
 def syrk(alpha: f64, beta: f64, C: f64[N, N], A: f64[N, M]):
     for i in range(N):
