@@ -47,16 +47,34 @@ def test_strided_map_is_refused():
 
 
 @dace.program
+def triangular_dependent(x: dace.float64[16, 16]):
+    for i in range(1, 16):
+        for j in dace.map[0:i]:
+            x[i, j] = x[i - 1, j] * 2.0
+
+
+def test_extent_that_changes_at_run_time_is_refused():
+    # row i reads row i - 1: the loop stays a loop, and the inner map's extent is its variable
+    sdfg = triangular_dependent.to_sdfg()
+    with pytest.raises(dp.ScheduleError, match="changes while the program runs.*not provably independent"):
+        dp.lower(sdfg, {dp.maps(sdfg)[0].name: (2, )})
+
+
+@dace.program
 def triangular(x: dace.float64[16, 16]):
     for i in range(1, 16):
         for j in dace.map[0:i]:
             x[i, j] = x[i, j] * 2.0
 
 
-def test_extent_that_changes_at_run_time_is_refused():
+def test_independent_triangular_rows_become_a_split_map():
+    # the rows are independent: the i loop becomes a map; with constant sizes every rank's block is known,
+    # so the buffer takes the largest (the last rank's) instead of being refused
     sdfg = triangular.to_sdfg()
-    with pytest.raises(dp.ScheduleError, match="changes while the program runs"):
-        dp.lower(sdfg, {dp.maps(sdfg)[0].name: (2, )})
+    (m, ) = dp.maps(sdfg)
+    assert m.params == ("i", )
+    dp.lower(sdfg, {m.name: (2, )})
+    assert "x" in str(dp.report(sdfg))
 
 
 def test_run_with_too_few_ranks():

@@ -284,12 +284,12 @@ def refuse_growing_blocks(plan: "KernelPlan", label: str, samples=(7, 97, 1000))
         for j, (b, e, _) in enumerate(a.subset):
             width = sympy.sympify(e - b + 1)
             known = with_known(width, fixed) if fixed else width
-            if fixed and not {str(f) for f in known.free_symbols} - {str(c) for c, _ in coords}:
+            if not {str(f) for f in known.free_symbols} - {str(c) for c, _ in coords}:
                 at = [int(known.subs(dict(zip([c for c, _ in coords], pos))))
                       for pos in _it.product(*[range(g) for _, g in coords])]
                 if max(at) > at[0]:
                     refuse_overlapping_writes(plan, a, fixed, label)
-                continue  # sizes known: the buffer takes the largest block (block_shape)
+                continue  # sizes known (constants or specialized): the buffer takes the largest block
             free = width.free_symbols
             if not free & {c for c, _ in coords}:
                 continue
