@@ -24,6 +24,8 @@ The rest of the package calls these helpers instead of asking which DaCe it runs
   (``cache_distaware``); the package builds on one rank only and the others load that folder.
 * :func:`rebase_nested_argument`, :func:`shift_accesses`: DaCe 2's frontend passes a map body's nested
   SDFG whole arrays (1.0.2's passed the elements); a rank-local block then needs the inner indices shifted.
+* :func:`return_array_names`: the order of a returned tuple; 1.0.2 returns it in the sorted order of its
+  ``__return_<j>`` names (``__return_10`` before ``__return_2``), DaCe 2 in the order of ``j``.
 * :func:`process_grids`: DaCe's own process grids (``dace.comm.Cart_create``) are data descriptors in
   ``sdfg.arrays`` in DaCe 2 and a separate ``sdfg._pgrids`` table in 1.0.2.
 """
@@ -39,6 +41,16 @@ DACE_MAJOR: int = int(DACE_VERSION.split(".")[0])
 
 #: DaCe 1.0.2's point subset; None in DaCe 2, which has none.
 _INDICES = getattr(subsets, "Indices", None)
+
+
+def return_array_names(count: int) -> list:
+    """Names of the ``__return_<j>`` arrays (``j``: the position in the ``return`` statement) in the order a
+    compiled program hands back a tuple of ``count`` results: DaCe 1.0.2 sorts the names as strings
+    (``__return_10`` comes before ``__return_2``), DaCe 2 keeps ``j``'s order
+    (``dace/codegen/compiled_sdfg.py``). Code that writes a ``return`` statement must know which it gets,
+    or results past the tenth change places."""
+    names = [f"__return_{j}" for j in range(count)]
+    return sorted(names) if DACE_MAJOR < 2 else names
 
 
 def as_range(subset):

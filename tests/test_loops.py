@@ -155,9 +155,6 @@ def test_fdtd_boundary_written_on_rank0_each_step(rng):
         np.testing.assert_allclose(out[k], v, rtol=1e-13, atol=1e-13, err_msg=k)
 
 
-@pytest.mark.skipif(DACE_MAJOR >= 2, reason="DaCe 2.0.0b1: this while loop (a LoopRegion whose condition reads "
-                    "res[0], dace/frontend/python/newast.py visit_While) keeps A on rank 0 after inlining and the "
-                    "lowered program does not finish on 2 ranks; open in docs/dace2.md")
 def test_loop_until_a_global_residual_is_small(rng):
     """``while res[0] > tol`` around kernels and a distributed sum: rank 0 combines the partial sums
     (MPI_Reduce) and broadcasts the value the condition reads before every evaluation, so all ranks run

@@ -42,11 +42,11 @@ def dace_type(dtype) -> str:
 
 def _dace_return_order(results: List[str]) -> List[str]:
     """DaCe 1.0.2 returns a tuple in the *sorted name* order of its ``__return_<j>`` arrays (the j-th
-    returned expression), which puts ``__return_10`` before ``__return_2``. Returning the expressions
-    permuted so that sorted order is the intended order keeps every result in its place."""
-    if len(results) <= 10:
-        return list(results)
-    names = sorted(f"__return_{j}" for j in range(len(results)))
+    returned expression), which puts ``__return_10`` before ``__return_2``; DaCe 2 in ``j``'s order
+    (:func:`..compat.return_array_names`). Returning the expressions permuted so that the order DaCe
+    hands back is the intended order keeps every result in its place."""
+    from .. import compat
+    names = compat.return_array_names(len(results))
     permuted = [None] * len(results)
     for p, name in enumerate(names):
         permuted[int(name[len("__return_"):])] = results[p]

@@ -214,14 +214,22 @@ def nest_contractions(sdfg, prefix: str = "einsum") -> int:
         s1.add_mapped_tasklet("contract", dict(zip(entry.map.params, [f"{b}:{e + 1}" for b, e, _ in entry.map.range])),
                               {e.dst_conn: copy.deepcopy(e.data) for e in st.in_edges(tasklet)}, tasklet.code.as_string,
                               {e.src_conn: copy.deepcopy(e.data) for e in st.out_edges(tasklet)}, external_edges=True)
-        node = add_nested_sdfg(st, inner, {e.data.data for e in reads}, {out_name})
+        # A result array keeps its name outside only: DaCe 2 validates a nested SDFG's own ``__return_<j>``
+        # arrays as its return tuple (consecutive from 0), which one contraction's output is not.
+        inner_name = {n: f"_dp{n}" for n in inner.arrays if n.startswith("__return")}
+        for old, new in inner_name.items():
+            inner.replace(old, new)
+        conn = lambda n: inner_name.get(n, n)  # noqa: E731
+        node = add_nested_sdfg(st, inner, {conn(e.data.data) for e in reads}, {conn(out_name)})
         node.no_inline = True
         done = set()
         for e in reads:
             if e.data.data not in done:
                 done.add(e.data.data)
-                st.add_edge(e.src, e.src_conn, node, e.data.data, Memlet.from_array(e.data.data, sdfg.arrays[e.data.data]))
-        st.add_edge(node, out_name, out_edge.dst, out_edge.dst_conn, Memlet.from_array(out_name, sdfg.arrays[out_name]))
+                st.add_edge(e.src, e.src_conn, node, conn(e.data.data),
+                            Memlet.from_array(e.data.data, sdfg.arrays[e.data.data]))
+        st.add_edge(node, conn(out_name), out_edge.dst, out_edge.dst_conn,
+                    Memlet.from_array(out_name, sdfg.arrays[out_name]))
         st.remove_nodes_from(st.scope_subgraph(entry).nodes())
         zwritten = [e.dst for e in zst.out_edges(zexit)]
         zst.remove_nodes_from(zst.scope_subgraph(zentry).nodes())

@@ -593,9 +593,25 @@ class _Importer:
         axis = at["axis"] % len(inputs[0].shape)
         shape = list(inputs[0].shape)
         shape[axis] = sum(v.shape[axis] for v in inputs)
-        out = self.new("cat", shape, np.result_type(*[v.dtype for v in inputs]))
-        self.b.line(f"{out.ident} = np.concatenate([{', '.join(self.data(v) for v in inputs)}], axis={axis})")
-        return [out]
+        return [self._concat([(self.data(v), v.shape) for v in inputs], axis, shape,
+                             np.result_type(*[v.dtype for v in inputs]), "cat")]
+
+    def _concat(self, parts, axis: int, shape, dtype, hint: str) -> Tensor:
+        """Concatenation of ``parts`` ((identifier, shape), ...) along ``axis`` as one copy map per part into
+        its block of the output. Not ``np.concatenate``: DaCe 2's simplification turns that into a nested
+        SDFG whose connector keeps a part's shape and then fails validation when the parts are transients
+        written by maps (dace 2.0.0b1)."""
+        out = self.new(hint, shape, dtype)
+        self.b.line(f"{out.ident} = np.empty({ops.shape_code(shape)}, dtype={ops.np_dtype(dtype)})")
+        start = 0
+        for ident, pshape in parts:
+            params = [f"_i{k}" for k in range(len(pshape))]
+            dst = [f"{p} + {start}" if k == axis and start else p for k, p in enumerate(params)]
+            self._lines(ops._map_head(params, pshape) + [f"        _v << {ident}[{', '.join(params)}]",
+                                                         f"        _o >> {out.ident}[{', '.join(dst)}]",
+                                                         "        _o = _v"])
+            start += pshape[axis]
+        return out
 
     def op_Gather(self, node, inputs, at):
         x = inputs[0]
@@ -621,8 +637,7 @@ class _Importer:
             parts = [self._slice(x, axis, i, i + 1, "gather") for i in flat]
             cat_shape = list(x.shape)
             cat_shape[axis] = len(flat)
-            part = self.new("gather", cat_shape, x.dtype)
-            self.b.line(f"{part.ident} = np.concatenate([{', '.join(p.ident for p in parts)}], axis={axis})")
+            part = self._concat([(p.ident, p.shape) for p in parts], axis, cat_shape, x.dtype, "gather")
         return [self._view(part, shape)]
 
     # -- convolution, pooling, batch normalisation -----------------------------------------------------
