@@ -108,7 +108,8 @@ DACE2_TESTS := tests/test_compat.py tests/test_loops.py \
 	tests/test_synthesis_mpi.py tests/test_synthesis_fused.py \
 	tests/test_call_contract.py \
 	"tests/test_torch_everyday.py::test_forward_data_parallel_2_ranks[residual]" \
-	tests/test_conformance.py::test_conformance_p2
+	tests/test_conformance.py::test_conformance_p2 \
+	tests/test_onnx_ops.py::test_where_cast_compare_identity_constant
 # Open on DaCe 2 (docs/dace2.md, "What DaCe 2 could not do"); deselected so the subset stays green, run by
 # test-dace2-full. The two jacobi cases are left out for time (their siblings run).
 DACE2_DESELECT := \

@@ -165,6 +165,11 @@ def test_loop_until_a_global_residual_is_small(rng):
     assert {t.trips for t in cond} == {1, None}, rep  # before the loop, and in every iteration
     inside = [t for t in rep.traffic if t.array in ("A", "B") and t.trips != 1]
     assert inside and all(t.solver == "halo" for t in inside), rep
+    # Every interstate edge that reads data rank 0 writes (DaCe 1: ``__tmp1``; DaCe 2's while loop: ``res_index``
+    # on the edges into its guard) leaves a state that broadcasts it.
+    read = [(e.src.label, n) for e in sdfg.edges() for n in sorted(e.data.free_symbols & set(sdfg.arrays))
+            if not n.startswith("__dp") and n != "tol"]
+    assert read and all(label.startswith("dp_branch_data_") for label, _ in read), read
     n = 37
     a, b = rng.standard_normal(n), rng.standard_normal(n)
     ra, rb, resid = a.copy(), b.copy(), []

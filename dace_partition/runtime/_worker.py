@@ -10,6 +10,7 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
+from ..compat import return_array_names
 from .launch import WRITTEN, load, written_arguments
 
 
@@ -38,7 +39,8 @@ def _distributed(prog, comm, inputs):
     local = {k: (lays[k].scatter(v, comm.rank, **syms) if k in lays else v) for k, v in inputs.items()}
     result = prog(**local)
     results = result if isinstance(result, tuple) else (result, )
-    names = ["__return"] if not isinstance(result, tuple) else [f"__return_{i}" for i in range(len(results))]
+    # the i-th result is not __return_i past ten results on DaCe 1.0.2 (string order): compat knows
+    names = ["__return"] if not isinstance(result, tuple) else return_array_names(len(results))
     joined = []
     for name, r in zip(names, results):
         if r is None:
