@@ -329,6 +329,23 @@ def _compile_single(sdfg, rec):
         return sdfg.compile()
 
 
+
+def module_path(info) -> str:
+    """The dotted module of a kernel's NumPy program (``_dace`` appended: its DaCe program)."""
+    return "npbench.benchmarks." + info["relative_path"].replace("/", ".") + "." + info["module_name"]
+
+
+def initial_data(info, params) -> dict:
+    """The preset's parameters and the arrays the kernel's initializer makes, as NPBench's
+    ``Benchmark.get_data`` builds them."""
+    data = dict(params)
+    if info.get("init"):
+        init = getattr(importlib.import_module(module_path(info)), info["init"]["func_name"])
+        outs = init(*[data[a] for a in info["init"]["input_args"]])
+        outs = outs if isinstance(outs, tuple) and len(info["init"]["output_args"]) > 1 else (outs, )
+        data.update(zip(info["init"]["output_args"], outs))
+    return data
+
 def child(kernel, npb, progress_path, opts):
     import numpy as np
     # This script is called npbench.py too: its folder must not shadow NPBench's package here. The ranks
@@ -346,16 +363,10 @@ def child(kernel, npb, progress_path, opts):
         rec["shrunk"] = {k: {"from": params.get(k), "to": v} for k, v in shrunk.items()}
         params.update(shrunk)
     rec["sizes"] = params
-    modpath = "npbench.benchmarks." + info["relative_path"].replace("/", ".") + "." + info["module_name"]
+    modpath = module_path(info)
 
-    # data, as NPBench's Benchmark.get_data does
     progress.step("initialize")
-    data = dict(params)
-    if info.get("init"):
-        init = getattr(importlib.import_module(modpath), info["init"]["func_name"])
-        outs = init(*[data[a] for a in info["init"]["input_args"]])
-        outs = outs if isinstance(outs, tuple) and len(info["init"]["output_args"]) > 1 else (outs, )
-        data.update(zip(info["init"]["output_args"], outs))
+    data = initial_data(info, params)
     arrays = set(info.get("array_args", []))
 
     def fresh_pos():

@@ -149,6 +149,17 @@ def lowered(sdfg0, schedule, P, symbols):
             "report_bytes_total": sum(per) if per else None, "report_minimum_total": minimum, "messages": msgs}
 
 
+def add_lowering(row, sdfg0, schedule, P, symbols, limit):
+    """Lowers ``schedule`` within ``limit`` seconds into ``row``: the report's counts and whether the model's
+    bytes are the report's (or the status saying the lowering ran out of time)."""
+    low, _, late = timed(lambda: lowered(sdfg0, schedule, P, symbols), limit)
+    if late:
+        row["status"] = f"lowering stopped after {limit:g} s"
+    else:
+        row.update(low)
+        row["model_matches_report"] = row["report_bytes_total"] == row["model_bytes_total"]
+
+
 def prediction(pred):
     return {"predicted_ms": pred.time * 1e3, "compute_ms": pred.compute * 1e3, "comm_ms": pred.communication * 1e3,
             "model_bytes_max": max(pred.bytes_per_rank or [0]), "model_bytes_total": pred.total_bytes}
@@ -166,12 +177,7 @@ def one_p(sdfg0, P, hand, limit, symbols):
         row = {"status": "ok", "search_s": round(secs, 3), "method": sched.method,
                "grids": {k: str(v) for k, v in sched.items()}, **prediction(sched.predicted)}
         try:
-            low, secs, late = timed(lambda: lowered(sdfg0, sched, P, symbols), limit)
-            if late:
-                row["status"] = f"lowering stopped after {limit:g} s"
-            else:
-                row.update(low)
-                row["model_matches_report"] = row["report_bytes_total"] == row["model_bytes_total"]
+            add_lowering(row, sdfg0, sched, P, symbols, limit)
         except (dp.ScheduleError, dp.UnsupportedPattern) as e:
             row["status"] = "lowering refused: " + str(e).splitlines()[0][:200]
         out["auto"] = row
@@ -183,12 +189,7 @@ def one_p(sdfg0, P, hand, limit, symbols):
                 out["hand"] = {"status": f"pricing stopped after {limit:g} s"}
             else:
                 row = {"status": "ok", "predict_s": round(secs, 3), **prediction(pred)}
-                low, secs, late = timed(lambda: lowered(sdfg0, schedule, P, symbols), limit)
-                if late:
-                    row["status"] = f"lowering stopped after {limit:g} s"
-                else:
-                    row.update(low)
-                    row["model_matches_report"] = row["report_bytes_total"] == row["model_bytes_total"]
+                add_lowering(row, sdfg0, schedule, P, symbols, limit)
                 out["hand"] = row
                 # the same schedule with io="distributed": priced only (arguments already on their ranks)
                 pred, secs, late = timed(lambda: predict(sdfg0, schedule, P, io="distributed"), limit)
@@ -269,13 +270,8 @@ def npbench_sdfg(driver, npb, kernel, preset="S"):
     child does: the preset's parameters and the initialized arrays' extents)."""
     info = driver.bench_infos(npb)[kernel]
     params = dict(info["parameters"][preset])
-    modpath = "npbench.benchmarks." + info["relative_path"].replace("/", ".") + "." + info["module_name"]
-    data = dict(params)
-    if info.get("init"):
-        init = getattr(importlib.import_module(modpath), info["init"]["func_name"])
-        res = init(*[data[a] for a in info["init"]["input_args"]])
-        res = res if isinstance(res, tuple) and len(info["init"]["output_args"]) > 1 else (res, )
-        data.update(zip(info["init"]["output_args"], res))
+    modpath = driver.module_path(info)
+    data = driver.initial_data(info, params)
     sdfg = getattr(importlib.import_module(modpath + "_dace"), info["func_name"]).to_sdfg()
     driver._specialize(sdfg, data, params)
     return sdfg, params

@@ -587,8 +587,14 @@ _OP = re.compile(r"[-+*/]|\bexp\b|\blog\b|\bsqrt\b|\bmax\b|\bmin\b|\btanh\b|\bpo
 def _ops_in_scope(state, entry, consts=None) -> float:
     """Operations per iteration of a map: the arithmetic in its tasklets (one at least), with the nested
     maps' iterations multiplied in."""
+    return max(_ops_of(state, state.scope_children()[entry], consts), 1.0)
+
+
+def _ops_of(state, children, consts=None) -> float:
+    """Operations of one pass over ``children`` (the nodes of one scope): tasklets' arithmetic, nested maps'
+    iterations times their bodies, nested SDFGs' bodies, one per library node."""
     total = 0.0
-    for n in state.scope_children()[entry]:
+    for n in children:
         if isinstance(n, nodes.Tasklet):
             total += max(1, len(_OP.findall(n.code.as_string)))
         elif isinstance(n, nodes.MapEntry):
@@ -597,7 +603,7 @@ def _ops_in_scope(state, entry, consts=None) -> float:
             total += _ops_in_body(n.sdfg, consts)
         elif isinstance(n, nodes.LibraryNode):
             total += 1
-    return max(total, 1.0)
+    return total
 
 
 def _ops_in_body(body, consts=None) -> float:
@@ -612,15 +618,5 @@ def _ops_in_body(body, consts=None) -> float:
                                           if str(f) in (consts or {})}))
         except (TypeError, ValueError, sympy.SympifyError):
             t = DEFAULT_SIZE
-        ops = 0.0
-        for n in st.scope_children()[None]:
-            if isinstance(n, nodes.Tasklet):
-                ops += max(1, len(_OP.findall(n.code.as_string)))
-            elif isinstance(n, nodes.MapEntry):
-                ops += _iterations(n.map, None, consts) * _ops_in_scope(st, n, consts)
-            elif isinstance(n, nodes.NestedSDFG):
-                ops += _ops_in_body(n.sdfg, consts)
-            elif isinstance(n, nodes.LibraryNode):
-                ops += 1
-        total += max(t, 0) * ops
+        total += max(t, 0) * _ops_of(st, st.scope_children()[None], consts)
     return max(total, 1.0)
