@@ -100,6 +100,8 @@ def run_variant(wl, variant, data, folder, args, env):
     worker = [sys.executable, os.path.join(HERE, "_peers_worker.py"), wl.name, variant, data, folder or "",
               "--reps", str(reps), "--scale", str(args.scale), "--ranks", str(args.ranks)]
     from dace_partition.runtime.launch import mpiexec_command
+    if variant == "jax" and os.environ.get("VS_PEERS_JAX_PYTHON"):  # JAX from another environment (its NumPy)
+        worker[0] = os.environ["VS_PEERS_JAX_PYTHON"]
     if variant in MPI_VARIANTS:
         cmd = mpiexec_command(args.ranks) + [sys.executable, "-m", "mpi4py"] + worker[1:]
     else:  # through the launcher too: a child forked from this process would inherit its peak RSS

@@ -104,7 +104,8 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
             grids = local.apply(work, _on_copy(schedule, sdfg, work))  # checked against the maps as written
     order = resolve_solvers(solvers)
     t1 = time.perf_counter()
-    rep = partition(work, grids, order, device, fuse, IoMode(io))
+    contract = device == "gpu" and LocalStep.CONTRACTIONS in local.steps
+    rep = partition(work, grids, order, device, fuse, IoMode(io), before_offload=local.contractions if contract else None)
     rep.timings = {"schedule check, copy, map fusion": t1 - t0, **rep.timings}
     if auto is not None:
         rep.schedule = auto.explain()

@@ -71,9 +71,10 @@ def _sources(folder, sub, ext):
 @pytest.mark.parametrize("name", ["bcast_add", "sum_rows", "matmul_2x2x2"])
 def test_lowered_structure(name):
     sdfg = lowered_gpu(name)
-    gpu_maps = [n for n, _ in sdfg.all_nodes_recursive()
-                if isinstance(n, nodes.MapEntry) and n.map.schedule == dtypes.ScheduleType.GPU_Device]
-    assert gpu_maps, "no map was scheduled on the GPU"
+    gpu_work = [n for n, _ in sdfg.all_nodes_recursive()
+                if isinstance(n, nodes.MapEntry) and n.map.schedule == dtypes.ScheduleType.GPU_Device or
+                isinstance(n, nodes.LibraryNode) and n.implementation == "cuBLAS"]
+    assert gpu_work, "no map was scheduled on the GPU and no GEMM on cuBLAS"
     gpu_arrays = [a for sd in sdfg.all_sdfgs_recursive() for a, d in sd.arrays.items()
                   if d.storage == dtypes.StorageType.GPU_Global]
     assert gpu_arrays
@@ -82,12 +83,29 @@ def test_lowered_structure(name):
         if isinstance(n, DistributedMemlet):
             for e in st.in_edges(n) + st.out_edges(n):
                 assert sdfg.arrays[e.data.data].storage not in (dtypes.StorageType.GPU_Global,)
-    # No library node is left for the GPU (expanded to GPU maps), except the DistributedMemlets.
-    assert not [n for n, _ in sdfg.all_nodes_recursive()
-                if isinstance(n, nodes.LibraryNode) and not isinstance(n, DistributedMemlet)]
+    # No library node is left for the GPU (expanded to GPU maps), except the DistributedMemlets and cuBLAS GEMMs.
+    assert not [n for n, _ in sdfg.all_nodes_recursive() if isinstance(n, nodes.LibraryNode) and
+                not isinstance(n, DistributedMemlet) and n.implementation != "cuBLAS"]
     assert cuda_build.uses_gpu(sdfg)
     assert any("runs on the GPU" in note for k in dp.report(sdfg).kernels for note in k.notes)
     assert dp.runtime.launch.ranks_needed(sdfg) == {"bcast_add": 4, "sum_rows": 4, "matmul_2x2x2": 8}[name]
+
+
+@pytest.mark.parametrize("cublas", [True, False])
+def test_matrix_products_on_cublas_when_the_toolkit_has_it(cublas, monkeypatch):
+    monkeypatch.setattr(cuda_build, "cublas_available", lambda: cublas)
+    sdfg = programs.matmul.to_sdfg()
+    sdfg.name = f"tgpu_cublas_{cublas}"
+    dp.lower(sdfg, {"_MatMult_.gemm_map": (2, 2, 1)}, device="gpu")
+    from dace.libraries.blas import Gemm
+    gemms = [n for n, _ in sdfg.all_nodes_recursive() if isinstance(n, Gemm)]
+    if cublas:
+        assert [g.implementation for g in gemms] == ["cuBLAS"], "the tile product is not one cuBLAS GEMM"
+        assert dp.report(sdfg).blas.startswith("cuBLAS")
+    else:
+        assert not any(isinstance(n, nodes.LibraryNode) and not isinstance(n, DistributedMemlet)
+                       for n, _ in sdfg.all_nodes_recursive()), "a library node is left for a toolkit without cuBLAS"
+        assert dp.report(sdfg).blas.startswith("pure")
 
 
 def test_cpu_lowering_uses_no_gpu():
@@ -158,7 +176,7 @@ def test_cuda_build(name):
     sdfg, folder = built(name)
     cuda = _sources(folder, "cuda", "cu")
     cpp = _sources(folder, "cpu", "cpp")
-    assert "__global__" in cuda, "no CUDA kernel was generated"
+    assert "__global__" in cuda or "cublasDgemm" in cpp + cuda, "no CUDA kernel and no cuBLAS call was generated"
     assert "cudaMemcpy" in cpp, "no host <-> GPU copies around the kernels"
     partitioned = dp.runtime.launch.ranks_needed(sdfg) > 1  # matmul (1,1,1): rank 0's GPU, no communication
     if partitioned:
@@ -171,6 +189,8 @@ def test_cuda_build(name):
         expected = ["MPI_Comm_split_type", "cudaSetDevice"] + (["MPI_Scatterv", "MPI_Gatherv"] if partitioned else [])
         for s in expected:
             assert s in syms, f"{s} is not referenced by the built library"
+    if name.startswith("matmul") and cuda_build.cublas_available():
+        assert "cublasDgemm" in cpp + cuda, "the tile product does not call cuBLAS"
     flags = open(glob.glob(os.path.join(folder, "build", "CMakeFiles", f"{sdfg.name}.dir", "flags.make"))[0]).read()
     assert "-std=c++17" in flags and "sm_" in flags and "sm_60" not in flags
 

@@ -6,8 +6,10 @@ kernel (a map, a nested SDFG or a library node). :func:`offload` turns each into
     host locals -> [nested SDFG: copy to GPU_Global -> GPU kernel(s) -> copy back] -> host locals
 
 by nesting the kernel into a wrapper SDFG (``dace.transformation.helpers.nest_state_subgraph``) and
-applying DaCe's ``GPUTransformSDFG`` to that wrapper only. Library nodes are first expanded in place to
-their pure implementation, so their maps become GPU kernels too (no cuBLAS/CUB library needed). The
+applying DaCe's ``GPUTransformSDFG`` to that wrapper only. Matrix products (``Gemm``, ``BatchedMatMul``,
+``Gemv``: the contraction maps that ``local_optimize`` turned into GEMMs on the rank-local tiles) run on
+cuBLAS where the toolkit has it (:func:`~dace_partition.runtime.cuda_build.cublas_available`); every
+other library node is expanded to its pure implementation, so its maps become GPU kernels too. The
 DistributedMemlets of the scatter/gather states are left alone: their MPI calls work on the host locals,
 i.e. communication is staged through host memory, which works with any MPI (CUDA-aware or not).
 
@@ -15,7 +17,7 @@ Each rank picks its GPU by node-local rank (``MPI_Comm_split_type(MPI_COMM_TYPE_
 ``cudaSetDevice(local_rank % device_count)``) before DaCe creates its CUDA streams; see
 ``runtime/include/dace_partition_cuda.h``.
 """
-from typing import List
+from typing import List, Optional
 
 import dace
 from dace import dtypes, nodes
@@ -40,24 +42,29 @@ static inline cudaError_t dace_partition_cuda_device_count(int *count) {
 
 
 def offload(sdfg: SDFG, kernel_states: List[SDFGState], root_states: List[SDFGState], report=None,
-            root_on_gpu: bool = True) -> SDFG:
+            root_on_gpu: bool = True, cublas: Optional[bool] = None) -> SDFG:
     """Moves the kernels of ``kernel_states`` to the GPU.
 
     With ``root_on_gpu`` (the default), the kernels that run on rank 0 on the global arrays (unscheduled
     maps and library nodes, grids of one rank) also run on rank 0's GPU; states holding only tasklets
-    (scalar code) stay on the host.
+    (scalar code) stay on the host. ``cublas`` (default: where the CUDA toolkit has it) runs the matrix
+    products on cuBLAS.
     """
+    if cublas is None:
+        from ..runtime.cuda_build import cublas_available
+        cublas = cublas_available()
     moved = 0
     done = set()
-    for state in kernel_states:
+    states = list(kernel_states) + ([s for s in root_states if _has_kernel(s)] if root_on_gpu else [])
+    gemm_states = [s for s in states if any(isinstance(n, _blas_nodes() + (_matmul(), )) for n, _ in
+                                            s.all_nodes_recursive())]
+    for state in states:
         if state not in done:
             done.add(state)
-            moved += _offload_state(sdfg, state) is not None
-    if root_on_gpu:
-        for state in root_states:
-            if state not in done and _has_kernel(state):
-                done.add(state)
-                moved += _offload_state(sdfg, state) is not None
+            moved += _offload_state(sdfg, state, cublas) is not None
+    if report is not None and gemm_states:
+        how = "cuBLAS" if cublas else "pure: DaCe's GPU maps (no cuBLAS found in the CUDA toolkit)"
+        report.blas = f"{how}, for the matrix products of {len(gemm_states)} kernel state(s)"
     if report is not None:
         for kr in report.kernels:
             if kr.grid is not None:
@@ -76,14 +83,43 @@ def _has_kernel(state: SDFGState) -> bool:
                and not isinstance(n, DistributedMemlet) for n in state.nodes())
 
 
-def _expand_library_nodes(sdfg: SDFG, state: SDFGState):
-    """Expands every library node of the state (recursively) to its pure implementation."""
-    expand_all(state, keep=(DistributedMemlet, ))
+def _matmul():
+    from dace.libraries.blas import MatMul
+    return MatMul
 
 
-def _offload_state(sdfg: SDFG, state: SDFGState):
+def _blas_nodes():
+    from dace.libraries.blas import BatchedMatMul, Gemm, Gemv
+    return (Gemm, BatchedMatMul, Gemv)
+
+
+def _expand_library_nodes(sdfg: SDFG, state: SDFGState, cublas: bool) -> int:
+    """Expands the state's library nodes (recursively) to their pure implementation, except the matrix
+    products, which run on cuBLAS when ``cublas``: a pure GEMM is one thread per output element with an
+    atomic add per multiply-add, tens of times slower. Returns how many nodes run on cuBLAS."""
+    keep = [DistributedMemlet]
+    on_cublas = 0
+    if cublas:
+        from dace.libraries.blas import MatMul
+        while True:  # MatMul first becomes its Gemm / BatchedMatMul / Gemv ("specialize")
+            mm = [(n, s) for n, s in state.all_nodes_recursive() if isinstance(n, MatMul)]
+            if not mm:
+                break
+            n, s = mm[0]
+            n.implementation = "specialize"
+            n.expand(s.sdfg, s)
+        for n, _ in state.all_nodes_recursive():
+            if isinstance(n, _blas_nodes()):
+                n.implementation = "cuBLAS"
+                on_cublas += 1
+        keep.extend(_blas_nodes())
+    expand_all(state, keep=tuple(keep))
+    return on_cublas
+
+
+def _offload_state(sdfg: SDFG, state: SDFGState, cublas: bool = False):
     """Nests the state's computation into a wrapper SDFG and applies GPUTransformSDFG to it."""
-    _expand_library_nodes(sdfg, state)
+    _expand_library_nodes(sdfg, state, cublas)
     scope = state.scope_dict()
     work = [n for n in state.nodes() if not isinstance(n, nodes.AccessNode)]
     if not work:

@@ -43,9 +43,11 @@ RANK = "__dp_rank"
 
 
 def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str = "cpu",
-              fuse: bool = True, io: IoMode = IoMode.ROOT) -> LoweringReport:
+              fuse: bool = True, io: IoMode = IoMode.ROOT, before_offload=None) -> LoweringReport:
     """Lowers ``sdfg`` in place for ``grids`` ({map name: grid}, already checked) with the solvers in
-    ``solvers`` order; raises before the first rewrite where it can, so callers lower a copy."""
+    ``solvers`` order; raises before the first rewrite where it can, so callers lower a copy.
+    ``before_offload(sdfg, report)`` rewrites the rank-local kernels of a ``device="gpu"`` lowering
+    before they move to the GPU (the contractions that become cuBLAS GEMMs)."""
     steps = Steps()
     named = discover(sdfg)  # the names the schedule was checked against (before the states change)
     _split_states(sdfg)
@@ -125,6 +127,8 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: st
         _only_rank_0(sdfg, init_state)
     if device == "gpu":
         from .gpu import offload
+        if before_offload is not None:
+            before_offload(sdfg, rep)
         offload(sdfg, [p.kernel.state for p, _ in plans], root_states, rep)
     for plan, _ in plans:
         dims = ", ".join(str(g) for g in plan.grid)

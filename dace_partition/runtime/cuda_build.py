@@ -20,6 +20,8 @@ edited and the user's ``.dace.conf`` is left alone):
    ``CUB_VERSION >= 300000``. With an older CUB the shim is empty.
 """
 import contextlib
+import ctypes.util
+import glob
 import os
 import shutil
 import subprocess
@@ -83,6 +85,25 @@ def gpu_available() -> bool:
     except (OSError, subprocess.SubprocessError):
         return False
     return out.returncode == 0 and "GPU" in out.stdout
+
+
+def cublas_available() -> bool:
+    """True when cuBLAS can be built and linked here: ``cublas_v2.h`` in the CUDA toolkit of
+    :func:`nvcc_path` and ``libcublas`` in its library folders or on the loader's path.
+
+    ``DACE_PARTITION_BLAS=pure`` forces False (GEMMs then run as DaCe's pure GPU maps)."""
+    if os.environ.get("DACE_PARTITION_BLAS", "").strip().lower() == "pure":
+        return False
+    nvcc = nvcc_path()
+    if nvcc is None:
+        return False
+    root = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
+    includes = [os.path.join(root, "include")] + glob.glob(os.path.join(root, "targets", "*", "include"))
+    if not any(os.path.exists(os.path.join(d, "cublas_v2.h")) for d in includes):
+        return False
+    libdirs = [os.path.join(root, d) for d in ("lib64", "lib")] + glob.glob(os.path.join(root, "targets", "*", "lib"))
+    return any(glob.glob(os.path.join(d, "libcublas.so*")) for d in libdirs) or \
+        ctypes.util.find_library("cublas") is not None
 
 
 def detect_cuda_arch() -> Optional[str]:
