@@ -191,3 +191,17 @@ def test_layouts_round_trip_through_the_record():
     rec = ProgramRecord("p", 4, IoMode.DISTRIBUTED, {"w": lay})
     back = ProgramRecord.from_json(rec.to_json())
     assert back.layouts["w"] == lay and back.layouts["w"].block(3) == (slice(0, 16), slice(9, 12))
+
+
+def test_uneven_layout_blocks_evaluate_on_every_rank():
+    """510 interior rows over 8 ranks: the written bounds hold DaCe's int_ceil, which every rank evaluates."""
+    r = "__dp0_r0"
+    lay = Layout("A", ("512", "512"), ("66", "512"), "<f8", (8, 1), (r, ""),
+                 ((f"int_ceil(510*{r}, 8)", f"int_ceil(510*{r} + 510, 8) + 1"), ("0", "511")))
+    blocks = [lay.block(k) for k in range(8)]
+    starts = [b[0].start for b in blocks]
+    assert starts == [-(-510 * k // 8) for k in range(8)] and blocks[-1][0].stop == 512
+    a = np.arange(512 * 512, dtype=np.float64).reshape(512, 512)
+    tiles = [lay.scatter(a, k) for k in range(8)]
+    assert all(t.shape == (66, 512) for t in tiles)
+    assert np.array_equal(lay.gather(tiles), a)

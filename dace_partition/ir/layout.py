@@ -7,6 +7,16 @@ import numpy as np
 import sympy
 
 
+#: DaCe's integer functions as they appear in the written bounds (an uneven block starts at
+#: ``int_ceil(510*r, 8)``): without them SymPy keeps an unknown function that no rank can evaluate.
+_FUNCTIONS = {
+    "int_ceil": lambda a, b: sympy.ceiling(sympy.Rational(1, 1) * a / b),
+    "int_floor": lambda a, b: sympy.floor(sympy.Rational(1, 1) * a / b),
+    "Min": sympy.Min,
+    "Max": sympy.Max,
+}
+
+
 def _grid_size(grid) -> int:
     n = 1
     for g in grid:
@@ -32,8 +42,8 @@ class Layout:
         return f"Layout({self.array}[{dims}] on grid {self.grid}, local shape ({', '.join(self.local_shape)}))"
 
     def _eval(self, expr: str, values: Dict[str, int]) -> int:
-        v = sympy.sympify(expr, locals={k: sympy.Symbol(k) for k in values}).subs(
-            {sympy.Symbol(k): x for k, x in values.items()})
+        names = dict(_FUNCTIONS, **{k: sympy.Symbol(k) for k in values})
+        v = sympy.sympify(expr, locals=names).subs({sympy.Symbol(k): x for k, x in values.items()})
         if v.free_symbols:
             raise ValueError(f"layout of '{self.array}' needs values for {sorted(map(str, v.free_symbols))}")
         return int(sympy.floor(v)) if not v.is_integer else int(v)
