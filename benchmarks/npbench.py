@@ -24,6 +24,7 @@ import argparse
 import copy
 import importlib
 import json
+import math
 import os
 import platform
 import shutil
@@ -420,7 +421,7 @@ def child(kernel, npb, progress_path, opts):
         return
     rec["status"] = "ok"
     call_args = {a: data[a] for a in arglist}
-    modes = ["natural"] + (["auto"] if hasattr(dp, "auto_schedule") and not opts.skip_auto else [])
+    modes = _modes(dp, opts)
     for P in opts.ranks:
         for mode in modes:
             run_mode(rec, sdfg0, mode, P, call_args, ref, names, dace_out, info, opts, progress)
@@ -433,13 +434,20 @@ def child(kernel, npb, progress_path, opts):
 # Driver
 
 
+def _modes(dp, opts):
+    """The schedules each kernel runs with: the natural one and the automatic one, unless skipped."""
+    return ([] if opts.skip_natural else ["natural"]) + \
+        (["auto"] if hasattr(dp, "auto_schedule") and not opts.skip_auto else [])
+
+
 def run_kernel(kernel, npb, opts, nruns):
     """Runs ``kernel`` in a child process with a time limit; returns its record."""
     work = tempfile.mkdtemp(prefix=f"npb_{kernel}_")
     progress = os.path.join(work, "progress.json")
     cmd = [sys.executable, os.path.abspath(__file__), "--child", kernel, "--progress", progress, "--npbench", npb,
            "--preset", opts.preset, "--ranks", ",".join(map(str, opts.ranks)), "--timeout", str(opts.timeout),
-           "--reps", str(opts.reps), "--budget", str(opts.budget)] + (["--skip-auto"] if opts.skip_auto else [])
+           "--reps", str(opts.reps), "--budget", str(opts.budget)] + (["--skip-auto"] if opts.skip_auto else []) + \
+        (["--skip-natural"] if opts.skip_natural else [])
     limit = opts.timeout * (3 + nruns)  # setup + DaCe compile + one timeout per run, at most
     t = time.perf_counter()
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
@@ -528,6 +536,19 @@ def summary(records, ranks, modes):
     return line, counts, total
 
 
+def speedup(records, P=2, mode="auto", min_numpy_ms=10.0):
+    """Geometric mean of NumPy-in-one-process time over our time on ``P`` ranks, over the kernels that
+    take at least ``min_numpy_ms`` in NumPy and ran correctly; (geomean, kernels counted)."""
+    ratios = []
+    for rec in records.values():
+        r = rec.get("runs", {}).get(str(P), {}).get(mode, {})
+        if rec.get("numpy_ms") and rec["numpy_ms"] >= min_numpy_ms and r.get("outcome") == "correct" and r.get("run_ms"):
+            ratios.append(rec["numpy_ms"] / r["run_ms"])
+    if not ratios:
+        return None, 0
+    return math.exp(sum(map(math.log, ratios)) / len(ratios)), len(ratios)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--npbench", help="NPBench checkout (default $NPBENCH_DIR, else " + CACHE + ")")
@@ -535,6 +556,7 @@ def main():
     ap.add_argument("--ranks", default="2,4", help="comma-separated rank counts (default 2,4)")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per step (lowering, build, run); default 300")
     ap.add_argument("--skip-auto", action="store_true", help="only the natural schedule")
+    ap.add_argument("--skip-natural", action="store_true", help="only the automatic schedule")
     ap.add_argument("--preset", default="S", choices=("S", "M", "L", "paper"))
     ap.add_argument("--reps", type=int, default=3, help="timed calls at most (best is kept); default 3")
     ap.add_argument("--budget", type=float, default=5.0, help="seconds of timed calls at most per variant")
@@ -551,7 +573,7 @@ def main():
         return child(opts.child, opts.npbench, opts.progress, opts)
 
     import dace_partition as dp
-    modes = ["natural"] + (["auto"] if hasattr(dp, "auto_schedule") and not opts.skip_auto else [])
+    modes = _modes(dp, opts)
     old = {}
     if os.path.exists(opts.out) and not opts.fresh:
         with open(opts.out) as f:
@@ -594,6 +616,11 @@ def main():
     line = summary(records, opts.ranks, modes)[0]
     print(tab)
     print("\n" + line + f"  (this invocation: {len(kernels)} kernel(s), {time.perf_counter() - t0:.0f} s)")
+    for P in opts.ranks:
+        for m in modes:
+            g, n = speedup(records, P, m)
+            if n:
+                print(f"P={P} {m}: geometric-mean speed-up over NumPy in one process, {n} kernels of >= 10 ms: {g:.2f}x")
     if opts.md:
         with open(opts.md, "w") as f:
             f.write(tab + "\n\n" + line + "\n")
