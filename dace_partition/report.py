@@ -186,9 +186,15 @@ class LoweringReport:
 
     @property
     def minimum_bytes(self) -> Optional[int]:
-        if any(t.minimum is None for t in self.traffic):
-            return None
-        return sum(t.minimum_total for t in self.traffic)
+        """The schedule's minimum for one call, loops multiplied out as in :meth:`bytes_per_rank` (a halo
+        inside a loop counts once per iteration in both); None where a minimum or a trip count is unknown."""
+        total = 0
+        for t in self.traffic:
+            n = _value(t.trips, {}) if t.trips is not None else None
+            if t.minimum is None or n is None:
+                return None
+            total += t.minimum_total * n
+        return total
 
     def __str__(self):
         head = f"dace-partition lowering of '{self.program}' (needs {self.ranks_needed} MPI rank(s), io={self.io})"

@@ -104,6 +104,21 @@ def test_fused_jacobi_moves_what_the_hand_fused_program_moves():
     assert 2 * sum(counted["as written"]) < sum(counted["unfused"])
 
 
+@pytest.mark.parametrize("P", [2, 4])
+def test_jacobi_as_written_moves_the_schedules_minimum(P):
+    """Each array scattered once and gathered once, one halo exchange per array and sweep: the counted
+    bytes equal the schedule's minimum, both with the loop's six sweeps multiplied out."""
+    sdfg = jacobi_as_written.to_sdfg()
+    sdfg.name = f"jacobi_minimum_{P}"
+    dp.lower(sdfg, rows(sdfg, P))
+    rep = dp.report(sdfg)
+    kinds = sorted((t.source.startswith("rank 0"), t.destination.startswith("rank 0"), t.trips) for t in rep.traffic)
+    assert kinds == [(False, False, 6)] * 2 + [(False, True, 1)] * 2 + [(True, False, 1)] * 2
+    assert sum(rep.bytes_per_rank()) == rep.minimum_bytes
+    halo = sum(t.minimum_total for t in rep.traffic if t.trips == 6)
+    assert rep.minimum_bytes == sum(t.minimum_total for t in rep.traffic) + 5 * halo
+
+
 def test_maps_on_different_grids_do_not_fuse():
     sdfg = jacobi_as_written.to_sdfg()
     names = [m.name for m in dp.maps(sdfg)]
