@@ -75,7 +75,9 @@ def build(wl, ranks, tag):
     if wl.prepare:
         wl.prepare(sdfg)
     sdfg.name = f"vp_{wl.name}_single{tag}"
-    _single_threaded(sdfg)  # the same local optimizations as a lowered program gets
+    from dace_partition.passes.local_optimize import optimize_local
+    optimize_local(sdfg)  # the same local optimizations as a lowered program gets (map fusion, GEMMs)
+    _single_threaded(sdfg)
     import dace
     with dace.config.temporary_config(), toolchain.blas_build():
         dace.Config.set("store_history", value=False)
