@@ -24,8 +24,13 @@ The rest of the package calls these helpers instead of asking which DaCe it runs
   (``cache_distaware``); the package builds on one rank only and the others load that folder.
 * :func:`rebase_nested_argument`, :func:`shift_accesses`: DaCe 2's frontend passes a map body's nested
   SDFG whole arrays (1.0.2's passed the elements); a rank-local block then needs the inner indices shifted.
+* :func:`whole_array_map_bodies`: DaCe 2's map bodies take whole arrays through one connector for what they
+  read and write, with element reads on interstate edges whose bounding box DaCe computes unsoundly; the
+  reads get a connector of their own and a sound memlet.
 * :func:`return_array_names`: the order of a returned tuple; 1.0.2 returns it in the sorted order of its
   ``__return_<j>`` names (``__return_10`` before ``__return_2``), DaCe 2 in the order of ``j``.
+* :func:`loop_of_match`: what a ``LoopToMap`` match is a loop of: 1.0.2 matches a state-machine loop (guard,
+  body states; ``loop_information()``), DaCe 2 a ``LoopRegion`` (``xf.loop``).
 * :func:`process_grids`: DaCe's own process grids (``dace.comm.Cart_create``) are data descriptors in
   ``sdfg.arrays`` in DaCe 2 and a separate ``sdfg._pgrids`` table in 1.0.2.
 """
@@ -225,6 +230,23 @@ def one_build_folder():
     dace.Config.set("cache_distaware", value=False)
 
 
+def loop_of_match(xf):
+    """(loop variable, body blocks, a key naming the loop) of a ``LoopToMap`` match, or None when DaCe
+    cannot read the loop. DaCe 1.0.2 matches a state-machine loop (``loop_information()``, ``loop_body()``,
+    ``loop_guard`` / ``loop_begin``); DaCe 2 matches a ``LoopRegion`` (``xf.loop``: ``loop_variable``, its
+    blocks, its label) and has none of 1.0.2's methods."""
+    loop = getattr(xf, "loop", None)
+    if loop is not None and hasattr(loop, "loop_variable"):
+        if not loop.loop_variable:
+            return None
+        return loop.loop_variable, list(loop.nodes()), loop.label
+    info = xf.loop_information()
+    if not info:
+        return None
+    key = xf.loop_guard.label if xf.expr_index <= 1 else xf.loop_begin.label
+    return info[0], list(xf.loop_body()), key
+
+
 def process_grids(sdfg) -> Dict[str, object]:
     """{name: process grid} of DaCe's own process grids in ``sdfg`` (``dace.comm.Cart_create``)."""
     grids = getattr(sdfg, "_pgrids", None)
@@ -287,6 +309,202 @@ def shift_accesses(sdfg, name: str, begin) -> None:
                 raise NotImplementedError(f"array '{name}' is passed on into nested SDFG '{n.label}': its block "
                                           "offset is not carried further down")
     shift_interstate_reads(sdfg, name, begin)
+
+
+def _interstate_reads(sdfg, name: str):
+    """(edge, index strings) of every read of array ``name`` on the interstate edges of ``sdfg``; the index
+    is None for a slice or a use that is not an element read (the whole array)."""
+    import ast
+    found = []
+    for e in sdfg.all_interstate_edges():
+        for code in list(e.data.assignments.values()) + [e.data.condition.as_string]:
+            if name not in code:
+                continue
+            try:
+                tree = ast.parse(code, mode="eval")
+            except SyntaxError:
+                found.append((e, None))
+                continue
+            subscripted = set()
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == name:
+                    subscripted.add(id(node.value))
+                    elts = list(node.slice.elts) if isinstance(node.slice, ast.Tuple) else [node.slice]
+                    found.append((e, None if any(isinstance(x, ast.Slice) for x in elts) else
+                                  [ast.unparse(x) for x in elts]))
+            found += [(e, None) for node in ast.walk(tree)
+                      if isinstance(node, ast.Name) and node.id == name and id(node) not in subscripted]
+    return found
+
+
+def _boxes(body, name: str, reads: bool):
+    """[(begin, end) per dimension] of every read (or write) of array ``name`` in the nested SDFG ``body``:
+    memlets of its access nodes and, for reads, its element reads on interstate edges."""
+    shape = body.arrays[name].shape
+    whole = [(0, dace.symbolic.pystr_to_symbolic(x) - 1) for x in shape]
+    boxes = []
+    for st in body.states():
+        for a in st.data_nodes():
+            if a.data != name:
+                continue
+            for e in (st.out_edges(a) if reads else st.in_edges(a)):
+                sub = e.data.subset if e.data.data == name else e.data.other_subset
+                boxes.append(whole if sub is None else [(b, x) for b, x, _ in as_range(sub).ranges])
+    if reads:
+        for _, idx in _interstate_reads(body, name):
+            boxes.append(whole if idx is None or len(idx) != len(shape) else [(x, x) for x in idx])
+    return boxes
+
+
+def _sound_box(boxes, shape, inner_symbols=()):
+    """Per dimension, the smallest begin and the largest end among ``boxes`` where SymPy can prove which
+    they are, else the array's own first or last index: a bounding box that holds for every value of the
+    symbols (DaCe's union takes a symbol to be larger than any number: ``max(i, 10) = i``). A bound that
+    names one of ``inner_symbols`` (assigned inside the body: loop variables, values read from data) has
+    no value outside it: that side of the dimension is the array's own bound."""
+    inner_symbols = set(map(str, inner_symbols))
+
+    def pick(xs, smallest):
+        if any({str(f) for f in getattr(x, "free_symbols", ())} & inner_symbols for x in xs):
+            return None
+        for x in xs:
+            diffs = [dace.symbolic.simplify(x - y) for y in xs]
+            if all((d.is_nonpositive if smallest else d.is_nonnegative) for d in diffs):
+                return x
+        return None
+
+    out = []
+    for d, extent in enumerate(shape):
+        lo = pick([dace.symbolic.pystr_to_symbolic(b[d][0]) for b in boxes], True)
+        hi = pick([dace.symbolic.pystr_to_symbolic(b[d][1]) for b in boxes], False)
+        out.append((0 if lo is None else lo, dace.symbolic.pystr_to_symbolic(extent) - 1 if hi is None else hi, 1))
+    return subsets.Range(out)
+
+
+def _assigned_symbols(body) -> set:
+    """Symbols the nested SDFG ``body`` assigns itself (on its interstate edges)."""
+    return {k for e in body.all_interstate_edges() for k in e.data.assignments}
+
+
+def _reads_precede_writes(body, name: str) -> bool:
+    """Whether every read of ``name`` in the nested SDFG ``body`` comes before every write of it: no access
+    node both written and read, no state or interstate edge that reads it reachable from a state that
+    writes it, and no SDFG nested deeper that touches it (so a buffer of its prior values reads what the
+    one array would have held)."""
+    from dace.sdfg import nodes as _nodes
+    writes, reads = set(), set()
+    for st in body.states():
+        for n in st.nodes():
+            if isinstance(n, _nodes.NestedSDFG) and any(e.data.data == name for e in st.all_edges(n)):
+                return False
+            if not isinstance(n, _nodes.AccessNode) or n.data != name:
+                continue
+            if st.in_degree(n) > 0 and st.out_degree(n) > 0:
+                return False
+            (writes if st.in_degree(n) > 0 else reads).add(st)
+    edge_reads = [e for e, _ in _interstate_reads(body, name)]
+    for w in writes:
+        after, todo = set(), [e.dst for e in body.out_edges(w)]
+        while todo:
+            b = todo.pop()
+            if b not in after:
+                after.add(b)
+                todo += [e.dst for e in body.out_edges(b)]
+        if reads & after or any(e.src is w or e.src in after for e in edge_reads):
+            return False
+    return True
+
+
+def _same_shape(a, b) -> bool:
+    return len(a) == len(b) and all(
+        dace.symbolic.simplify(dace.symbolic.pystr_to_symbolic(x) - dace.symbolic.pystr_to_symbolic(y)) == 0
+        for x, y in zip(a, b))
+
+
+def whole_array_map_bodies(sdfg) -> int:
+    """Makes the nested SDFGs inside maps that take whole arrays (DaCe 2's frontend, see
+    :func:`rebase_nested_argument`) analysable like 1.0.2's element connectors; returns how many
+    connectors it changed (none on 1.0.2, whose map bodies take elements and read none on interstate edges).
+
+    1. An array the body reads and writes through one connector, with a read box other than its write box
+       (``A[i] = 3 * A[i] + A[0] - A[n - 1]``: reads the whole array, writes ``A[i]``), gets a connector of
+       its own for the reads when every read comes before every write: each then gets its own rank-local
+       buffer, where one connector cannot be fed by two (DaCe: "Inout connector A is connected to different
+       input and output arrays"). Reads after a write in the body keep the one connector.
+    2. A whole-array connector whose elements are read on interstate edges (``A_index_1 = A[10]``, from
+       DaCe 2's ``ScalarToSymbolPromotion``) gets a memlet that covers its reads for every value of the symbols:
+       DaCe's union makes ``A[0:i + 1]`` of ``A[i], A[0], A[10]`` (it takes ``max(i, 10) = i``), and the
+       ranks' buffers would lack ``A[10]``."""
+    import copy as _copy
+    from dace.sdfg import nodes as _nodes
+    changed = 0
+    for st in all_states(sdfg):
+        for n in [n for n in st.nodes() if isinstance(n, _nodes.NestedSDFG) and st.entry_node(n) is not None]:
+            body = n.sdfg
+            outer = {e.dst_conn: e for e in st.in_edges(n) if e.data.data is not None and e.dst_conn}
+            written = {e.src_conn for e in st.out_edges(n) if e.data.data is not None and e.src_conn}
+            for conn in sorted(set(outer) & written):
+                inner, whole = body.arrays.get(conn), sdfg.arrays.get(outer[conn].data.data)
+                if inner is None or whole is None or not _same_shape(inner.shape, whole.shape) \
+                        or not _reads_precede_writes(body, conn):
+                    continue
+                assigned = _assigned_symbols(body)
+                if str(_sound_box(_boxes(body, conn, True), inner.shape, assigned)) == \
+                        str(_sound_box(_boxes(body, conn, False), inner.shape, assigned)):
+                    continue  # one block read and written: one buffer serves both
+                desc = _copy.deepcopy(inner)
+                desc.transient = False
+                new = body.add_datadesc(f"{conn}_dp_read", desc, find_new_name=True)
+                for bst in body.states():
+                    for a in bst.data_nodes():
+                        if a.data == conn and bst.in_degree(a) == 0:
+                            a.data = new
+                            for oe in bst.out_edges(a):
+                                for te in bst.memlet_tree(oe):
+                                    if te.data.data == conn:
+                                        te.data.data = new
+                _rename_interstate_reads(body, conn, new)
+                e = outer.pop(conn)
+                st.remove_edge(e)
+                n.remove_in_connector(conn)
+                n.add_in_connector(new)
+                outer[new] = st.add_edge(e.src, e.src_conn, n, new, e.data)
+                changed += 1
+            for conn, e in outer.items():
+                whole = sdfg.arrays.get(e.data.data)
+                if conn not in body.arrays or whole is None or not _same_shape(body.arrays[conn].shape, whole.shape) \
+                        or not _interstate_reads(body, conn):
+                    continue  # 1.0.2's element connectors index their own one-element arrays
+                box = _sound_box(_boxes(body, conn, True), body.arrays[conn].shape, _assigned_symbols(body))
+                mapping = {dace.symbolic.symbol(k): dace.symbolic.pystr_to_symbolic(v)
+                           for k, v in n.symbol_mapping.items() if str(k) != str(v)}
+                if mapping:
+                    box.replace(mapping)
+                if str(box) != str(e.data.subset):
+                    e.data.subset = box
+                    e.data.volume = box.num_elements()
+                    changed += 1
+    return changed
+
+
+def _rename_interstate_reads(sdfg, name: str, new: str) -> None:
+    """Renames array ``name`` to ``new`` in the code of every interstate edge of ``sdfg``."""
+    import ast
+
+    class _Rename(ast.NodeTransformer):
+        def visit_Name(self, node):
+            if node.id == name:
+                node.id = new
+            return node
+
+    def renamed(code: str) -> str:
+        return code if name not in code else ast.unparse(_Rename().visit(ast.parse(code, mode="eval")))
+
+    for e in sdfg.all_interstate_edges():
+        e.data.assignments = {k: renamed(v) for k, v in e.data.assignments.items()}
+        cond = e.data.condition.as_string
+        if name in cond:
+            e.data.condition = CodeBlock(renamed(cond))
 
 
 def shift_interstate_reads(sdfg, name: str, begin) -> None:

@@ -126,6 +126,18 @@ def mlp(x: dace.float64[16, 8], w1: dace.float64[8, 12], b1: dace.float64[12], w
     return h @ w2 + b2
 
 
+def product_output(program, operand: str) -> str:
+    """The array that the matrix product reading ``operand`` writes in ``program``'s SDFG: the frontends
+    name temporaries differently (``mlp``'s ``h @ w2`` is ``__tmp3`` in DaCe 1.0.2, ``h_matmul_w2`` in
+    DaCe 2), so tests that name it ask the graph."""
+    from dace.sdfg import nodes
+    from dace_partition.compat import all_states
+    sdfg = program.to_sdfg()
+    (name, ) = {e.data.data for st in all_states(sdfg) for n in st.nodes() if isinstance(n, nodes.LibraryNode)
+                and "MatMult" in n.label and operand in {i.data.data for i in st.in_edges(n)} for e in st.out_edges(n)}
+    return name
+
+
 @dace.program
 def axpy_chain(x: dace.float64[40], y: dace.float64[40]):
     return 2.0 * x + y

@@ -56,6 +56,67 @@ def test_interstate_reads_shift_onto_the_block():
     assert bare(e.condition.as_string) == "x[i-4*r,1-0]>0"
 
 
+def _whole_array_body(read_after_write=False):
+    """DaCe 2's shape of ``for i in dace.map[1:10]: A[i] = 3 * A[i] + A[0] - A[10]``: the map body is a
+    nested SDFG that takes ``A`` whole through one connector, reads its elements on an interstate edge and
+    writes ``A[i]``; the memlet into it is DaCe's union of the reads, ``A[0:i + 1]`` (no ``A[10]``).
+    ``read_after_write``: a later state reads ``A[i]`` again."""
+    body = dace.SDFG("body")
+    body.add_array("A", [11], dace.int64)
+    body.add_symbol("i", dace.int64)
+    for s in ("a", "b", "c"):
+        body.add_symbol(s, dace.int64)
+    first, write = body.add_state("first"), body.add_state("write")
+    body.add_edge(first, write, dace.InterstateEdge(assignments={"a": "A[i]", "b": "A[0]", "c": "A[10]"}))
+    t = write.add_tasklet("upd", {}, {"o"}, "o = 3 * a + b - c")
+    write.add_edge(t, "o", write.add_write("A"), None, dace.Memlet("A[i]"))
+    if read_after_write:
+        again = body.add_state("again")
+        body.add_edge(write, again, dace.InterstateEdge(assignments={"a": "A[i]"}))
+    sdfg = dace.SDFG("whole_array_body")
+    sdfg.add_array("A", [11], dace.int64)
+    st = sdfg.add_state()
+    me, mx = st.add_map("m", dict(i="1:10"))
+    node = compat.add_nested_sdfg(st, body, {"A"}, {"A"}, symbol_mapping={"i": "i"})
+    st.add_memlet_path(st.add_read("A"), me, node, dst_conn="A", memlet=dace.Memlet("A[0:i + 1]"))
+    st.add_memlet_path(node, mx, st.add_write("A"), src_conn="A", memlet=dace.Memlet("A[i]"))
+    return sdfg, st, node
+
+
+def test_a_map_body_reading_a_whole_array_gets_its_own_read_connector_and_a_sound_memlet():
+    sdfg, st, node = _whole_array_body()
+    assert compat.whole_array_map_bodies(sdfg) == 2  # the split, then the read memlet
+    (read, ) = [e for e in st.in_edges(node) if e.data.data == "A"]
+    (write, ) = [e for e in st.out_edges(node) if e.data.data == "A"]
+    assert read.dst_conn != "A" and write.src_conn == "A"
+    assert str(read.data.subset).replace(" ", "") == "0:11"  # A[i], A[0], A[10]: the whole array
+    (e, ) = node.sdfg.edges()
+    assert set(e.data.assignments.values()) == {f"{read.dst_conn}[{x}]" for x in ("i", "0", "10")}
+    assert compat.whole_array_map_bodies(sdfg) == 0  # idempotent
+    sdfg.validate()
+
+
+def test_a_body_that_reads_after_writing_keeps_one_connector():
+    sdfg, st, node = _whole_array_body(read_after_write=True)
+    compat.whole_array_map_bodies(sdfg)
+    assert {e.dst_conn for e in st.in_edges(node)} == {"A"}
+    (read, ) = st.in_edges(node)
+    assert str(read.data.subset).replace(" ", "") == "0:11"  # the memlet still covers A[10]
+
+
+def test_a_read_indexed_by_a_symbol_of_the_body_keeps_the_whole_array():
+    """SPMV's body reads ``A_col[j]`` on an interstate edge, ``j`` its own loop variable (both generations):
+    ``j`` has no value outside the body, so the memlet into it stays the whole of ``A_col``."""
+    import programs as P
+    from dace.sdfg import nodes
+    sdfg = P.spmv.to_sdfg()
+    compat.to_state_machine(sdfg)
+    compat.whole_array_map_bodies(sdfg)
+    (st, node) = next((st, n) for st in compat.all_states(sdfg) for n in st.nodes() if isinstance(n, nodes.NestedSDFG))
+    (col, ) = [e for e in st.in_edges(node) if e.data.data == "A_col"]
+    assert str(col.data.subset).replace(" ", "") == "0:60"
+
+
 def test_a_write_through_a_transient_is_named_by_the_array_it_writes():
     sdfg = dace.SDFG("named_write")
     sdfg.add_array("A", [6, 5], dace.float64)

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import dace_partition as dp
+from dace_partition.compat import all_states
 
 M, N = (dace.symbol(s, dtype=dace.int64) for s in ("M", "N"))
 
@@ -39,7 +40,7 @@ def test_view_stays_with_the_kernel_that_reads_it(view_read_sdfg):
     """Splitting states keeps a view and the array it views in the state of the kernel that reads it
     (a view left without its view edge is invalid: "Ambiguous or invalid edge to/from a View")."""
     view_read_sdfg.validate()
-    for st in view_read_sdfg.all_states():
+    for st in all_states(view_read_sdfg):
         for n in st.data_nodes():
             if isinstance(n.desc(view_read_sdfg), dace.data.View):
                 assert dace.sdfg.utils.get_view_edge(st, n) is not None, (st.label, n.data)
@@ -55,6 +56,17 @@ def test_view_read_in_loop_runs_like_numpy(view_read_sdfg):
     got = dp.run(view_read_sdfg, 2, data=data.copy())
     ret = got[0] if isinstance(got, tuple) else got
     np.testing.assert_allclose(ret, ref, rtol=1e-12)
+
+
+@pytest.mark.parametrize("subset,fills", [("i, 0:M", True), ("i, i:M", False), ("i, 0:i + 1", False),
+                                          ("2*i:2*i + 2", True), ("2*i", False), ("i, j", True), ("i + j", False),
+                                          ("j, i", True), ("i, i", False)])
+def test_a_write_fills_its_box_only_without_holes(subset, fills):
+    """A write whose box has elements no iteration writes (the rows of ``cov[i, i:M]``: the box of rows
+    r0..r1 starts at column r0) gets the prior values of its box first; before, the holes of the gathered
+    box came back uninitialised (``view_read_in_loop`` on DaCe 2, whose LoopToMap makes that loop a map)."""
+    from dace_partition.analysis.constraints import fills_its_box
+    assert fills_its_box(dace.subsets.Range.from_string(subset), ("i", "j")) is fills
 
 
 def test_a_block_outside_its_array_is_refused_at_lowering(view_read_sdfg):
@@ -82,7 +94,7 @@ def test_an_invalid_lowered_graph_is_refused_in_words(monkeypatch):
 
     def breaks_a_memlet(sdfg, *a, **k):
         rep = real(sdfg, *a, **k)
-        for st in sdfg.all_states():  # an access node of an unknown array: DaCe rejects the graph
+        for st in all_states(sdfg):  # an access node of an unknown array: DaCe rejects the graph
             for n in st.data_nodes():
                 if n.data == "__return":
                     n.data = "no_such_array"
@@ -357,6 +369,31 @@ def test_triangular_rows_run_on_two_ranks_like_numpy(triangular_sdfg):
     got = dp.run(sdfg, 2, S=S.copy(), X=X, w=w)
     np.testing.assert_allclose(got["S"] if isinstance(got, dict) else got, _triangular_weighted_sums_ref(S, X, w),
                                rtol=1e-12)
+
+
+@dace.program
+def forward_substitution(L: dace.float64[N, N], x: dace.float64[N], b: dace.float64[N]):
+    """trisolv: row ``i`` reads the solved part ``x[:i]``; the loop carries ``x``, so it stays a loop. Its
+    state copies ``L[i, :i]`` and ``x[:i]`` into transients that other nodes of the state read after."""
+    for i in range(N):
+        x[i] = (b[i] - L[i, :i] @ x[:i]) / L[i, i]
+
+
+@pytest.mark.parametrize("mode", ["natural", "auto"])
+def test_forward_substitution_runs_on_two_ranks_like_numpy(mode):
+    """Splitting the loop's state moves the copies ``L -> L[i, :i]`` (both access nodes also read later)
+    into a state of their own: DaCe 2's ``state_fission`` asserted on that edge between two boundary
+    nodes (NPBench's trisolv crashed in ``lower``); the package's own fission keeps the edge in the new
+    state on both generations. Nothing is split (the loop carries ``x``): every rank but 0 idles."""
+    sdfg = forward_substitution.to_sdfg()
+    sdfg.specialize(dict(N=7))
+    sdfg.name = f"t_npb_forward_substitution_{mode}"
+    dp.lower(sdfg, natural(sdfg) if mode == "natural" else None, ranks=None if mode == "natural" else 2)
+    rng = np.random.default_rng(8)
+    L = np.tril(rng.random((7, 7))) + 7.0 * np.eye(7)
+    b = rng.random(7)
+    got = dp.run(sdfg, 2, L=L, x=np.zeros(7), b=b)
+    np.testing.assert_allclose(got["x"] if isinstance(got, dict) else got, np.linalg.solve(L, b), rtol=1e-12)
 
 
 @dace.program

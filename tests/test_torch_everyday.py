@@ -72,6 +72,15 @@ def residual():
     return m.eval()
 
 
+def residual_classifier():
+    """The residual block, then Flatten and Linear: a loss over classes for a training step."""
+    torch.manual_seed(0)
+    m = nn.Sequential(Residual(), nn.Flatten(), nn.Linear(4 * 8 * 8, 3))
+    _stats(m[0].bn1, 2)
+    _stats(m[0].bn2, 3)
+    return m.eval()
+
+
 def images(channels, seed):
     return torch.randn(B, channels, 8, 8, generator=torch.Generator().manual_seed(seed))
 
@@ -143,7 +152,8 @@ def train_and_compare(model, x, y, name, tol=1e-5):
     return sdfg
 
 
-@pytest.mark.slow  # about a minute: two convolutions' forward and backward, pooling and batch norm
+@pytest.mark.slow  # about 35 s: two convolutions' forward and backward, pooling and batch norm
+@pytest.mark.dace2  # make test-dace2 runs it: the CNN block's training step on DaCe 2
 def test_cnn_sgd_step_data_parallel_2_ranks():
     """Conv2d (stride 1 and 2, padding, bias), BatchNorm2d (eval: running statistics), ReLU, MaxPool2d,
     Flatten, Linear: one SGD step with the batch split, weight gradients combined by allreduce."""
@@ -158,6 +168,13 @@ def test_embedding_sgd_step_data_parallel_2_ranks():
     x = tokens(7)
     x[0, :2] = 3  # a repeated index: its gradient rows add up
     train_and_compare(embedding_classifier(), x, labels, "t_everyday_embedding_sgd")
+
+
+def test_residual_sgd_step_data_parallel_2_ranks():
+    """The residual block (conv-bn-relu-conv-bn plus the identity, relu), Flatten, Linear: the skip
+    connection's gradient adds to the block's on the way back; one SGD step with the batch split."""
+    labels = torch.randint(0, 3, (B, ), generator=torch.Generator().manual_seed(8))
+    train_and_compare(residual_classifier(), images(4, 9), labels, "t_everyday_residual_sgd")
 
 
 # -- refused in words ---------------------------------------------------------------------------------------

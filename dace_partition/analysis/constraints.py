@@ -133,6 +133,8 @@ def map_accesses(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, rng: subse
         writes.setdefault(e.data.data, []).extend(inner_edges)
         if e.data.dynamic or any(ie.data.dynamic for ie in inner_edges):
             dynamic.add(e.data.data)
+        elif not all(fills_its_box(ie.data.subset, params) for ie in inner_edges):
+            dynamic.add(e.data.data)  # the tile's box has elements no iteration writes: they keep their values
     for arr, inner_edges in writes.items():
         inner = [ie.data for ie in inner_edges]
         subset = _propagate_union(inner, sdfg, arr, params, rng, entry, positions)
@@ -147,6 +149,35 @@ def map_accesses(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, rng: subse
             if not any(a.array == arr and a.direction == "in" and same_subset(a.subset, subset) for a in out):
                 out.append(Access(arr, Direction.IN, subset, prior=True))
     return out
+
+
+def fills_its_box(subset, params) -> bool:
+    """Whether the iterations of a map (parameters ``params``) that write ``subset`` each write together
+    every element of the bounding box DaCe's propagation gives them: each parameter indexes at most one
+    dimension, as ``a*p + c`` to ``a*p + c + w - 1`` with ``|a| <= w`` (no gaps between iterations), and
+    the other dimensions do not change with the parameters. A triangular write (``C[i, i:M]``: ``i`` in
+    two dimensions) leaves holes in its box, which keep their prior values. False where it cannot tell."""
+    try:
+        rng = as_range(subset)
+        seen = set()
+        for b, e, st in rng.ranges:
+            b, e = sympy.sympify(b), sympy.sympify(e)
+            used = {str(f) for f in (b.free_symbols | e.free_symbols)} & set(params)
+            if not used:
+                continue
+            if len(used) > 1 or used & seen or sympy.sympify(st) != 1:
+                return False
+            seen |= used
+            (p, ) = [f for f in (b.free_symbols | e.free_symbols) if str(f) in used][:1] or [None]
+            width = sympy.simplify(e - b + 1)
+            if p in width.free_symbols or not width.is_number:
+                return False
+            a = sympy.diff(b, p)
+            if not a.is_number or sympy.diff(a, p) != 0 or abs(a) > width:
+                return False
+        return True
+    except (TypeError, ValueError, AttributeError):
+        return False
 
 
 def _propagate_union(inner, sdfg: SDFG, arr: str, params, rng, entry, positions) -> subsets.Range:

@@ -99,10 +99,16 @@ class SameGridMapFusion:
                         continue
                     first_entry, second_exit = state.entry_node(first_exit), state.exit_node(second_entry)
                     mine = {first_entry, first_exit, second_entry, second_exit, array}
-                    if mine & touched:  # checked by match_patterns; pairs apart from earlier ones stay valid
+                    if mine & touched:
                         continue
                     touched |= mine | {e.dst for e in state.out_edges(first_exit)}
                     first, second = first_entry.map, second_entry.map
+                    # matched at the start of the round, but a fusion earlier in the round can make even a
+                    # pair apart from it invalid (the training step's LayerNorm backward: ``ln_xhat`` read by a
+                    # map fused just before; DaCe 2's MapFusion.apply then fails an assertion): checked again
+                    if not MapFusion.can_be_applied_to(sdfg, first_map_exit=first_exit, array=array,
+                                                       second_map_entry=second_entry):
+                        continue
                     MapFusion.apply_to(sdfg, verify=False, save=False, annotate=False, first_map_exit=first_exit,
                                        array=array, second_map_entry=second_entry)
                     kept = {n.map for n in state.nodes() if isinstance(n, nodes.MapEntry)}
@@ -136,13 +142,21 @@ class LocalOptimize:
         if LocalStep.MAP_FUSION not in self.steps:
             return grids if schedule is not None else None
         grid_by_map = {id(m.map): grids.get(m.name) for m in before}
+        inner_before = _inner_map_names(kernels)
         pairs = SameGridMapFusion(lambda m: grid_by_map.get(id(m), ("kernel", id(m)))).apply(sdfg)
         group = {id(m.map): [m.name] for m in before}
         for kept, removed in pairs:
             group.setdefault(id(kept), []).extend(group.pop(id(removed), []))
         if pairs:
             _drop_unused_transients(sdfg)
-        after = [m for k in discover(sdfg) for m in k.maps]
+        kernels = discover(sdfg)
+        after = [m for k in kernels for m in k.maps]
+        inner_after = _inner_map_names(kernels)
+        # Maps inside library nodes and nested SDFGs are named in program order with a counter
+        # (``Reduce.reduce_output_3``), and fusion can change the order of the kernels (DaCe 2's MapFusion
+        # does): a grid follows its kernel and the map's place in it, not the name.
+        inner_renames = {old: inner_after[key] for key, old in inner_before.items()
+                         if key in inner_after and inner_after[key] != old}
         out = {}
         for m in after:
             members = group.get(id(m.map))
@@ -155,9 +169,10 @@ class LocalOptimize:
             old_grid = [grids[o] for o in members if o in grids]
             if old_grid:
                 out[m.name] = old_grid[0]
-        for name, grid in grids.items():  # maps of nested kernels keep their names
+        for name, grid in grids.items():  # maps of nested kernels: by kernel, as said above
             if name not in self.renames:
-                out[name] = grid
+                out[inner_renames.get(name, name)] = grid
+        self.renames.update(inner_renames)
         return out if schedule is not None else None
 
     def rename_fixed(self, fixed: Optional[dict]) -> Optional[dict]:
@@ -192,6 +207,12 @@ class LocalOptimize:
             target = by_name.get(c.map) or next((k for k in rep.kernels if c.map.startswith(k.name)), None)
             if target is not None:
                 target.notes.append(str(c))
+
+
+def _inner_map_names(kernels) -> Dict[tuple, str]:
+    """{(library node or nested SDFG node, place of the map in it): map name} of the kernels that are not
+    top-level maps (fusion leaves those nodes in place, so the key survives it; the names may not)."""
+    return {(id(k.node), i): m.name for k in kernels if k.kind != KernelKind.MAP for i, m in enumerate(k.maps)}
 
 
 def _drop_unused_transients(sdfg: SDFG):

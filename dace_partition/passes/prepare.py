@@ -15,7 +15,6 @@ from dace.memlet import Memlet
 from dace.sdfg import SDFG, SDFGState
 from dace.sdfg.graph import SubgraphView
 from dace.sdfg.utils import dfs_topological_sort
-from dace.transformation.helpers import state_fission
 
 from ..schedule import ordered_states
 
@@ -279,14 +278,34 @@ def _with_viewed(state: SDFGState, found, upstream: bool):
 
 
 def fission(state: SDFGState, subgraph):
-    """Moves ``subgraph`` of ``state`` into a new state before it (boundary access nodes are duplicated)."""
+    """Moves ``subgraph`` of ``state`` into a new state before it; its access nodes that also have edges
+    to or from nodes outside it (boundary nodes) are duplicated, one copy in each state.
+
+    The package's own fission, the same on both DaCe generations: DaCe 1.0.2's ``state_fission`` did
+    exactly this, DaCe 2's (``dace/transformation/helpers.py``) adds every upstream node to the first state
+    and asserts that a boundary node keeps no in-edge in the second state, which an edge between two
+    boundary nodes violates (``L -> L_0`` where both are read after it: NPBench's trisolv crashed with a
+    bare ``AssertionError``)."""
+    import copy
     was_start = state.parent_graph.start_block is state
     view = SubgraphView(state, list(subgraph))
     moved = list(view.edges())
-    new = state_fission(view)
-    remaining = set(state.edges())
-    for e in moved:  # an edge between two boundary nodes stays behind too: it ran in the new state
-        if e in remaining:
+    members = set(view.nodes())
+    boundary = {n for n in members if len(state.out_edges(n)) > len(view.out_edges(n))
+                or len(state.in_edges(n)) > len(view.in_edges(n))}
+    new = state.parent_graph.add_state_before(state)
+    placed = {n: (copy.deepcopy(n) if n in boundary else n) for n in members}
+    state.remove_nodes_from(members - boundary)
+    for e in moved:  # an edge between two boundary nodes stays behind too: it runs in the new state
+        if e.src in boundary and e.dst in boundary:
             state.remove_edge(e)
+    for n in placed.values():
+        new.add_node(n)
+        if isinstance(n, nodes.NestedSDFG):
+            n.sdfg.parent = new
+    for e in moved:
+        new.add_edge(placed[e.src], e.src_conn, placed[e.dst], e.dst_conn, e.data)
+    for n in boundary:  # in the old state its value comes from the new one, not through a connector
+        n._in_connectors.clear()
     if was_start:
         state.parent_graph.start_block = state.parent_graph.node_id(new)

@@ -15,7 +15,7 @@ from dace import nodes
 from dace.sdfg import SDFG, SDFGState
 from dace.sdfg.utils import dfs_topological_sort
 
-from ..compat import to_state_machine
+from ..compat import to_state_machine, whole_array_map_bodies
 from ..errors import ScheduleError
 from .loops import loops_to_maps
 
@@ -153,6 +153,7 @@ def discover(sdfg: SDFG) -> List[Kernel]:
     ``LoopToMap`` where the iterations are independent (see :func:`.loops.loops_to_maps`)."""
     loops_to_maps(sdfg)  # triangular loops whose iterations are independent become maps (once per SDFG)
     to_state_machine(sdfg)  # then DaCe 2's loop and branch regions are inlined as 1.0.2's frontend does (compat)
+    whole_array_map_bodies(sdfg)  # DaCe 2's map bodies: reads apart from writes, sound read memlets (compat)
     kernels: List[Kernel] = []
     used: Dict[str, int] = {}
 

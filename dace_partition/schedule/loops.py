@@ -7,7 +7,7 @@ import dace
 from dace import nodes
 from dace.sdfg import SDFG, SDFGState
 
-from ..compat import all_states
+from ..compat import all_states, loop_of_match
 
 
 def loops_to_maps(sdfg: SDFG):
@@ -27,12 +27,12 @@ def loops_to_maps(sdfg: SDFG):
         chosen = None
         try:
             for nth, xf in enumerate(match_patterns(sdfg, [LoopToMap])):
-                info = xf.loop_information()
-                if not info or _loop_key(xf) in rejected:
+                loop = loop_of_match(xf)  # 1.0.2: a state-machine loop, DaCe 2: a LoopRegion (compat)
+                if loop is None or loop[2] in rejected:
                     continue
-                itervar = info[0]
-                if _has_dependent_map(xf.loop_body(), itervar):
-                    chosen = (nth, itervar, _loop_key(xf))
+                itervar, body, key = loop
+                if _has_dependent_map(body, itervar):
+                    chosen = (nth, itervar, key)
                     break
             if chosen is None:
                 break
@@ -51,10 +51,6 @@ def loops_to_maps(sdfg: SDFG):
         done.append(itervar)
     notes(sdfg).loops_checked = True
     return done
-
-
-def _loop_key(xf) -> str:
-    return xf.loop_guard.label if xf.expr_index <= 1 else xf.loop_begin.label
 
 
 def _nth_match(sdfg: SDFG, nth: int):
