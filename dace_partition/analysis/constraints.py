@@ -8,6 +8,7 @@ schedule leaves out get the grid and renaming that make them consistent with the
 """
 import copy
 import itertools
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -255,7 +256,8 @@ def _compare(a, b, positions: Dict[str, int]) -> Optional[int]:
     return None
 
 
-_PROPAGATED: Dict[tuple, object] = {}  # (memlets, array shape, params, tile) -> propagated memlet
+_PROPAGATED: Dict[str, tuple] = {}  # key of :func:`_propagate` -> (propagated memlet, its coordinates)
+_COORD = re.compile(r"(?<!\w)__dp(\d+)_r(\d+)(?!\w)")  # a grid coordinate (coord_symbols): kernel, dimension
 
 
 def _propagate(inner, sdfg: SDFG, arr: str, params, rng, entry):
@@ -264,21 +266,35 @@ def _propagate(inner, sdfg: SDFG, arr: str, params, rng, entry):
     Propagation simplifies symbolic bounds (``int_ceil`` of grid coordinates) and takes most of the
     lowering time of large programs, whose many maps repeat the same accesses over the same tiles
     (channel_flow's stencils; every candidate grid of the automatic schedule): results are kept per
-    distinct (memlets, array shape, parameters, tile)."""
+    distinct (memlets, array shape, parameters, tile). Each kernel names its grid coordinates after its
+    index (``__dp6_r0``), so the key names them by grid dimension only: the same access in another kernel
+    (resnet's layers, every reduction of one shape) is a hit, renamed to that kernel's coordinates."""
     desc = sdfg.arrays[arr]
     exprs = [x for m in inner for r in m.subset.ndrange() for x in r] + [x for r in rng for x in r] + list(desc.shape)
-    flavours = {(str(f), tuple(sorted(f.assumptions0.items()))) for x in exprs for f in getattr(x, "free_symbols", ())}
+    free = {f for x in exprs for f in getattr(x, "free_symbols", ())}
+    flavours = {(str(f), tuple(sorted(f.assumptions0.items()))) for f in free}
     # symbols of one name with other assumptions are other symbols to SymPy: they are part of the key
-    key = (tuple((str(m.subset), str(m.volume), m.dynamic) for m in inner), str(desc.shape), tuple(params), str(rng),
-           tuple(sorted(flavours)))
+    key = str((tuple((str(m.subset), str(m.volume), m.dynamic) for m in inner), str(desc.shape), tuple(params),
+               str(rng), tuple(sorted(flavours))))
+    coords = {(found.group(1), found.group(2)): f for f in free for found in [_COORD.fullmatch(str(f))] if found}
+    mine = {}
+    if len({k for k, _ in coords}) == 1:  # one kernel's coordinates: named by grid dimension in the key
+        mine = {d: f for (_, d), f in coords.items()}
+        key = _COORD.sub(r"__dp_r\2", key)
     hit = _PROPAGATED.get(key)
     if hit is not None:
-        return copy.deepcopy(hit)
+        out = copy.deepcopy(hit[0])
+        rename = {theirs: mine[d] for d, theirs in hit[1].items() if mine[d] != theirs}
+        if rename:
+            out.subset.replace(rename)
+            if hasattr(out.volume, "subs"):
+                out.volume = out.volume.subs(rename)
+        return out
     if len(_PROPAGATED) > 20000:
         _PROPAGATED.clear()
     try:
         out = propagate_subset(inner, desc, params, rng)
-        _PROPAGATED[key] = copy.deepcopy(out)
+        _PROPAGATED[key] = (copy.deepcopy(out), mine)
         return out
     except Exception as e:  # noqa: BLE001 - DaCe raises IndexError/TypeError/... on memlets it cannot analyse
         raise UnsupportedPattern(arr, ", ".join(str(m.subset) for m in inner),
@@ -315,6 +331,8 @@ def refuse_growing_blocks(plan: "KernelPlan", label: str, samples=(7, 97, 1000))
         for j, (b, e, _) in enumerate(a.subset):
             width = sympy.sympify(e - b + 1)
             known = with_known(width, fixed) if fixed else width
+            if known.is_number:
+                continue  # the same block at every grid position
             if not {str(f) for f in known.free_symbols} - {str(c) for c, _ in coords}:
                 at = [int(known.subs(dict(zip([c for c, _ in coords], pos))))
                       for pos in _it.product(*[range(g) for _, g in coords])]
@@ -397,9 +415,25 @@ def same_subset(a: subsets.Range, b: subsets.Range) -> bool:
         return False
     for (b1, e1, s1), (b2, e2, s2) in zip(a, b):
         for x, y in ((b1, b2), (e1, e2), (s1, s2)):
-            if sympy.simplify(sympy.sympify(x) - sympy.sympify(y)) != 0:
+            diff = sympy.sympify(x) - sympy.sympify(y)
+            if diff == 0:  # the same expression (most calls): nothing to simplify
+                continue
+            if _nonzero_somewhere(diff) or sympy.simplify(diff) != 0:
                 return False
     return True
+
+
+def _nonzero_somewhere(diff) -> bool:
+    """Whether ``diff`` is an exact non-zero number at one integer point: then no simplification can make
+    it 0, and the slow ``simplify`` is needed only where it vanishes there (or is not a plain number)."""
+    point = sympy.Integer(3)
+    if any(getattr(point, f"is_{k}") != v for f in diff.free_symbols for k, v in f.assumptions0.items()):
+        return False  # 3 is not a value the symbols may take (a negative or even symbol)
+    try:
+        value = diff.subs({f: point for f in diff.free_symbols})
+        return bool(value.is_Rational and value != 0)  # exact: a rational number is 0 only as 0
+    except (TypeError, ValueError, ZeroDivisionError):
+        return False
 
 
 def _positions(grid, coords) -> Dict[str, int]:

@@ -6,6 +6,7 @@ nested SDFG, or a library node. A map of a nested SDFG or of a library node's pu
 ``<node label>.<map label>``; all names are unique in the program, so they can be schedule keys.
 """
 import copy
+import json
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Dict, List, Optional, Tuple
@@ -96,12 +97,64 @@ def top_level_kernels(state: SDFGState) -> List[nodes.Node]:
     ]
 
 
+_EXPANSIONS: Dict[str, SDFG] = {}  # fingerprint of a library node in its place -> its scratch expansion
+
+
 def expand_pure(node: nodes.LibraryNode, sdfg: SDFG, state: SDFGState):
     """Expands a library node on a scratch SDFG to its pure (map-level) implementation.
 
     The original node is untouched: the expansion is only a proxy for analysis (thesis 4.6.1), since
     every implementation of a library node computes the same function.
+
+    ``lower(ranks=P)`` discovers the kernels of copies of one program eight times (map fusion, the
+    search, the lowering) and DaCe's expansion of a node costs tens of milliseconds (resnet: 9 reductions,
+    72 expansions): an expansion is kept per fingerprint of the node, its memlets and their arrays, and
+    each caller gets a copy of it (callers change the bodies: ``search.model.prepare`` fixes their sizes).
     """
+    key = _fingerprint(node, sdfg, state)
+    kept = _EXPANSIONS.get(key) if key is not None else None
+    if kept is not None:
+        scratch = copy.deepcopy(kept)
+        st = next(s for s in scratch.states() if s.label == "expansion")
+        return scratch, st, next(n for n in st.nodes() if isinstance(n, nodes.NestedSDFG))
+    out = _expand_pure(node, sdfg, state)
+    if key is not None:
+        if len(_EXPANSIONS) > 512:
+            _EXPANSIONS.clear()
+        _EXPANSIONS[key] = copy.deepcopy(out[0])
+    return out
+
+
+def _fingerprint(node: nodes.LibraryNode, sdfg: SDFG, state: SDFGState) -> Optional[str]:
+    """What an expansion depends on: the node's properties, its memlets and connectors, their arrays'
+    descriptors and the SDFG's symbols, as JSON without identities (guids, node ids, debug info);
+    None where something cannot be serialized (the node is then expanded every time)."""
+
+    def plain(obj):
+        if isinstance(obj, dict):
+            return {k: plain(v) for k, v in obj.items() if k not in ("guid", "debuginfo")}
+        if isinstance(obj, list):
+            return [plain(v) for v in obj]
+        return obj
+
+    try:
+        own = plain(node.to_json(state))
+        own.pop("id", None)
+        parts = [type(node).__module__, type(node).__qualname__, sdfg.name, sorted(map(str, sdfg.symbols.items())),
+                 own]
+        for e in state.in_edges(node) + state.out_edges(node):
+            if e.data.data is None:
+                continue
+            into = e.dst is node
+            parts.append([into, e.dst_conn if into else e.src_conn,
+                          e.src_conn if into and isinstance(e.src, nodes.AccessNode) else None,
+                          plain(e.data.to_json()), plain(sdfg.arrays[e.data.data].to_json())])
+        return json.dumps(parts, sort_keys=True, default=str)
+    except Exception:  # noqa: BLE001 - a node DaCe cannot serialize is expanded without the cache
+        return None
+
+
+def _expand_pure(node: nodes.LibraryNode, sdfg: SDFG, state: SDFGState):
     scratch = SDFG(f"{sdfg.name}_expansion_{node.label}".replace(" ", "_"))
     for sym, typ in sdfg.symbols.items():
         scratch.add_symbol(sym, typ)
