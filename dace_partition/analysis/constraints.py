@@ -274,7 +274,8 @@ def _propagate(inner, sdfg: SDFG, arr: str, params, rng, entry):
     free = {f for x in exprs for f in getattr(x, "free_symbols", ())}
     flavours = {(str(f), tuple(sorted(f.assumptions0.items()))) for f in free}
     # symbols of one name with other assumptions are other symbols to SymPy: they are part of the key
-    key = str((tuple((str(m.subset), str(m.volume), m.dynamic) for m in inner), str(desc.shape), tuple(params),
+    key = str((arr, tuple((m.data, str(m.subset), str(m.other_subset), str(m.volume), m.dynamic) for m in inner),
+               str(desc.shape), tuple(params),
                str(rng), tuple(sorted(flavours))))
     coords = {(found.group(1), found.group(2)): f for f in free for found in [_COORD.fullmatch(str(f))] if found}
     mine = {}
