@@ -274,7 +274,7 @@ def _propagate(inner, sdfg: SDFG, arr: str, params, rng, entry):
     free = {f for x in exprs for f in getattr(x, "free_symbols", ())}
     flavours = {(str(f), tuple(sorted(f.assumptions0.items()))) for f in free}
     # symbols of one name with other assumptions are other symbols to SymPy: they are part of the key
-    key = str((arr, tuple((m.data, str(m.subset), str(m.other_subset), str(m.volume), m.dynamic) for m in inner),
+    key = str((tuple((str(m.subset), str(m.other_subset), str(m.volume), m.dynamic, str(m.wcr)) for m in inner),
                str(desc.shape), tuple(params),
                str(rng), tuple(sorted(flavours))))
     coords = {(found.group(1), found.group(2)): f for f in free for found in [_COORD.fullmatch(str(f))] if found}
@@ -285,6 +285,7 @@ def _propagate(inner, sdfg: SDFG, arr: str, params, rng, entry):
     hit = _PROPAGATED.get(key)
     if hit is not None:
         out = copy.deepcopy(hit[0])
+        out.data = inner[0].data  # the same access of another array: the result is this array's
         rename = {theirs: mine[d] for d, theirs in hit[1].items() if mine[d] != theirs}
         if rename:
             out.subset.replace(rename)
