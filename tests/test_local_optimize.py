@@ -240,3 +240,28 @@ def test_batched_matmul_stays_on_blas_on_two_ranks(rng):
     assert any(isinstance(n, (blas_nodes.BatchedMatMul, blas_nodes.MatMul)) for n, _ in sdfg.all_nodes_recursive())
     a, b = rng.standard_normal((H, S, E)), rng.standard_normal((H, E, D))
     np.testing.assert_allclose(dp.run(sdfg, 2, a=a, b=b), a @ b, rtol=1e-12, atol=1e-12)
+
+
+
+GM, GN, GK = (dace.symbol(n) for n in ("GM", "GN", "GK"))
+
+
+@dace.program
+def scaled_gemm(alpha: dace.float64, a: dace.float64[GM, GK], b: dace.float64[GK, GN]):
+    return alpha * a @ b
+
+
+@pytest.mark.parametrize("k,on_blas", [(24, True), (25, False)])
+def test_gemm_on_tiles_whose_bounds_need_int_ceil_stays_on_blas(k, on_blas):
+    """K = 24 over 2 ranks, sizes specialized as NPBench's harness does: the tile bounds are
+    ``int_ceil(24*r, 2)``, equal widths on every rank, so the GEMM stays a BLAS call (NPBench's gemm had
+    become DaCe's pure triple loop, 50x slower). K = 25 gives unequal blocks and the pure expansion, whose
+    maps are tiled exactly."""
+    sdfg = scaled_gemm.to_sdfg()
+    sdfg.specialize(dict(GM=20, GN=22, GK=k))
+    sdfg.name = f"gemm_tiles_{k}"
+    gemm = next(m.name for m in dp.maps(sdfg) if m.name.endswith("gemm_map"))
+    dp.lower(sdfg, {gemm: (1, 1, 2)})
+    libs = [n for n, _ in sdfg.all_nodes_recursive() if isinstance(n, (blas_nodes.gemm.Gemm, blas_nodes.matmul.MatMul))]
+    uneven = any("uneven tiles" in n for notes in kernel_notes(sdfg).values() for n in notes)
+    assert bool(libs) == on_blas and uneven != on_blas

@@ -13,10 +13,12 @@ Everything not scheduled (and every kernel on a grid of one rank) runs on rank 0
 :func:`partition` also runs the passes that follow it (round-trip fusion, rank-local arguments, GPU
 offload) and returns the report built from the solvers' answers for the Moves that remain.
 """
+import itertools
 import re
 from typing import Dict, List, Tuple
 
 import dace
+import numpy as np
 import sympy
 from dace import nodes
 from dace.memlet import Memlet
@@ -314,13 +316,38 @@ def _index_in_interstate_code(sdfg: SDFG, name: str):
                 e.data.assignments[k] = pattern.sub(f"{name}[0]", v)
 
 
-def _uneven(plan: KernelPlan) -> bool:
+def _width_varies(width, plan: KernelPlan, syms, known=None) -> bool:
+    """Whether a block width depends on the grid coordinate. ``int_ceil(1200*r + 1200, 2) -
+    int_ceil(1200*r, 2)`` is 600 on every rank, which SymPy cannot see symbolically: where the width holds
+    no other symbol once the program's constants (``known``: sizes specialized with ``sdfg.specialize``)
+    are in, it is evaluated at every grid position (a few, known when lowering)."""
+    if known:
+        width = width.subs({f: known[str(f)] for f in width.free_symbols if str(f) in known})
+    used = width.free_symbols & syms
+    if not used:
+        return False
+    if width.free_symbols - syms:
+        return True
+    by_name = {str(f): f for f in used}
+    values = set()
+    for pos in itertools.product(*(range(g) for g in plan.grid)):
+        at = {by_name[c]: p for c, p in zip(plan.coords, pos) if c in by_name}
+        v = width.subs(at)
+        if v.free_symbols:
+            return True
+        values.add(int(v))
+        if len(values) > 1:
+            return True
+    return False
+
+
+def _uneven(plan: KernelPlan, known=None) -> bool:
     """Whether some rank's block is smaller than the local buffer (uneven or symbolic tiles)."""
     syms = {dace.symbolic.symbol(c, dace.int32) for c in plan.coords if c}
     for subset in plan.body_constraints.values():
         blocks = Distribution.on_grid(subset, plan.grid, plan.coords, plan.kernel.index).blocks()
         if blocks is None:
-            if any(sympy.sympify(e - b).free_symbols & syms for b, e, _ in subset):
+            if any(_width_varies(sympy.sympify(e - b), plan, syms, known) for b, e, _ in subset):
                 return True
         elif len({c for _, c in blocks}) > 1:
             return True
@@ -350,7 +377,8 @@ def _expand_uneven_library_nodes(sdfg: SDFG, kernels: List[Kernel], grids) -> se
     for k in kernels:
         if k.kind != KernelKind.LIBRARY or not any(m.name in grids for m in k.maps):
             continue
-        if not _uneven(plan_nested_kernel(sdfg, k, grids)):
+        known = {name: int(v) for name, (_, v) in sdfg.constants_prop.items() if isinstance(v, (int, np.integer))}
+        if not _uneven(plan_nested_kernel(sdfg, k, grids), known):
             continue
         label, state = k.node.label, k.state
         before = set(state.nodes())
