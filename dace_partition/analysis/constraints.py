@@ -16,6 +16,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import dace
 import sympy
 from dace import dtypes, nodes, subsets
+from dace.memlet import Memlet
 from dace.frontend.operations import detect_reduction_type
 from dace.sdfg import SDFG, SDFGState
 from dace.sdfg.propagation import propagate_subset
@@ -260,6 +261,14 @@ _PROPAGATED: Dict[str, tuple] = {}  # key of :func:`_propagate` -> (propagated m
 _COORD = re.compile(r"(?<!\w)__dp(\d+)_r(\d+)(?!\w)")  # a grid coordinate (coord_symbols): kernel, dimension
 
 
+def _side_of(m, arr: str):
+    """The access of ``arr`` in memlet ``m`` as a plain memlet: the other subset where ``m`` names the other
+    array, and without an other subset in any case (DaCe's propagation picks the source or destination side
+    by the memlet's direction, which a copy ``t[i] -> x[0]`` seen from ``x`` gets wrong)."""
+    sub = m.other_subset if m.data != arr and m.other_subset is not None else m.subset
+    return Memlet(data=arr, subset=copy.deepcopy(sub), volume=m.volume, dynamic=m.dynamic, wcr=m.wcr)
+
+
 def _propagate(inner, sdfg: SDFG, arr: str, params, rng, entry):
     """DaCe's memlet propagation over a tile; its failures become a refusal in words.
 
@@ -270,6 +279,7 @@ def _propagate(inner, sdfg: SDFG, arr: str, params, rng, entry):
     index (``__dp6_r0``), so the key names them by grid dimension only: the same access in another kernel
     (resnet's layers, every reduction of one shape) is a hit, renamed to that kernel's coordinates."""
     desc = sdfg.arrays[arr]
+    inner = [_side_of(m, arr) for m in inner]
     exprs = [x for m in inner for r in m.subset.ndrange() for x in r] + [x for r in rng for x in r] + list(desc.shape)
     free = {f for x in exprs for f in getattr(x, "free_symbols", ())}
     flavours = {(str(f), tuple(sorted(f.assumptions0.items()))) for f in free}
