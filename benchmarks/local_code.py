@@ -3,7 +3,8 @@
 For each workload of ``_peers_workloads.py`` the same DaCe program is built four times, in one process and
 one thread with the BLAS the lowered programs use: as DaCe's frontend wrote it, with map fusion
 (``LocalStep.MAP_FUSION``), with contractions on BLAS (``LocalStep.CONTRACTIONS``), and with both (what
-``dp.lower`` applies by default). Each build is checked against NumPy, then timed in rounds that
+``dp.lower`` applies by default, built as the ranks build it: whole-array buffers allocated once and the
+loops over them on ``__restrict__`` pointers, ``runtime.restrict``). Each build is checked against NumPy, then timed in rounds that
 interleave NumPy and the four builds; a variant's time is its best call's CPU time (``process_time``:
 on a loaded machine wall time mostly measures the wait for a core). Writes
 ``benchmarks/results/local_code.json``.
@@ -44,6 +45,9 @@ def build(wl, label, steps, tag):
     if steps is not None:
         optimize_local(sdfg, steps)
     single_threaded(sdfg)
+    if steps is True:  # what a lowered program's ranks build: buffers allocated once, restrict loops
+        from dace_partition.runtime.restrict import build_like_lowered
+        build_like_lowered(sdfg)
     with dace.config.temporary_config(), toolchain.blas_build():
         dace.Config.set("store_history", value=False)
         return sdfg.compile()

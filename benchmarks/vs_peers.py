@@ -8,7 +8,8 @@ RSS is its own), checked against NumPy on a warm-up call and then timed:
   the data on rank 0 / already distributed;
 * ``numpy``: NumPy in one process, one thread (``OMP_NUM_THREADS=1``, as every rank has);
 * ``jax``: JAX with P CPU devices, inputs placed with ``NamedSharding`` before timing;
-* ``dace_1``: the same DaCe program, not lowered, in one process (same BLAS, one thread).
+* ``dace_1``: the same DaCe program, not lowered, in one process (same BLAS, one thread), with the local
+  optimizations and the buffer layout of a lowered program (``runtime.restrict.build_like_lowered``).
 
 Rounds interleave the variants (each round in a rotated order); a variant's time is its best call over
 all rounds. Ratios are to the best variant of the row. Writes ``benchmarks/results/vs_peers.json``.
@@ -78,6 +79,8 @@ def build(wl, ranks, tag):
     from dace_partition.passes.local_optimize import optimize_local
     optimize_local(sdfg)  # the same local optimizations as a lowered program gets (map fusion, GEMMs)
     _single_threaded(sdfg)
+    from dace_partition.runtime.restrict import build_like_lowered
+    build_like_lowered(sdfg)  # and its memory: buffers allocated once, loops over them on restrict pointers
     import dace
     with dace.config.temporary_config(), toolchain.blas_build():
         dace.Config.set("store_history", value=False)

@@ -91,12 +91,70 @@ def test_rank_local_buffers_are_persistent_and_reported():
     assert f"rank-local buffers: {expected} B per rank" in str(rep)
 
 
+def _softmax_lowered():
+    @dace.program
+    def softmax(x: dace.float32[64, 16]):
+        mx = np.max(x, axis=1)
+        e = np.exp(x - mx[:, np.newaxis])
+        return e / np.sum(e, axis=1)[:, np.newaxis]
+
+    sdfg = softmax.to_sdfg()
+    sdfg.name = "t_restrict_softmax"
+    dp.lower(sdfg, {m.name: (2, ) + (1, ) * (len(m.params) - 1) for m in dp.maps(sdfg)})
+    return sdfg
+
+
+def test_loops_over_rank_local_buffers_are_built_as_restrict_functions():
+    import copy
+    from dace_partition.runtime.restrict import candidates, restrict_local_loops
+    sdfg = _softmax_lowered()
+    persistent = {k for k, d in sdfg.arrays.items() if d.transient and d.lifetime is dace.AllocationLifetime.Persistent}
+    applicable = [c for c in candidates(sdfg) if c.can_be_applied(sdfg) is None]
+    assert applicable, [c.can_be_applied(sdfg) for c in candidates(sdfg)]
+    built = copy.deepcopy(sdfg)
+    nested = restrict_local_loops(built)
+    assert sorted(nested) == sorted(c.entry.map.label for c in applicable)
+    tops = [(n, st) for st in built.states() for n in st.nodes()
+            if isinstance(n, dace.nodes.MapEntry) and st.scope_dict()[n] is None]
+    # every top-level map left over touches no persistent buffer, or is refused for a stated reason
+    from dace_partition.runtime.restrict import NestMapForRestrict
+    for n, st in tops:
+        why = NestMapForRestrict(st, n).can_be_applied(built)
+        assert why is not None, n.map.label
+    nsdfgs = [(n, st) for st in built.states() for n in st.nodes() if isinstance(n, dace.nodes.NestedSDFG)
+              and n.sdfg.name.startswith("restrict_")]
+    assert len(nsdfgs) == len(nested)
+    for n, _ in nsdfgs:  # each reads or writes a persistent buffer through a connector (a function parameter)
+        assert set(n.in_connectors) | set(n.out_connectors)
+        assert not all(n.sdfg.arrays[c].transient for c in set(n.in_connectors) | set(n.out_connectors))
+    touched = {e.data.data for n, st in nsdfgs for e in st.in_edges(n) + st.out_edges(n)}
+    assert touched & persistent
+    # the caller's lowered SDFG keeps its maps (the report and the analyses read it)
+    assert not any(isinstance(n, dace.nodes.NestedSDFG) and n.sdfg.name.startswith("restrict_")
+                   for n, _ in sdfg.all_nodes_recursive())
+    built.validate()
+
+
+def test_a_map_without_long_lived_buffers_is_not_nested():
+    from dace_partition.runtime.restrict import candidates
+    @dace.program
+    def scale(x: dace.float64[16]):
+        x[:] = 2.0 * x
+
+    sdfg = scale.to_sdfg()
+    whys = [c.can_be_applied(sdfg) for c in candidates(sdfg)]
+    assert whys and all(w and "touches no buffer that lives in the program's state" in w for w in whys)
+
+
 def test_repeated_calls_symbol_changes_and_local_code():
     res = mpi_script(os.path.join(ROOT, "tests", "mpi_scripts", "call_paths.py"), 2, timeout=600)
     assert res.returncode == 0 and "OK" in res.stdout, res.stdout[-3000:] + res.stderr[-3000:]
     folders = dict(l.split()[1:3] for l in res.stdout.splitlines() if l.startswith("BUILD "))
     code = "\n".join(open(f).read() for f in glob.glob(os.path.join(folders["rowsum"], "src", "cpu", "*.cpp")))
     assert "reduce_atomic" not in code and "#pragma omp" not in code  # one thread per rank
+    affine = "\n".join(open(f).read() for f in glob.glob(os.path.join(folders["affine"], "src", "cpu", "*.cpp")))
+    # the loop over the persistent rank-local buffers is a function of its own with restrict pointers
+    assert "restrict__" in affine and "__restrict__" in affine.split("restrict__", 1)[1].split(")", 1)[0], affine[:3000]
     if toolchain.blas().blas is not toolchain.Blas.PURE:
         assert "cblas_dgemm" in code  # the local product runs on BLAS
     assert "local BLAS:" in res.stdout

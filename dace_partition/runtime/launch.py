@@ -295,13 +295,31 @@ def build(sdfg: SDFG) -> str:
         # The saved program.sdfg need not carry the expansion history (the ranks only load the library).
         dace.Config.set("store_history", value=False)
         one_build_folder()  # rank 0 builds for every rank (DaCe 2's per-rank folders off; see compat)
+        built = sdfg if uses_gpu(sdfg) else _with_restrict_loops(sdfg)
         if uses_gpu(sdfg):
             with cuda_config():  # CUDA 13 fixes for DaCe 1.0.2 (arch, C++17, CUB 3); see cuda_build.py
                 sdfg.compile(return_program_handle=False)
         else:
-            sdfg.compile(return_program_handle=False)
-    sdfg._dp_build = (digest, sdfg.build_folder)
-    return _save_bound(sdfg, sdfg.build_folder)
+            built.compile(return_program_handle=False)
+        # Read here, under one_build_folder: outside it DaCe 2 under mpiexec names a per-rank folder
+        # (``<cache>_rank0``) that this build did not write.
+        folder = built.build_folder
+    sdfg._dp_build = (digest, folder)
+    return _save_bound(sdfg, folder)
+
+
+def _with_restrict_loops(sdfg: SDFG) -> SDFG:
+    """What is compiled for the CPU: a copy of the lowered program whose loops over rank-local buffers
+    are functions with ``__restrict__`` pointers (:mod:`.restrict`), in the same build folder.
+    The caller's SDFG keeps its maps where the schedule put them."""
+    import copy
+    from .restrict import candidates
+    if not any(c.can_be_applied(sdfg) is None for c in candidates(sdfg)):
+        return sdfg
+    from .restrict import restrict_local_loops
+    built = copy.deepcopy(sdfg)
+    restrict_local_loops(built)
+    return built
 
 
 def _save_bound(sdfg: SDFG, folder: str) -> str:
@@ -642,7 +660,9 @@ def load(build_folder: str, comm=None) -> Program:
     if record is None:
         raise ValueError(f"'{build_folder}' holds no dace-partition program (no {'dace_partition.json'}): build it "
                          "with dace_partition.compile or dace_partition.run")
-    return Program(load_precompiled_sdfg(build_folder), comm, bound, record)
+    prog = Program(load_precompiled_sdfg(build_folder), comm, bound, record)
+    prog.folder = build_folder  # where it was built (DaCe 2 under mpiexec: not what sdfg.build_folder says)
+    return prog
 
 
 def written_arguments(sdfg: SDFG):

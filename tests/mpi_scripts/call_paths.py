@@ -60,7 +60,7 @@ for _ in range(3):
     out = prog2(a=a, b=b) if comm.rank == 0 else prog2()
     check(out, np.sum(a @ b, axis=1), "rowsum of a product")
 if comm.rank == 0:
-    print("BUILD affine", sdfg.build_folder)
-    print("BUILD rowsum", sdfg2.build_folder)
+    print("BUILD affine", prog.folder)
+    print("BUILD rowsum", prog2.folder)
     print(dp.report(sdfg2))
     print("OK")
