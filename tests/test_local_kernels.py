@@ -21,13 +21,23 @@ def test_blas_choice_is_mkl_from_the_wheels_when_installed():
         metadata.version("mkl-devel")
     except metadata.PackageNotFoundError:
         pytest.skip("the mkl extra is not installed here")
-    choice = toolchain._choose("auto")
+    choice = toolchain._choose("mkl")
     assert choice.blas is toolchain.Blas.MKL
+    assert toolchain._choose("auto", "GenuineIntel").blas is toolchain.Blas.MKL  # MKL first on Intel CPUs
     assert os.path.isfile(os.path.join(choice.root, "include", "mkl.h"))
     lib = os.path.join(choice.root, "lib", "libmkl_rt.so")
     assert os.path.islink(lib) and os.path.realpath(lib).startswith(os.path.realpath(sys.prefix))
     # libmkl_rt loads its siblings from its own folder: they must be there too
     assert glob.glob(os.path.join(choice.root, "lib", "libmkl_core.so*"))
+
+
+def test_blas_on_a_cpu_not_intels_prefers_a_system_openblas():
+    other = toolchain._choose("auto", "AuthenticAMD")
+    if toolchain._openblas():
+        assert other.blas is toolchain.Blas.OPENBLAS and "AuthenticAMD" in other.why
+    else:
+        assert other.blas is not toolchain.Blas.OPENBLAS
+    assert toolchain._choose("pure", "AuthenticAMD").blas is toolchain.Blas.PURE  # the variable still wins
 
 
 def test_blas_can_be_chosen_and_is_reported():
