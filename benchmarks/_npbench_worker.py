@@ -7,6 +7,9 @@ saves rank 0's outputs (the return value(s) *and* the new values of the argument
 ``dp.run`` drops when the program also returns a value). Then it times further calls, each on fresh copies
 of the inputs (copied outside the timed region, between barriers), and writes ``times.json`` into TMP.
 
+A program lowered with ``io="distributed"`` (``npbench.py --dist``) gets each rank's tiles instead, and its
+outputs' tiles are joined on rank 0 (``_Tiles``).
+
 ``NPBENCH_DP_REPS`` (default 3) bounds the number of timed calls, ``NPBENCH_DP_BUDGET`` (seconds, default 5)
 their total time.
 """
@@ -45,20 +48,54 @@ def _pack(result, written):
     return out
 
 
+class _Tiles:
+    """io="distributed": every rank reads the whole inputs, passes its own tiles (the layouts saved with the
+    program), and the outputs' tiles are joined on rank 0 for the check. Building the tiles and joining
+    them is outside the timed calls, as the data would already be distributed in a distributed program."""
+
+    def __init__(self, prog, comm, inputs):
+        self.lays, self.comm = prog.layouts, comm
+        self.syms = {k: v for k, v in inputs.items() if isinstance(v, (int, np.integer))}
+        self.tiles = {k: (self.lays[k].scatter(v, comm.rank, **self.syms) if k in self.lays else v)
+                      for k, v in inputs.items()}
+
+    def fresh(self):
+        return _fresh(self.tiles)
+
+    def join(self, name, tile):
+        parts = self.comm.gather(np.asarray(tile), root=0)
+        if self.comm.rank != 0:
+            return None
+        return self.lays[name].gather(parts, **self.syms) if name in self.lays else parts[0]
+
+    def joined(self, result, args, written):
+        out = {k: self.join(k, args[k]) for k in written}
+        if isinstance(result, tuple):
+            names = [f"__return_{i}" for i in range(len(result))]
+            result = tuple(self.join(n, r) for n, r in zip(names, result))
+        elif result is not None:
+            result = self.join("__return", result)
+        return result, out
+
+
 def main(folder, tmp):
     comm = MPI.COMM_WORLD
     reps = int(os.environ.get("NPBENCH_DP_REPS", "3"))
     budget = float(os.environ.get("NPBENCH_DP_BUDGET", "5"))
     prog = load(folder, comm)
-    inputs = _read(tmp) if comm.rank == 0 else {}
-    args = _fresh(inputs)
+    tiles = _Tiles(prog, comm, _read(tmp)) if prog.layouts else None
+    inputs = {} if tiles else _read(tmp) if comm.rank == 0 else {}
+    args = tiles.fresh() if tiles else _fresh(inputs)
     comm.Barrier()
     t0 = time.perf_counter()
     result = prog(**args)
     comm.Barrier()
     times = [time.perf_counter() - t0]
-    if comm.rank == 0:
+    if tiles:
+        result, written = tiles.joined(result, args, [k for k in written_arguments(prog.sdfg) if k in args])
+    elif comm.rank == 0:
         written = {k: args[k] for k in written_arguments(prog.sdfg) if k in args}
+    if comm.rank == 0:
         np.savez(os.path.join(tmp, "outputs.npz"), **_pack(result, written))
     flag = np.zeros(1, dtype=np.int64)
     while True:  # rank 0 decides whether to time another call
@@ -67,7 +104,7 @@ def main(folder, tmp):
         comm.Bcast(flag, root=0)
         if not flag[0]:
             break
-        args = _fresh(inputs)
+        args = tiles.fresh() if tiles else _fresh(inputs)
         comm.Barrier()
         t0 = time.perf_counter()
         prog(**args)

@@ -232,6 +232,8 @@ def run_mode(rec, sdfg0, mode, P, call_args, ref, ref_names, dace_out, info, opt
                                   "dp.maps lists no schedulable map"))
                 return
             dp.lower(sdfg, schedule)
+        elif mode == "auto_dist":  # the automatic schedule, every rank holding its own tiles (io="distributed")
+            dp.lower(sdfg, ranks=P, io="distributed")
         else:
             dp.lower(sdfg, ranks=P)
     except Exception as e:  # noqa: BLE001 - every failure is an outcome
@@ -437,7 +439,8 @@ def child(kernel, npb, progress_path, opts):
 def _modes(dp, opts):
     """The schedules each kernel runs with: the natural one and the automatic one, unless skipped."""
     return ([] if opts.skip_natural else ["natural"]) + \
-        (["auto"] if hasattr(dp, "auto_schedule") and not opts.skip_auto else [])
+        (["auto"] if hasattr(dp, "auto_schedule") and not opts.skip_auto else []) + \
+        (["auto_dist"] if opts.dist else [])
 
 
 def run_kernel(kernel, npb, opts, nruns):
@@ -447,7 +450,7 @@ def run_kernel(kernel, npb, opts, nruns):
     cmd = [sys.executable, os.path.abspath(__file__), "--child", kernel, "--progress", progress, "--npbench", npb,
            "--preset", opts.preset, "--ranks", ",".join(map(str, opts.ranks)), "--timeout", str(opts.timeout),
            "--reps", str(opts.reps), "--budget", str(opts.budget)] + (["--skip-auto"] if opts.skip_auto else []) + \
-        (["--skip-natural"] if opts.skip_natural else [])
+        (["--skip-natural"] if opts.skip_natural else []) + (["--dist"] if opts.dist else [])
     limit = opts.timeout * (3 + nruns)  # setup + DaCe compile + one timeout per run, at most
     t = time.perf_counter()
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
@@ -498,14 +501,16 @@ def cell(rec, P, mode):
 
 def table(records, ranks, modes):
     cols = [f"P={P} {m}" for m in modes for P in ranks]
-    head = ["kernel"] + cols + ["lowering s", "run ms (" + "/".join(f"P={P}" for P in ranks) + ") vs NumPy ms vs DaCe ms"]
+    shown = "natural" if "natural" in modes else (modes[0] if modes else "natural")
+    head = ["kernel"] + cols + ["lowering s", f"run ms ({shown}, " + "/".join(f"P={P}" for P in ranks) +
+                                ") vs NumPy ms vs DaCe ms"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for k in sorted(records):
         rec = records[k]
         cells = [cell(rec, P, m) for m in modes for P in ranks]
         runs = [rec.get("runs", {}).get(str(P), {}).get(m, {}) for m in modes for P in ranks]
         lows = [r["lower_s"] for r in runs if r.get("lower_s") is not None]
-        nat = [rec.get("runs", {}).get(str(P), {}).get("natural", {}) for P in ranks]
+        nat = [rec.get("runs", {}).get(str(P), {}).get(shown, {}) for P in ranks]
         run_ms = "/".join(_fmt(r.get("run_ms"), 2) if r.get("outcome") == "correct" else "-" for r in nat)
         perf = f"{run_ms} vs {_fmt(rec.get('numpy_ms'), 2)} vs {_fmt(rec.get('dace_ms'), 2)}" if rec.get("status") == "ok" else ""
         lines.append("| " + " | ".join([k] + cells + [_fmt(max(lows), 1) if lows else "", perf]) + " |")
@@ -557,6 +562,9 @@ def main():
     ap.add_argument("--timeout", type=float, default=300, help="seconds per step (lowering, build, run); default 300")
     ap.add_argument("--skip-auto", action="store_true", help="only the natural schedule")
     ap.add_argument("--skip-natural", action="store_true", help="only the automatic schedule")
+    ap.add_argument("--dist", action="store_true",
+                    help="also the automatic schedule with io=\"distributed\" (mode auto_dist): every rank passes "
+                         "its own tiles, the timed call is the program alone, without rank 0's scatter and gather")
     ap.add_argument("--preset", default="S", choices=("S", "M", "L", "paper"))
     ap.add_argument("--reps", type=int, default=3, help="timed calls at most (best is kept); default 3")
     ap.add_argument("--budget", type=float, default=5.0, help="seconds of timed calls at most per variant")

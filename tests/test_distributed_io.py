@@ -92,3 +92,24 @@ def test_rank0_code_on_a_distributed_argument_is_refused():
         dp.lower(sdfg, {dp.maps(sdfg)[1].name: (4, )}, io="distributed")
     with pytest.raises(ValueError, match="io must be"):
         dp.lower(P.axpy_chain.to_sdfg(), {}, io="everywhere")
+
+
+def test_layouts_of_a_program_specialized_to_its_sizes_need_no_symbols(rng):
+    """A program specialized to its sizes (``sdfg.specialize``, as the NPBench harness does) is called
+    without them: its layouts carry the constants, so ``dp.run`` and ``scatter`` need no size argument."""
+    import dace
+    N = dace.symbol("N")
+
+    @dace.program
+    def scaled_rows(x: dace.float64[N, 8], y: dace.float64[N, 8]):
+        return 2.0 * x + y
+
+    sdfg = scaled_rows.to_sdfg()
+    sdfg.specialize({"N": 12})
+    sdfg.name = "t_specialized_rows_dist"
+    dp.lower(sdfg, {m.name: (2, 1) for m in dp.maps(sdfg)}, io="distributed")
+    lay = dp.layout(sdfg, "x")
+    assert "N" not in "".join(lay.shape + lay.local_shape) + str(lay.subset)
+    assert [lay.block(r) for r in range(2)] == [(slice(0, 6), slice(0, 8)), (slice(6, 12), slice(0, 8))]
+    x, y = rng.standard_normal((12, 8)), rng.standard_normal((12, 8))
+    np.testing.assert_allclose(dp.run(sdfg, 2, x=x, y=y), 2.0 * x + y, rtol=1e-12, atol=1e-12)

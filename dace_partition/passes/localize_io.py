@@ -14,6 +14,7 @@ from typing import Dict, List, Tuple
 
 import dace
 import numpy as np
+from dace import symbolic
 from dace.memlet import Memlet
 from dace.sdfg import SDFG
 
@@ -34,9 +35,26 @@ class Localized:
 def _layout_of(sdfg: SDFG, name: str, dm, local: str) -> Layout:
     gdesc, ldesc = sdfg.arrays[name], sdfg.arrays[local]
     g = dm.distribution("dst" if not dm.src_grid else "src")
-    return Layout(name, tuple(str(s) for s in gdesc.shape), tuple(str(s) for s in ldesc.shape),
+    fixed = _with_constants(sdfg)
+    return Layout(name, tuple(fixed(s) for s in gdesc.shape), tuple(fixed(s) for s in ldesc.shape),
                   np.dtype(gdesc.dtype.as_numpy_dtype()).str, tuple(g.grid), tuple(c or "" for c in g.coords),
-                  tuple((str(b), str(e)) for b, e, _ in g.subset))
+                  tuple((fixed(b), fixed(e)) for b, e, _ in g.subset))
+
+
+def _with_constants(sdfg: SDFG):
+    """An expression as text with the program's integer constants put in: a layout is evaluated from a
+    call's arguments, which do not carry the sizes a program was specialized to (``sdfg.constants``)."""
+    consts = {k: int(v) for k, v in sdfg.constants.items()
+              if isinstance(v, (int, np.integer)) and not isinstance(v, bool)}
+
+    def fixed(expr) -> str:
+        if not consts:
+            return str(expr)
+        ex = symbolic.pystr_to_symbolic(str(expr))
+        sub = {s: consts[str(s)] for s in getattr(ex, "free_symbols", ()) if str(s) in consts}
+        return str(ex.subs(sub)) if sub else str(expr)
+
+    return fixed
 
 
 class LocalizeArguments(MovePass):
