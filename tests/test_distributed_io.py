@@ -113,3 +113,39 @@ def test_layouts_of_a_program_specialized_to_its_sizes_need_no_symbols(rng):
     assert [lay.block(r) for r in range(2)] == [(slice(0, 6), slice(0, 8)), (slice(6, 12), slice(0, 8))]
     x, y = rng.standard_normal((12, 8)), rng.standard_normal((12, 8))
     np.testing.assert_allclose(dp.run(sdfg, 2, x=x, y=y), 2.0 * x + y, rtol=1e-12, atol=1e-12)
+
+
+def _lower_distributed(program, grid):
+    sdfg = program.to_sdfg()
+    dp.lower(sdfg, {m.name: grid[:len(m.params)] for m in dp.maps(sdfg)}, io="distributed")
+    return sdfg
+
+
+def test_a_tile_that_moves_with_a_loop_variable_is_refused():
+    """Each rank's tile is one fixed block for the whole call; a window that slides with ``i`` is not."""
+    import dace
+
+    @dace.program
+    def windows(x: dace.float64[8, 10], out: dace.float64[8, 9]):
+        for i in range(9):
+            out[:, i] = x[:, i] + x[:, i + 1]
+
+    with pytest.raises(dp.UnsupportedPattern, match=r"depend on i.*loop variable.*io='root'"):
+        _lower_distributed(windows, (2, 1))
+
+
+def test_a_written_argument_whose_tiles_leave_part_of_it_on_no_rank_is_refused():
+    """A triangular update (NPBench syr2k's shape) writes only the lower triangle: with rows split, rank 0's
+    tile would be the square it touches, so the upper right block of C would be on no rank and lost."""
+    import dace
+
+    @dace.program
+    def lower_rows(C: dace.float64[8, 8], A: dace.float64[8, 8]):
+        for i in range(8):
+            C[i, :i + 1] += A[i, :i + 1]
+
+    sdfg = lower_rows.to_sdfg()
+    found = dp.maps(sdfg)
+    assert found, "the independent triangular loop should be a schedulable map"
+    with pytest.raises(dp.UnsupportedPattern, match="leave part of it on no rank"):
+        dp.lower(sdfg, {m.name: (2, ) + (1, ) * (len(m.params) - 1) for m in found}, io="distributed")

@@ -48,6 +48,28 @@ class Layout:
             raise ValueError(f"layout of '{self.array}' needs values for {sorted(map(str, v.free_symbols))}")
         return int(sympy.floor(v)) if not v.is_integer else int(v)
 
+    def symbols(self) -> set:
+        """Names a call must give (or the grid coordinates fix) to evaluate the layout."""
+        names = set()
+        for expr in self.shape + self.local_shape + tuple(x for be in self.subset for x in be):
+            names |= {str(x) for x in sympy.sympify(expr, locals=dict(_FUNCTIONS)).free_symbols}
+        return names - {c for c in self.coords if c}
+
+    def covers_whole_array(self, **symbols) -> Optional[bool]:
+        """Whether every element is in some rank's block; None when that cannot be told here (sizes not
+        known, or an array too large to mark)."""
+        if self.symbols() - set(symbols):
+            return None
+        shape = tuple(self._eval(s, symbols) for s in self.shape)
+        if int(np.prod(shape, dtype=np.int64)) > 1 << 26:
+            return None
+        held = np.zeros(shape, dtype=bool)
+        for r in range(_grid_size(self.grid)):
+            blk = self.block(r, **symbols)
+            if blk is not None:
+                held[blk] = True
+        return bool(held.all())
+
     def local_shape_of(self, **symbols) -> Tuple[int, ...]:
         return tuple(self._eval(s, symbols) for s in self.local_shape)
 

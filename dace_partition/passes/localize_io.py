@@ -41,6 +41,24 @@ def _layout_of(sdfg: SDFG, name: str, dm, local: str) -> Layout:
                   tuple((fixed(b), fixed(e)) for b, e, _ in g.subset))
 
 
+def _checked(sdfg: SDFG, layout: Layout, subset, written: bool) -> Layout:
+    """Refuses, in words, a layout that no call could use: one that depends on a symbol the call does not
+    give (a loop variable: the tile would change during the call), or, for an argument the program
+    writes, tiles that leave part of it on no rank (those elements would be lost when the caller joins
+    the tiles: a triangular update's upper corner)."""
+    known = {str(s) for s in sdfg.free_symbols} | {str(k) for k in sdfg.arglist()}
+    loose = sorted(layout.symbols() - known)
+    if loose:
+        raise UnsupportedPattern(layout.array, subset, f"io='distributed': each rank's tile would depend on "
+                                 f"{', '.join(loose)}, which the call does not give (a loop variable), so it is "
+                                 "not one fixed block per rank; use io='root'")
+    if written and layout.covers_whole_array() is False:
+        raise UnsupportedPattern(layout.array, subset, "io='distributed': the program writes the argument, but "
+                                 "the ranks' tiles leave part of it on no rank (the kernel reads and writes only "
+                                 "that part), so joining the tiles would lose the rest; use io='root'")
+    return layout
+
+
 def _with_constants(sdfg: SDFG):
     """An expression as text with the program's integer constants put in: a layout is evaluated from a
     call's arguments, which do not carry the sizes a program was specialized to (``sdfg.constants``)."""
@@ -96,7 +114,7 @@ class LocalizeArguments(MovePass):
                 self._localize_halo_tile(sdfg, name, desc, tile, scatters, gathers[0], layouts, changes)
                 continue
             local = local_buffer(home_state, home)
-            layouts[name] = _layout_of(sdfg, name, home, local)
+            layouts[name] = _checked(sdfg, _layout_of(sdfg, name, home, local), home_dist.range, bool(gathers))
             ldesc = sdfg.arrays[local]
             new = dace.data.Array(desc.dtype, ldesc.shape, storage=desc.storage, transient=False)
             sdfg.remove_data(name, validate=False)
@@ -135,7 +153,7 @@ class LocalizeArguments(MovePass):
         sst, sdm = tile
         dist = sdm.distribution("dst")
         local = local_buffer(sst, sdm)
-        layouts[name] = _layout_of(sdfg, name, sdm, local)
+        layouts[name] = _checked(sdfg, _layout_of(sdfg, name, sdm, local), dist.range, True)
         new = dace.data.Array(desc.dtype, sdfg.arrays[local].shape, storage=desc.storage, transient=False)
         sdfg.remove_data(name, validate=False)
         sdfg.add_datadesc(name, new)
