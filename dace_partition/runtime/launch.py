@@ -295,11 +295,12 @@ def build(sdfg: SDFG) -> str:
         # The saved program.sdfg need not carry the expansion history (the ranks only load the library).
         dace.Config.set("store_history", value=False)
         one_build_folder()  # rank 0 builds for every rank (DaCe 2's per-rank folders off; see compat)
-        built = sdfg if uses_gpu(sdfg) else _with_restrict_loops(sdfg)
         if uses_gpu(sdfg):
+            built = sdfg
             with cuda_config():  # CUDA 13 fixes for DaCe 1.0.2 (arch, C++17, CUB 3); see cuda_build.py
-                sdfg.compile(return_program_handle=False)
+                built.compile(return_program_handle=False)
         else:
+            built = _with_restrict_loops(sdfg)
             built.compile(return_program_handle=False)
         # Read here, under one_build_folder: outside it DaCe 2 under mpiexec names a per-rank folder
         # (``<cache>_rank0``) that this build did not write.
@@ -313,13 +314,9 @@ def _with_restrict_loops(sdfg: SDFG) -> SDFG:
     are functions with ``__restrict__`` pointers (:mod:`.restrict`), in the same build folder.
     The caller's SDFG keeps its maps where the schedule put them."""
     import copy
-    from .restrict import candidates
-    if not any(c.can_be_applied(sdfg) is None for c in candidates(sdfg)):
-        return sdfg
     from .restrict import restrict_local_loops
     built = copy.deepcopy(sdfg)
-    restrict_local_loops(built)
-    return built
+    return built if restrict_local_loops(built) else sdfg
 
 
 def _save_bound(sdfg: SDFG, folder: str) -> str:
