@@ -61,6 +61,26 @@ def chain(x: dace.float64[64, 48], y: dace.float64[48]):
 
 
 @dace.program
+def two_products(A: dace.float64[400, 300], r: dace.float64[400], p: dace.float64[300]):
+    return r @ A, A @ p
+
+
+@dace.program
+def nested_loops(x: dace.float64[N], y: dace.float64[N], T: dace.int64):
+    for t in range(T):
+        for s in range(4):
+            y[:] = 0.5 * y + x
+            y[0] = y[N - 1] + 1.0  # on rank 0: y goes there and back in every inner iteration
+
+
+@dace.program
+def column_sweeps(A: dace.float64[N, N], T: dace.int64):
+    for t in range(T):
+        for j in range(1, N):
+            A[:, j] = A[:, j] + 0.5 * A[:, j - 1]
+
+
+@dace.program
 def scalar_loop(a: dace.int64[8]):
     s = 0
     for i in range(8):
@@ -79,13 +99,22 @@ def test_large_batch_mlp_is_data_parallel():
     assert dict(s) == {"_MatMult_.gemm_map": (4, 1, 1), "_numpy_maximum__map": (4, 1), "_MatMult_.gemm_map_1": (4, 1, 1)}
 
 
-def test_small_batch_mlp_whose_weights_do_not_fit_is_megatron():
+def test_small_batch_mlp_whose_weights_do_not_fit_splits_the_weights():
+    """Columns of W1, then columns of W2: h (8x1024) is gathered on every rank, 48 KiB per rank. Megatron's
+    rows of W2 would leave partial sums of the output, and io="distributed" gives every rank the combined
+    output: an allreduce of twice those bytes."""
     sdfg = mlp_small_batch.to_sdfg()
     s = dp.auto_schedule(sdfg, 4, io="distributed", memory_per_rank=6 << 20)
     assert s["_MatMult_.gemm_map"] == (1, 4, 1)  # columns of W1
     assert s["_numpy_maximum__map"] == (1, 4)
-    assert s["_MatMult_.gemm_map_1"] == (1, 1, 4)  # rows of W2: partial sums
+    assert s["_MatMult_.gemm_map_1"] == (1, 4, 1)  # columns of W2
     assert s.predicted.memory <= 6 << 20
+    megatron = dp.auto_schedule(sdfg, 4, io="distributed", memory_per_rank=6 << 20,
+                                fixed={"_MatMult_.gemm_map_1": (1, 1, 4)})
+    assert megatron.predicted.total_bytes == 2 * s.predicted.total_bytes == 2 * 4 * 3 * 8 * 256 * 8
+    lowered = mlp_small_batch.to_sdfg()
+    dp.lower(lowered, megatron, io="distributed")
+    assert sum(dp.report(lowered).bytes_per_rank()) == megatron.predicted.total_bytes
     # without the limit every rank holds the whole weights: data-parallel moves nothing
     free = dp.auto_schedule(sdfg, 4, io="distributed")
     assert free["_MatMult_.gemm_map"][0] == 4 and free.predicted.total_bytes == 0
@@ -114,11 +143,35 @@ def test_stencil_in_a_time_loop_is_split_in_rows():
     assert set(s.values()) == {(2, 1)} and len(s) == 2  # one map per update: the search sees the fused maps
 
 
+def test_a_small_stencil_in_a_long_loop_stays_on_rank_0_and_a_large_one_is_split():
+    """The default map rate is DaCe's on data in cache (search/machine.py): a 64x64 sweep costs a few
+    microseconds, less than its halo messages, so 100 sweeps stay on rank 0 (at the streaming rate the
+    model used before, ten times slower, it split such loops: NPBench's channel_flow ran 2.6x slower on 2
+    ranks than on one). From 128x128 the halves' saved work pays for the halos."""
+    small = dp.auto_schedule(jacobi.to_sdfg(), 2, sizes={"N": 64, "T": 100})
+    assert not small and small.predicted.total_bytes == 0
+    large = dp.auto_schedule(jacobi.to_sdfg(), 2, sizes={"N": 128, "T": 100})
+    assert set(large.values()) == {(2, 1)} and large.predicted.total_bytes > 0
+    slower = dp.auto_schedule(jacobi.to_sdfg(), 2, sizes={"N": 64, "T": 100},
+                              machine_=dp.Machine(map_ops=3e8))
+    assert slower
+
+
+def test_rank_0_work_on_a_column_of_a_big_array_is_priced_on_the_column():
+    """Column updates in a loop over columns (NPBench's adi): rank 0 touches one column per iteration.
+    Priced on the whole array, rank 0 looked slower than a replicated copy (whose tile is the column), so
+    the search replicated them and every iteration paid broadcasts (adi: 35 ms on 2 ranks, 0.5 ms in one
+    process). Priced on the column, nothing is worth a message."""
+    s = dp.auto_schedule(column_sweeps.to_sdfg(), 2, sizes={"N": 512, "T": 3})
+    assert not s and s.predicted.total_bytes == 0
+
+
 @pytest.mark.parametrize("program,ranks,kw", [
     (mlp_large_batch, 4, {}),
     (matmul128, 8, {}),
     (column_sums, 4, {}),
     (chain, 2, {"machine_": SLOW}),
+    (nested_loops, 2, {"sizes": {"N": 64, "T": 3}, "machine_": SLOW}),  # moves in an inner loop: 4*T times
     # unfused: on the map-fused stencil the model predicts 69,504 B for rank 1 where the lowering counts 38,752 B
     # (also for a program fused by hand, before local_optimize existed); see search/model.py
     (jacobi, 2, {"sizes": {"N": 64, "T": 6}, "machine_": SLOW, "local_optimize": False}),
@@ -136,6 +189,19 @@ def test_prediction_is_the_reports_byte_count(program, ranks, kw):
     assert sum(dp.report(sdfg).bytes_per_rank(**sizes)) == s.predicted.total_bytes
     assert dp.report(sdfg).bytes_per_rank(**sizes) == s.predicted.bytes_per_rank[:dp.ranks_needed(sdfg)] or \
         dp.ranks_needed(sdfg) < ranks
+
+
+def test_distributed_io_prices_the_one_layout_each_argument_is_passed_in():
+    """With io="distributed" the caller passes each argument in one layout (its first reader's blocks); a
+    kernel that needs other blocks gets them by a redistribution. Priced, the search splits A's rows for
+    both products (a reduction of 300 partial sums) instead of rows for one and columns for the other (half
+    of A moved, which it had priced as free), and predicts the report's byte count."""
+    s = dp.auto_schedule(two_products.to_sdfg(), 2, io="distributed", machine_=SLOW)
+    sdfg = two_products.to_sdfg()
+    dp.lower(sdfg, s, io="distributed")
+    moved = dp.report(sdfg).bytes_per_rank()
+    assert sum(moved) == s.predicted.total_bytes
+    assert 0 < sum(moved) < 400 * 300 * 8 // 2 // 10
 
 
 def test_local_search_is_within_5_percent_of_the_exhaustive_optimum():

@@ -62,3 +62,24 @@ def test_ideal_is_never_above_the_work_on_rank_0():
     rec = {"work_ms": 2.7}
     assert scaling.ideal_ms(rec, {"ideal": {"predicted_ms": 21.4}}) == 2.7
     assert scaling.ideal_ms(rec, {"ideal": {"predicted_ms": 1.5}}) == 1.5
+
+
+def _npbench_tool():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("npbench_tool", os.path.join(BENCH, "npbench.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_npbench_speedup_counts_kernels_of_10_ms_and_takes_the_first_mode_that_ran():
+    ok = lambda ms: {"outcome": "correct", "run_ms": ms}  # noqa: E731
+    records = {
+        "a": {"numpy_ms": 20.0, "runs": {"2": {"auto": ok(10.0), "auto_dist": {"outcome": "refused"}}}},
+        "b": {"numpy_ms": 40.0, "runs": {"2": {"auto": ok(40.0), "auto_dist": ok(10.0)}}},
+        "c": {"numpy_ms": 5.0, "runs": {"2": {"auto": ok(1.0), "auto_dist": ok(1.0)}}},  # under 10 ms
+    }
+    speedup = _npbench_tool().speedup
+    assert speedup(records, 2, "auto") == (pytest.approx(2 ** 0.5), 2)
+    assert speedup(records, 2, "auto_dist") == (pytest.approx(4.0), 1)
+    assert speedup(records, 2, ("auto_dist", "auto")) == (pytest.approx(8 ** 0.5), 2)

@@ -14,7 +14,11 @@ lowering's passes would treat them:
   partitioned read (an input nobody writes is scattered once per distinct block layout);
 * inside a loop, the uses are walked twice, once for the first iteration and once, multiplied by the trip
   count minus one, for the others (loop-carried values come from the previous iteration's writer; inputs
-  the loop does not write are not scattered again).
+  the loop does not write are not scattered again); a use inside loops nested in that one counts their
+  trips too;
+* with ``io="distributed"`` an argument is not scattered nor gathered, but it has one layout (its
+  writer's blocks, else its first reader's: ``passes.localize_io``), and a kernel that reads other blocks
+  pays the move from it.
 
 The prediction is time per rank (compute + alpha * messages + beta * bytes, at the rates of
 :mod:`.machine`) and the bytes each rank receives: the unit the report and the PMPI counter use.
@@ -79,6 +83,7 @@ class Use:
     read: bool
     write: bool
     loop: Optional[object]  # the outermost loop around it (None outside loops)
+    inner: int = 1  # runs per iteration of that loop: the trips of the loops nested in it around the use
 
 
 @dataclass
@@ -245,15 +250,20 @@ class ProgramModel:
         for lp in sorted(loops, key=lambda lp: -len(lp.body)):
             for st in lp.body:
                 outer.setdefault(st, lp)
-        self.loop_trips = {}
+        every = {}
         for lp in loops:
-            if lp in outer.values():
-                t = lp.trips(sdfg)
-                try:
-                    t = _const(t, {**sdfg.constants, **self.sizes})
-                except (TypeError, ValueError):
-                    t = DEFAULT_TRIPS
-                self.loop_trips[lp] = max(t, 1)
+            try:
+                every[lp] = max(_const(lp.trips(sdfg), {**sdfg.constants, **self.sizes}), 1)
+            except (TypeError, ValueError):
+                every[lp] = DEFAULT_TRIPS
+        self.loop_trips = {lp: t for lp, t in every.items() if lp in outer.values()}
+
+        def inner(st):  # adi's sweeps: a loop over rows inside the time loop runs its moves N times per step
+            n = 1
+            for lp in loops:
+                if st in lp.body and lp is not outer.get(st):
+                    n *= every[lp]
+            return n
         by_state = {k.state: k for k in self.kernels}
         self.uses: Dict[str, List[Use]] = {}
         for st in ordered_states(sdfg):
@@ -264,12 +274,13 @@ class ProgramModel:
                 rw = touched.setdefault(n.data, [False, False])
                 rw[0] |= st.out_degree(n) > 0
                 rw[1] |= st.in_degree(n) > 0
+            n = inner(st) if lp is not None else 1
             for arr, (r, w) in touched.items():
                 if arr in sdfg.arrays:
-                    self.uses.setdefault(arr, []).append(Use(k.index if k is not None else -1, r, w, lp))
+                    self.uses.setdefault(arr, []).append(Use(k.index if k is not None else -1, r, w, lp, n))
             for e in sdfg.out_edges(st):  # conditions and assignments read data on rank 0
                 for arr in e.data.read_symbols() & set(sdfg.arrays):
-                    self.uses.setdefault(arr, []).append(Use(-1, True, False, lp))
+                    self.uses.setdefault(arr, []).append(Use(-1, True, False, lp, n))
         self.written = {a for a, us in self.uses.items() if any(u.write for u in us)}
         self._actors = {a: sorted({u.actor for u in us if u.actor >= 0}) for a, us in self.uses.items()}
         self._arrays_of: Dict[int, List[str]] = {}
@@ -409,6 +420,7 @@ class ProgramModel:
         free_io = self.io == "distributed" and argument
         holder: List[Optional[Distribution]] = [None]
         scattered: List[Distribution] = []
+        home = self._home(arr, uses, chosen) if free_io else None
 
         def walk(segment, mult, first):
             for u in segment:
@@ -417,20 +429,28 @@ class ProgramModel:
                         holder[0] = None
                     continue
                 p = chosen[u.actor]
+                rep = mult * u.inner  # moves that follow a write repeat with the loops nested around the use
                 if u.read and arr in p.reads:
                     dst, cost = p.reads[arr]
                     if holder[0] is not None:
                         mc = self.move_cost(arr, holder[0], dst, desc.shape, desc.dtype.bytes)
                         if mc is not None and mc.per_rank is None:  # no solver: through rank 0
-                            _add(per, comm, chosen[writer[arr]].writes[arr][1], mult, m, "gather", arr)
-                            _add(per, comm, cost, mult, m, "scatter", arr)
+                            _add(per, comm, chosen[writer[arr]].writes[arr][1], rep, m, "gather", arr)
+                            _add(per, comm, cost, rep, m, "scatter", arr)
                         elif mc is not None:
-                            _add(per, comm, mc, mult, m, "redistribute", arr)
+                            _add(per, comm, mc, rep, m, "redistribute", arr)
                     elif not (first is False and u.loop is not None and not self._written_in(arr, u.loop)):
+                        if u.loop is not None and not self._written_in(arr, u.loop):
+                            rep = mult  # an input the loop does not write is not scattered again
                         if arr not in self.written and any(self.same(d, dst) for d in scattered):
                             pass  # the first scatter's buffer is reused
                         elif not free_io:
-                            _add(per, comm, cost, mult, m, "scatter", arr)
+                            _add(per, comm, cost, rep, m, "scatter", arr)
+                        elif home is not None and (home.partial or not self.same(home, dst)):
+                            # io="distributed": the caller's tiles are one layout; other blocks move from it
+                            mc = self.move_cost(arr, home, dst, desc.shape, desc.dtype.bytes)
+                            _add(per, comm, cost if mc is not None and mc.per_rank is None else mc, rep, m,
+                                 "redistribute", arr)
                         scattered.append(dst)
                 if u.write and arr in p.writes:
                     src, cost = p.writes[arr]
@@ -438,7 +458,10 @@ class ProgramModel:
                         holder[0] = src
                         writer[arr] = u.actor
                     elif not free_io:
-                        _add(per, comm, cost, mult, m, "gather", arr)
+                        _add(per, comm, cost, mult * u.inner, m, "gather", arr)
+                    elif src.partial:  # every replica gets the combined value (passes.localize_io)
+                        _add(per, comm, self.move_cost(arr, src, src.combined(), desc.shape, desc.dtype.bytes),
+                             mult * u.inner, m, "allreduce", arr)
 
         for lp, seg in itertools.groupby(uses, key=lambda u: u.loop):
             seg = list(seg)
@@ -457,10 +480,10 @@ class ProgramModel:
                         dst, cost = chosen[u.actor].reads[arr]
                         mc = self.move_cost(arr, h, dst, desc.shape, desc.dtype.bytes)
                         if mc is not None and mc.per_rank is None:
-                            _add(per, comm, hcost, trips, m, "gather", arr)
-                            _add(per, comm, cost, trips, m, "scatter", arr)
+                            _add(per, comm, hcost, trips * u.inner, m, "gather", arr)
+                            _add(per, comm, cost, trips * u.inner, m, "scatter", arr)
                         else:
-                            _add(per, comm, mc, trips, m, "redistribute", arr)
+                            _add(per, comm, mc, trips * u.inner, m, "redistribute", arr)
                             if not free_io and not _covers(h, dst):
                                 _add(per, comm, cost, 1, m, "scatter (boundary)", arr)
                 holder[0] = h
@@ -471,7 +494,25 @@ class ProgramModel:
                 walk(seg, trips - 1, False)
         if fusable and holder[0] is not None and argument and not free_io:
             _add(per, comm, chosen[writer[arr]].writes[arr][1], 1, m, "gather", arr)
+        elif fusable and holder[0] is not None and free_io and holder[0].partial:
+            _add(per, comm, self.move_cost(arr, holder[0], holder[0].combined(), desc.shape, desc.dtype.bytes),
+                 1, m, "allreduce", arr)
         return per, comm[0]
+
+    def _home(self, arr: str, uses: List[Use], chosen: Dict[int, Priced]) -> Optional[Distribution]:
+        """With ``io="distributed"``, the blocks an argument's caller passes (as ``passes.localize_io``
+        chooses them): those of its partitioned writer, else of its first partitioned reader. A reader
+        that needs other blocks gets them by a grid-to-grid move from these."""
+        first = None
+        for u in uses:
+            if u.actor < 0 or not chosen[u.actor].candidate.partitioned:
+                continue
+            p = chosen[u.actor]
+            if u.write and arr in p.writes:
+                return p.writes[arr][0]
+            if first is None and u.read and arr in p.reads:
+                first = p.reads[arr][0]
+        return first
 
     def _trips_of(self, k: Kernel) -> int:
         if k.index not in self._kernel_trips:
@@ -567,19 +608,30 @@ def _buffer_bytes(sdfg: SDFG, km: KernelMoves) -> int:
 
 
 def _global_bytes(sdfg: SDFG, k: Kernel) -> int:
-    """Bytes of the whole arrays a kernel touches (it runs on rank 0)."""
+    """Bytes a kernel that runs on rank 0 touches: each array's subset on the kernel's edges (the whole
+    array where the subset's size is not known). Whole arrays would price adi's column updates, one
+    column of an N x N array per iteration of a loop over columns, at N times their bytes, and make a
+    replicated copy of the kernel look cheaper than rank 0 (its tile is the column)."""
     if k.kind == KernelKind.MAP:
         edges = k.state.in_edges(k.node) + k.state.out_edges(k.state.exit_node(k.node))
     else:
         edges = k.state.in_edges(k.node) + k.state.out_edges(k.node)
-    total = 0
-    for name in {e.data.data for e in edges if e.data.data is not None}:
+    touched: Dict[str, int] = {}
+    for e in edges:
+        name = e.data.data
+        if name is None:
+            continue
         desc = sdfg.arrays[name]
         try:
-            total += _const(desc.total_size, sdfg.constants) * desc.dtype.bytes
-        except TypeError:
-            pass
-    return total
+            n = _const(e.data.subset.num_elements(), sdfg.constants) if e.data.subset is not None else None
+        except (TypeError, ValueError):
+            n = None
+        try:
+            n = n if n is not None else _const(desc.total_size, sdfg.constants)
+        except (TypeError, ValueError):
+            continue
+        touched[name] = max(touched.get(name, 0), n * desc.dtype.bytes)
+    return sum(touched.values())
 
 
 def _const(x, consts) -> int:
