@@ -391,6 +391,12 @@ def refuse_views(sdfg: SDFG, accesses: List[Access], label: str):
     for a in accesses:
         desc = sdfg.arrays.get(a.array)
         if isinstance(desc, dace.data.View):
+            given = {str(s) for s in sdfg.free_symbols} | set(sdfg.constants)
+            moving = sorted({str(f) for x in desc.shape for f in sympy.sympify(x).free_symbols} - given)
+            if moving:  # passes.prepare keeps such views: no buffer can be sized for them
+                raise UnsupportedPattern(a.array, a.subset, f"kernel '{label}' accesses it as a view whose shape "
+                                         f"depends on {', '.join(moving)}, which a loop assigns: rank-local buffers "
+                                         "are sized when the program starts, so the kernel runs on rank 0")
             raise UnsupportedPattern(a.array, a.subset, f"kernel '{label}' accesses it as a view of another array "
                                      "whose shape differs in size (e.g. a reshape into M // 2 pieces), so its "
                                      "blocks cannot be mapped to blocks of the viewed array")

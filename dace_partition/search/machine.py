@@ -96,7 +96,7 @@ def calibrate(save: bool = True, launcher=None) -> Machine:
     out = np.empty_like(x)
     best = min(_timed(lambda: np.add(x, y, out=out)) for _ in range(5))
     stream = 3 * x.nbytes / best
-    map_ops = _compiled_map_rate(x[:1 << 18], y[:1 << 18])  # in cache: the memory rate bounds bigger tiles
+    map_ops = _compiled_map_rate(x[:1 << 18].copy(), y[:1 << 18].copy())  # in cache: memory bounds bigger tiles
     alpha, beta = Machine.alpha, Machine.beta
     try:
         from ..runtime.launch import mpi_environment, mpiexec_command
