@@ -55,7 +55,7 @@ def prepare(wl, ranks, tag, machine):
             wl.prepare(sdfg)
         sdfg.name = f"as_{wl.name}_{which}_{ranks}{tag}"
         pred = auto.predicted if which == "auto" else predict(base, schedule, ranks, machine_=machine)
-        dp.lower(sdfg, dict(schedule))
+        dp.lower(sdfg, schedule)  # a Schedule keeps its fused map names (dict() would drop that)
         rep = dp.report(sdfg)
         out[which] = {"grids": _grids(schedule), "predicted_ms": pred.time * 1e3,
                       "predicted_bytes": pred.total_bytes, "report_bytes": rep.total_bytes,
@@ -86,7 +86,7 @@ def conformance(out_path):
                     else:
                         schedule = dp.auto_schedule(sdfg, P, sizes=sizes, machine_=SLOW_COMPUTE)
                         pred = schedule.predicted
-                    dp.lower(sdfg, dict(schedule))
+                    dp.lower(sdfg, schedule)  # a Schedule keeps its fused map names (dict() would drop that)
                     per = dp.report(sdfg).bytes_per_rank(**sizes)
                     row[which] = {"bytes": sum(per) if per is not None else None, "predicted_ms": pred.time * 1e3,
                                   "grids": len(schedule)}

@@ -142,7 +142,7 @@ def lowered(sdfg0, schedule, P, symbols):
     import dace_partition as dp
     sdfg = copy.deepcopy(sdfg0)
     t0 = time.perf_counter()
-    dp.lower(sdfg, dict(schedule))
+    dp.lower(sdfg, schedule)  # a Schedule keeps its fused map names (dict() would drop that)
     lower_s = time.perf_counter() - t0
     per, minimum, msgs = report_counts(dp.report(sdfg), symbols)
     return {"lower_s": round(lower_s, 3), "report_bytes_max": max(per) if per else None,
