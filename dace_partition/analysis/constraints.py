@@ -24,7 +24,7 @@ from dace.sdfg.propagation import propagate_subset
 from ..compat import as_range
 from ..errors import ScheduleError, UnsupportedPattern
 from ..ir import ReduceOp
-from ..schedule import Kernel, MapInfo, grid_size, ordered_states
+from ..schedule import FreeSymbols, Kernel, MapInfo, grid_size, ordered_states
 from .rank_tiling import tile_range
 
 _OPS = {
@@ -391,8 +391,7 @@ def refuse_views(sdfg: SDFG, accesses: List[Access], label: str):
     for a in accesses:
         desc = sdfg.arrays.get(a.array)
         if isinstance(desc, dace.data.View):
-            given = {str(s) for s in sdfg.free_symbols} | set(sdfg.constants)
-            moving = sorted({str(f) for x in desc.shape for f in sympy.sympify(x).free_symbols} - given)
+            moving = FreeSymbols().loose(desc.shape, sdfg)
             if moving:  # passes.prepare keeps such views: no buffer can be sized for them
                 raise UnsupportedPattern(a.array, a.subset, f"kernel '{label}' accesses it as a view whose shape "
                                          f"depends on {', '.join(moving)}, which a loop assigns: rank-local buffers "

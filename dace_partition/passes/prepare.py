@@ -16,7 +16,7 @@ from dace.sdfg import SDFG, SDFGState
 from dace.sdfg.graph import SubgraphView
 from dace.sdfg.utils import dfs_topological_sort
 
-from ..schedule import ordered_states
+from ..schedule import FreeSymbols, ordered_states
 
 
 def work_nodes(state: SDFGState):
@@ -66,11 +66,11 @@ def materialize_views(sdfg: SDFG):
     no grid is planned for a tile that changes every iteration, so its kernel runs on rank 0, and a copy
     there would only cost time (correlation: 12 of its 20 ms). Returns the names of the materialized views."""
     done = []
-    given = {str(s) for s in sdfg.free_symbols} | set(sdfg.constants)
+    free = FreeSymbols()
     for name, desc in list(sdfg.arrays.items()):
         if not isinstance(desc, dace.data.View):
             continue
-        if {str(x) for x in _constants(sdfg, functools.reduce(lambda x, y: x * y, desc.shape, 1)).free_symbols} - given:
+        if free.loose(desc.shape, sdfg):
             continue
         used = any(n.data == name for st in ordered_states(sdfg) for n in st.data_nodes())
         viewed = _viewed_volume(sdfg, name)

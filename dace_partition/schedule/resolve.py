@@ -115,9 +115,14 @@ class FreeSymbols:
         self._sdfg, self._names = None, set()
 
     def fixed(self, expr, sdfg) -> bool:
+        return not self.loose((expr, ), sdfg)
+
+    def loose(self, exprs, sdfg) -> list:
+        """The symbols of ``exprs`` that are neither arguments nor constants (loop variables), sorted."""
         if self._sdfg is not sdfg:
             self._sdfg, self._names = sdfg, {str(s) for s in sdfg.free_symbols} | set(sdfg.constants)
-        return all(str(s) in self._names for s in dace.symbolic.pystr_to_symbolic(str(expr)).free_symbols)
+        found = {str(s) for x in exprs for s in dace.symbolic.pystr_to_symbolic(str(x)).free_symbols}
+        return sorted(found - self._names)
 
 
 def grid_size(grid: Sequence[int]) -> int:

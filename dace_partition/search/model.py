@@ -439,9 +439,8 @@ class ProgramModel:
                             _add(per, comm, cost, rep, m, "scatter", arr)
                         elif mc is not None:
                             _add(per, comm, mc, rep, m, "redistribute", arr)
-                    elif not (first is False and u.loop is not None and not self._written_in(arr, u.loop)):
-                        if u.loop is not None and not self._written_in(arr, u.loop):
-                            rep = mult  # an input the loop does not write is not scattered again
+                    elif (rewritten := u.loop is None or self._written_in(arr, u.loop)) or first:
+                        rep = rep if rewritten else mult  # an input the loop does not write: scattered once
                         if arr not in self.written and any(self.same(d, dst) for d in scattered):
                             pass  # the first scatter's buffer is reused
                         elif not free_io:
