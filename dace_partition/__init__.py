@@ -17,7 +17,7 @@ from .runtime.launch import Launcher, Program, RunError, bind, compile, load, ru
 from .runtime.mpi_info import MpiInfo, mpi_info
 from .runtime.toolchain import info
 from .schedule import MapInfo, Replicated, maps, replicate
-from .search import Machine, Schedule, auto_schedule, calibrate, machine
+from .search import Machine, Schedule, auto_schedule, calibrate, gpu_machine, machine
 from .solvers.base import CommSpec, Solver
 from .solvers.registry import register as register_solver
 
@@ -25,7 +25,7 @@ __all__ = [
     "maps", "replicate", "layout", "scatter", "gather", "Layout", "Replicated", "lower", "compile", "run", "load", "report", "ranks_needed", "MapInfo", "LoweringReport", "Program",
     "ScheduleError", "UnsupportedPattern", "FrontendError", "RunError", "Solver", "CommSpec", "register_solver",
     "Move", "Distribution", "Cost", "MoveKind", "ReduceOp",
-    "auto_schedule", "Schedule", "calibrate", "machine", "Machine",
+    "auto_schedule", "Schedule", "calibrate", "machine", "gpu_machine", "Machine",
     "bind", "from_onnx", "from_torch", "from_torch_train_step", "info", "mpi_info", "MpiInfo", "Launcher"
 ]
 __version__ = "0.1.0"

@@ -48,7 +48,9 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
 
     ``schedule`` maps maps (names from :func:`maps`, ``MapInfo``, ``Map`` or ``MapEntry`` objects) to
     process-grid shapes, one integer per map parameter. ``device="gpu"`` runs the rank-local kernels on
-    CUDA GPUs. ``solvers`` is an ordered list of solver names or objects to try for each memlet
+    CUDA GPUs, on arrays kept in GPU memory (:mod:`dace_partition.passes.gpu`); with ``ranks=P`` the grids
+    are then priced on :func:`~dace_partition.gpu_machine` (GPU rates, PCIe staging, ranks sharing the
+    GPUs visible here). ``solvers`` is an ordered list of solver names or objects to try for each memlet
     (default: grid_mapped, blocks, then registered plug-ins). ``fuse`` removes round trips of
     intermediates through rank 0 where both kernels hold the same blocks (thesis 4.5). Every error is
     raised before the SDFG changes.
@@ -85,7 +87,7 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
         local.apply(work)  # the search sees the fused maps
         auto = schedule = auto_schedule(work, ranks, io=io, memory_per_rank=memory_per_rank,
                                         fixed=local.rename_fixed(fixed), sizes=sizes, solvers=solvers,
-                                        local_optimize=False)  # work is fused already
+                                        local_optimize=False, device=device)  # work is fused already
         grids = resolve(discover(work), schedule)
     elif ranks is not None or fixed is not None or memory_per_rank is not None:
         raise ScheduleError("lower(): give either a schedule or ranks=P (with fixed= / memory_per_rank=), not both")

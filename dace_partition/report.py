@@ -149,6 +149,7 @@ class LoweringReport:
     timings: Dict[str, float] = field(default_factory=dict)  # seconds per lowering step (see Steps)
     schedule: str = ""  # lower(ranks=P): the automatic schedule and why (Schedule.explain())
     unsplit: str = ""  # why nothing was partitioned (the whole program runs on rank 0), if so
+    residency: object = None  # device="gpu": ir.residency.Residency (where each buffer lives, PCIe copies)
 
     def slow_steps(self, threshold: float = SLOW_LOWERING_S) -> Optional[str]:
         """None when lowering took less than ``threshold`` seconds, else which steps took the time."""
@@ -205,6 +206,8 @@ class LoweringReport:
             lines.append(f"  local BLAS: {self.blas}")
         lines.append(f"  rank-local buffers: {self.persistent_bytes} B per rank, allocated once when the program "
                      "starts")
+        if self.residency is not None:
+            lines += ["  " + line for line in self.residency.lines()]
         lines += [str(k) for k in self.kernels]
         if self.unsplit:
             lines.append(f"  nothing partitioned: {self.unsplit}")

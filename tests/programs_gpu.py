@@ -37,3 +37,21 @@ def leading_dim_schedule(sdfg, parts=2):
             continue
         schedule[m.name] = (parts,) + (1,) * (len(m.params) - 1)
     return schedule
+
+
+NH = dace.symbol("NH")
+
+
+@dace.program
+def host_branch(x: dace.float64[NH], out: dace.float64[NH]):
+    """``y`` is computed by a kernel and read by host code (the branch condition)."""
+    y = x * 2
+    if y[0] > 0:
+        out[:] = y + 1
+    else:
+        out[:] = y - 1
+
+
+def host_branch_reference(x, out):
+    y = x * 2
+    return y + 1 if y[0] > 0 else y - 1

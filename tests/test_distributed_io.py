@@ -115,6 +115,27 @@ def test_layouts_of_a_program_specialized_to_its_sizes_need_no_symbols(rng):
     np.testing.assert_allclose(dp.run(sdfg, 2, x=x, y=y), 2.0 * x + y, rtol=1e-12, atol=1e-12)
 
 
+def test_sizes_named_like_sympy_constants_are_sizes(rng):
+    """``N``, ``S`` and ``beta`` are sympy's numeric function, singleton registry and beta function to a
+    bare ``sympify``: a layout over them must still read them as the program's sizes."""
+    import dace
+    N, S, beta = dace.symbol("N"), dace.symbol("S"), dace.symbol("beta")
+
+    @dace.program
+    def scaled_blocks(x: dace.float64[N, S], y: dace.float64[N, S], z: dace.float64[beta]):
+        return 2.0 * x + y
+
+    sdfg = scaled_blocks.to_sdfg()
+    sdfg.name = "t_sympy_named_sizes_dist"
+    dp.lower(sdfg, {m.name: (2, 1) for m in dp.maps(sdfg)}, io="distributed")
+    lay = dp.layout(sdfg, "x")
+    assert {"N", "S"} <= lay.symbols()
+    assert [lay.block(r, N=10, S=3) for r in range(2)] == [(slice(0, 5), slice(0, 3)), (slice(5, 10), slice(0, 3))]
+    x, y = rng.standard_normal((10, 3)), rng.standard_normal((10, 3))
+    np.testing.assert_allclose(dp.run(sdfg, 2, x=x, y=y, z=np.zeros(4), N=10, S=3, beta=4), 2.0 * x + y,
+                               rtol=1e-12, atol=1e-12)
+
+
 def _lower_distributed(program, grid):
     sdfg = program.to_sdfg()
     dp.lower(sdfg, {m.name: grid[:len(m.params)] for m in dp.maps(sdfg)}, io="distributed")

@@ -167,7 +167,7 @@ def test_dace_runtime_needs_cub3_shim(tmp_path):
 
 # ---------------------------------------------------------------- CUDA builds (nvcc, no GPU needed)
 
-DEFAULT_BUILDS = ("bcast_add", )  # each nvcc build costs ~30 s: the rest run under -m slow
+DEFAULT_BUILDS = ("bcast_add", "softmax")  # each nvcc build costs ~15-30 s: the rest run under -m slow
 
 
 @needs_nvcc
@@ -193,6 +193,28 @@ def test_cuda_build(name):
         assert "cublasDgemm" in cpp + cuda, "the tile product does not call cuBLAS"
     flags = open(glob.glob(os.path.join(folder, "build", "CMakeFiles", f"{sdfg.name}.dir", "flags.make"))[0]).read()
     assert "-std=c++17" in flags and "sm_" in flags and "sm_60" not in flags
+
+
+@needs_nvcc
+def test_resident_build_copies_only_what_the_report_lists():
+    """The built softmax (four kernels on rank-local buffers in GPU memory) makes exactly the host<->GPU
+    copies that the report lists, allocates its buffers once (cudaMalloc / cudaMallocHost in the program's
+    init, freed at exit) and gives every kernel a block chosen from its shape."""
+    from dace_partition.passes.gpu import pcie_copies
+    sdfg, folder = built("softmax")
+    cpp = _sources(folder, "cpu", "cpp")
+    cuda = _sources(folder, "cuda", "cu")
+    res = dp.report(sdfg).residency
+    assert len(res.copies) == len(pcie_copies(sdfg)) == 2
+    assert cpp.count("cudaMemcpyAsync(") == 2, "a copy the report does not list was generated"
+    start = cpp.index(f"__dace_init_{sdfg.name}(")
+    init = cpp[start:cpp.index(f"__dace_exit_{sdfg.name}(", start)]
+    for name in res.resident:
+        assert f"cudaMalloc((void**)&__state->__0_{name}," in init, f"{name} is not allocated once at init"
+    for _, twin in res.pinned:
+        assert f"cudaMallocHost(&__state->__0_{twin}," in init
+    assert "cudaMalloc(" not in cpp.replace(init, ""), "a buffer is allocated per call"
+    assert "dim3(32, 8, 1)" in cuda, "the 8x32 maps do not run on 32x8 blocks"
 
 
 # ---------------------------------------------------------------- real GPU runs (skipped without a GPU)

@@ -29,13 +29,7 @@ def _check(data, ks):
     mod = R.load(R.source(ks), f"dp_prop_{_COUNT[0]}")
     sdfg = mod.prog.to_sdfg()
     sdfg.name = f"dp_prop_{_COUNT[0]}"
-    infos = dp.maps(sdfg)
-    principals = {}
-    for m in infos:
-        k = id(m.kernel)
-        if k not in principals or len(m.params) > len(principals[k].params):
-            principals[k] = m
-    schedule = data.draw(R.schedule_strategy(infos, list(principals.values())), label="schedule")
+    schedule = R.draw_schedule(data, dp.maps(sdfg))
     n = data.draw(st.integers(4, 11), label="N")
     try:
         dp.lower(sdfg, schedule)

@@ -1,5 +1,6 @@
 """``Layout``: which global subset of an argument each rank holds in a program lowered with
 ``io="distributed"``, computable on any rank without communication (Heat's ``chunk`` idea)."""
+import re
 from dataclasses import dataclass
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -15,6 +16,15 @@ _FUNCTIONS = {
     "Min": sympy.Min,
     "Max": sympy.Max,
 }
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+
+
+def _parse(expr):
+    """A layout expression as sympy reads it, every name a symbol: plain ``sympify`` turns a size named
+    ``N``, ``S``, ``E`` or ``beta`` into sympy's own function or constant."""
+    names = {n: sympy.Symbol(n) for n in _NAME.findall(str(expr)) if n not in _FUNCTIONS}
+    return sympy.sympify(expr, locals={**_FUNCTIONS, **names})
 
 
 def _grid_size(grid) -> int:
@@ -38,12 +48,11 @@ class Layout:
     subset: Tuple[Tuple[str, str], ...]  # inclusive (begin, end) per dimension
 
     def __str__(self):
-        dims = ", ".join(f"{b}:{sympy.sympify(e) + 1}" for b, e in self.subset)
+        dims = ", ".join(f"{b}:{_parse(e) + 1}" for b, e in self.subset)
         return f"Layout({self.array}[{dims}] on grid {self.grid}, local shape ({', '.join(self.local_shape)}))"
 
     def _eval(self, expr: str, values: Dict[str, int]) -> int:
-        names = dict(_FUNCTIONS, **{k: sympy.Symbol(k) for k in values})
-        v = sympy.sympify(expr, locals=names).subs({sympy.Symbol(k): x for k, x in values.items()})
+        v = _parse(expr).subs({sympy.Symbol(k): x for k, x in values.items()})
         if v.free_symbols:
             raise ValueError(f"layout of '{self.array}' needs values for {sorted(map(str, v.free_symbols))}")
         return int(sympy.floor(v)) if not v.is_integer else int(v)
@@ -52,7 +61,7 @@ class Layout:
         """Names a call must give (or the grid coordinates fix) to evaluate the layout."""
         names = set()
         for expr in self.shape + self.local_shape + tuple(x for be in self.subset for x in be):
-            names |= {str(x) for x in sympy.sympify(expr, locals=dict(_FUNCTIONS)).free_symbols}
+            names |= {str(x) for x in _parse(expr).free_symbols}
         return names - {c for c in self.coords if c}
 
     def covers_whole_array(self, **symbols) -> Optional[bool]:

@@ -17,17 +17,25 @@ Each rank picks its GPU by node-local rank (``MPI_Comm_split_type(MPI_COMM_TYPE_
 ``cudaSetDevice(local_rank % device_count)``) before DaCe creates its CUDA streams; see
 ``runtime/include/dace_partition_cuda.h``.
 """
-from typing import List, Optional
+from dataclasses import replace
+from typing import Dict, List, Optional, Tuple
 
 import dace
 from dace import dtypes, nodes
+from dace.memlet import Memlet
 from dace.sdfg import SDFG, SDFGState
+from dace.subsets import Range
 from dace.sdfg.graph import SubgraphView
 from dace.transformation.helpers import nest_state_subgraph
 
+from ..compat import all_states
+from .graph import guard
+from ..ir.residency import CopyDirection, Residency, StagingCopy
 from ..runtime.cuda_build import CUDA_ENVIRONMENT
 from ..solvers.node import DistributedMemlet
 from ..schedule import expand_all
+
+RANK = "__dp_rank"  # the world rank symbol that the program's first state sets (passes.partition)
 
 #: Placed in the generated CUDA file before ``__dace_init_cuda``: DaCe's CUDA initialization starts with
 #: ``cudaGetDeviceCount``, so routing that first call through the device selection makes every stream and
@@ -43,7 +51,13 @@ static inline cudaError_t dace_partition_cuda_device_count(int *count) {
 
 def offload(sdfg: SDFG, kernel_states: List[SDFGState], root_states: List[SDFGState], report=None,
             root_on_gpu: bool = True, cublas: Optional[bool] = None) -> SDFG:
-    """Moves the kernels of ``kernel_states`` to the GPU.
+    """Moves the kernels of ``kernel_states`` to the GPU and keeps the arrays they use there.
+
+    Decides first (:func:`decide_residency`: which arrays live in GPU memory), then rewrites: library
+    nodes are expanded, resident arrays get GPU storage (an argument gets a device twin, filled when the
+    call starts and copied back when it ends), every kernel is nested and moved to the GPU, and each
+    communication state touching a resident array is staged through host memory
+    (:func:`stage_communication`).
 
     With ``root_on_gpu`` (the default), the kernels that run on rank 0 on the global arrays (unscheduled
     maps and library nodes, grids of one rank) also run on rank 0's GPU; states holding only tasklets
@@ -53,28 +67,257 @@ def offload(sdfg: SDFG, kernel_states: List[SDFGState], root_states: List[SDFGSt
     if cublas is None:
         from ..runtime.cuda_build import cublas_available
         cublas = cublas_available()
-    moved = 0
-    done = set()
-    states = list(kernel_states) + ([s for s in root_states if _has_kernel(s)] if root_on_gpu else [])
+    states = list(dict.fromkeys(list(kernel_states) + ([s for s in root_states if _has_kernel(s)] if root_on_gpu
+                                                         else [])))
     gemm_states = [s for s in states if any(isinstance(n, _blas_nodes() + (_matmul(), )) for n, _ in
                                             s.all_nodes_recursive())]
     for state in states:
-        if state not in done:
-            done.add(state)
-            moved += _offload_state(sdfg, state, cublas) is not None
+        _expand_library_nodes(sdfg, state, cublas)
+    residency = decide_residency(sdfg, kernel_states, states)
+    residency = place(sdfg, residency, states)
+    wrappers = [w for w in (_offload_state(sdfg, state) for state in states) if w is not None]
+    inside = {n for n in residency.resident if n not in sdfg.arrays}  # one kernel's own: moved into its wrapper
+    residency = replace(residency, resident=tuple(n for n in residency.resident if n not in inside),
+                        rank0=tuple(n for n in residency.rank0 if n not in inside),
+                        gpu_writes=tuple(n for n in residency.gpu_writes if n not in inside))
+    residency = stage_communication(sdfg, residency)
+    residency = replace(residency, kernel_copies=tuple(sorted({a for w in wrappers for a in _copied_in_out(w)})))
     if report is not None and gemm_states:
         how = "cuBLAS" if cublas else "pure: DaCe's GPU maps (no cuBLAS found in the CUDA toolkit)"
         report.blas = f"{how}, for the matrix products of {len(gemm_states)} kernel state(s)"
     if report is not None:
+        report.residency = residency
         for kr in report.kernels:
             if kr.grid is not None:
-                kr.notes.append("runs on the GPU: local arrays copied host -> GPU_Global -> host around the "
-                                "kernel; MPI on host buffers")
+                kr.notes.append("runs on the GPU on its rank-local buffers in GPU memory (see 'GPU residency')")
             elif root_on_gpu:  # every reported kernel is a map, nested SDFG or library node (never a tasklet)
-                kr.notes.append("runs on rank 0's GPU: global arrays copied host -> GPU_Global -> host")
-    if moved:
+                kr.notes.append("runs on rank 0's GPU (see 'GPU residency' for where its arrays live)")
+    if wrappers:
         _attach_runtime(sdfg)
     return sdfg
+
+
+def _is_comm_state(state: SDFGState) -> bool:
+    """A state of DistributedMemlets and the buffers they read and write (scatter, gather, halo, ...)."""
+    work = [n for n in state.nodes() if not isinstance(n, nodes.AccessNode)]
+    return bool(work) and all(isinstance(n, DistributedMemlet) for n in work)
+
+
+def decide_residency(sdfg: SDFG, kernel_states: List[SDFGState], gpu_states: List[SDFGState]) -> Residency:
+    """Which arrays live in GPU memory for the whole call: every array (not a scalar, not a view) that a
+    GPU state uses and that only GPU states and MPI (staged through host memory) touch. Transients
+    (the rank-local buffers, rank 0's intermediates) are allocated there; arguments get a device twin.
+    An array that host code or an interstate edge reads stays on the host, with the reason, and is
+    copied around each kernel that uses it. Arrays that no partitioned kernel touches are rank 0's alone
+    (their copies run on rank 0 only). Changes nothing."""
+    gpu, kernels = set(gpu_states), set(kernel_states)
+    touched: Dict[str, set] = {}
+    for st in all_states(sdfg):
+        for n in st.data_nodes():
+            touched.setdefault(n.data, set()).add(st)
+    read_between = set()
+    for e in sdfg.all_interstate_edges():
+        read_between |= set(e.data.free_symbols) | set(e.data.read_symbols())
+    resident, arguments, why_host, rank0, gpu_writes = [], [], {}, [], []
+    for name, where in sorted(touched.items()):
+        desc = sdfg.arrays[name]
+        if type(desc) is not dace.data.Array or not where & gpu:
+            continue
+        other = sorted(st.label for st in where if st not in gpu and not _is_comm_state(st))
+        if other:
+            why_host[name] = f"state '{other[0]}' uses it outside a kernel and MPI"
+        elif name in read_between:
+            why_host[name] = "an interstate edge reads it"
+        else:
+            (resident if desc.transient else arguments).append(name)
+            if not where & kernels:
+                rank0.append(name)
+            if any(n.data == name and st.in_degree(n) > 0 for st in where & gpu for n in st.data_nodes()):
+                gpu_writes.append(name)
+    return Residency(resident=tuple(resident), arguments=tuple(arguments), rank0=tuple(rank0),
+                     host=tuple(sorted(why_host.items())), gpu_writes=tuple(gpu_writes))
+
+
+def place(sdfg: SDFG, residency: Residency, gpu_states: List[SDFGState]) -> Residency:
+    """Gives resident transients GPU storage and every resident argument a device twin that the GPU
+    states use instead; the twins are filled when the call starts (arguments the program reads) and
+    copied back when it ends (arguments it writes). Allocated once where their sizes allow it."""
+    free = {str(s) for s in sdfg.free_symbols} | set(sdfg.constants)  # sizes known when the program starts
+    for name in residency.resident:
+        desc = sdfg.arrays[name]
+        desc.storage = dtypes.StorageType.GPU_Global
+        if {str(s) for s in desc.free_symbols} <= free:
+            desc.lifetime = dtypes.AllocationLifetime.Persistent
+    twins = {}
+    for name in residency.arguments:
+        desc = sdfg.arrays[name].clone()
+        desc.storage, desc.transient = dtypes.StorageType.GPU_Global, True
+        if {str(s) for s in desc.free_symbols} <= free:
+            desc.lifetime = dtypes.AllocationLifetime.Persistent
+        twins[name] = sdfg.add_datadesc(f"{name}_gpu", desc, find_new_name=True)
+    for st in gpu_states:
+        for n in st.data_nodes():
+            if n.data in twins:
+                n.data = twins[n.data]
+        for e in st.edges():
+            if e.data.data in twins:
+                e.data.data = twins[e.data.data]
+    arg_of = {**{t: a for a, t in twins.items()}, **{a: a for a in twins}}
+    read = set()  # partly written counts as read: the rest must arrive from the caller
+    for st in all_states(sdfg):
+        for n in st.data_nodes():
+            if n.data in arg_of and (st.out_degree(n) > 0 or any(not _whole(sdfg, e) for e in st.in_edges(n))):
+                read.add(arg_of[n.data])
+    written = set(twins) & set(residency.gpu_writes)  # what MPI alone writes is in the caller's array already
+    copies = []
+    init = sdfg.start_block
+    for rank0, names in _grouped(sorted(read), set(residency.rank0)):
+        st = _after_start(sdfg, init, "dace_partition_arguments_to_gpu" + ("_rank0" if rank0 else ""), rank0)
+        for name in names:
+            _copy(sdfg, st, name, twins[name])
+            copies.append(StagingCopy(twins[name], name, CopyDirection.TO_DEVICE, st.label, "the call starts"))
+    for rank0, names in _grouped(sorted(written), set(residency.rank0)):
+        st = _at_end(sdfg, "dace_partition_arguments_to_host" + ("_rank0" if rank0 else ""), rank0)
+        for name in names:
+            _copy(sdfg, st, twins[name], name)
+            copies.append(StagingCopy(twins[name], name, CopyDirection.TO_HOST, st.label, "the call ends"))
+    return replace(residency, device_twins=tuple(sorted(twins.items())), copies=tuple(copies))
+
+
+def _whole(sdfg: SDFG, edge) -> bool:
+    sub = edge.data.dst_subset if edge.data.dst_subset is not None else edge.data.subset
+    try:
+        return sub is not None and sub == Range.from_array(sdfg.arrays[edge.dst.data])
+    except Exception:  # noqa: BLE001 - a subset DaCe cannot compare counts as partial
+        return False
+
+
+def _after_start(sdfg: SDFG, init: SDFGState, label: str, rank0: bool) -> SDFGState:
+    """A state right after the program's first state (which sets the rank symbols), before anything else."""
+    (e, ) = sdfg.out_edges(init)
+    st = sdfg.add_state(label)
+    sdfg.remove_edge(e)
+    sdfg.add_edge(init, st, e.data)
+    sdfg.add_edge(st, e.dst, dace.InterstateEdge())
+    if rank0:
+        guard(st, f"{RANK} == 0")
+    return st
+
+
+def _at_end(sdfg: SDFG, label: str, rank0: bool) -> SDFGState:
+    """A state after every state that ended the program."""
+    sinks = [b for b in sdfg.nodes() if sdfg.out_degree(b) == 0]
+    st = sdfg.add_state(label)
+    for b in sinks:
+        sdfg.add_edge(b, st, dace.InterstateEdge())
+    if rank0:
+        guard(st, f"{RANK} == 0")
+    return st
+
+
+def stage_communication(sdfg: SDFG, residency: Residency) -> Residency:
+    """MPI works on host memory: each communication state that touches a resident array works on its host
+    side instead (a pinned twin of a resident transient, the argument itself for a device twin), preceded
+    by a state of device -> host copies (of what MPI reads, and of what it writes only in part: a halo, an
+    accumulation) and followed by a state of host -> device copies (of what it wrote). DaCe runs the copies
+    on the program's stream and synchronizes at the end of each copy state, so MPI starts after its data
+    arrived. An array no GPU state writes is never copied back (its host side is current). Copies of rank
+    0's arrays run on rank 0 alone. Returns ``residency`` with twins and copies."""
+    resident = set(residency.resident)
+    device_of = {arg: twin for arg, twin in residency.device_twins}
+    stale = set(residency.gpu_writes) | {device_of[a] for a in residency.gpu_writes if a in device_of}
+    pinned: Dict[str, str] = {}
+    copies: List[StagingCopy] = list(residency.copies)
+    for st in [s for s in all_states(sdfg) if _is_comm_state(s)]:
+        touched = [n for n in st.data_nodes() if n.data in resident or n.data in device_of]
+        if not touched:
+            continue
+        host_of = {}
+        for n in touched:
+            if n.data in device_of:  # an argument: MPI uses it where it is, its device twin is staged
+                host_of[device_of[n.data]] = n.data
+                continue
+            if n.data not in pinned:
+                desc = sdfg.arrays[n.data].clone()
+                desc.storage, desc.transient = dtypes.StorageType.CPU_Pinned, True
+                desc.lifetime = sdfg.arrays[n.data].lifetime
+                pinned[n.data] = sdfg.add_datadesc(n.data + "_host", desc, find_new_name=True)
+            host_of[n.data] = pinned[n.data]
+            for e in st.in_edges(n) + st.out_edges(n):
+                if e.data.data == n.data:
+                    e.data.data = pinned[n.data]
+            n.data = pinned[n.data]
+        device = {h: d for d, h in host_of.items()}
+        hosts = [n for n in st.data_nodes() if n.data in device]
+        reads = {device[n.data] for n in hosts if st.out_degree(n) > 0}
+        writes = {device[n.data] for n in hosts if st.in_degree(n) > 0}
+        partial = {device[n.data] for n in hosts for e in st.in_edges(n)
+                   if device[n.data] in reads or (isinstance(e.src, DistributedMemlet) and e.src.accumulates)
+                   or not _whole(sdfg, e)}
+        rank0 = {d for d in device.values() if d in residency.rank0 or host_of[d] in residency.rank0}
+        # Only what a GPU state writes can differ from its host side; the rest is there already.
+        for only0, names in _grouped(sorted((reads | partial) & stale), rank0):
+            pre = _beside(st, f"{st.label}_to_host" + ("_rank0" if only0 else ""), before=True, rank0=only0)
+            for name in names:
+                _copy(sdfg, pre, name, host_of[name])
+                copies.append(StagingCopy(name, host_of[name], CopyDirection.TO_HOST, pre.label,
+                                          "MPI reads it" if name in reads else "MPI writes part of it"))
+        for only0, names in _grouped(sorted(writes), rank0):
+            post = _beside(st, f"{st.label}_to_gpu" + ("_rank0" if only0 else ""), before=False, rank0=only0)
+            for name in names:
+                _copy(sdfg, post, host_of[name], name)
+                copies.append(StagingCopy(name, host_of[name], CopyDirection.TO_DEVICE, post.label, "MPI wrote it"))
+    return replace(residency, pinned=tuple(sorted(pinned.items())), copies=tuple(copies))
+
+
+def _grouped(names, rank0):
+    """(rank 0 only?, names): the copies of rank 0's arrays run on rank 0 alone."""
+    every = [n for n in names if n not in rank0]
+    only0 = [n for n in names if n in rank0]
+    return [(False, every)] * bool(every) + [(True, only0)] * bool(only0)
+
+
+def _beside(state: SDFGState, label: str, before: bool, rank0: bool) -> SDFGState:
+    parent = state.parent_graph
+    if before:
+        st = parent.add_state_before(state, label, is_start_block=parent.start_block is state)
+    else:
+        st = parent.add_state_after(state, label)
+    if rank0:
+        guard(st, f"{RANK} == 0")
+    return st
+
+
+def _copy(sdfg: SDFG, state: SDFGState, src: str, dst: str):
+    """One whole-array copy (contiguous: a single cudaMemcpyAsync, whatever the array's rank)."""
+    state.add_nedge(state.add_read(src), state.add_write(dst), Memlet.from_array(src, sdfg.arrays[src]))
+
+
+def _copied_in_out(wrapper: SDFG):
+    """The outer arrays a GPU wrapper still copies to and from the device (GPUTransformSDFG's clones)."""
+    return [name for name, desc in wrapper.arrays.items()
+            if not desc.transient and desc.storage not in (dtypes.StorageType.GPU_Global, dtypes.StorageType.CPU_Pinned)
+            and not isinstance(desc, dace.data.Scalar)]
+
+
+_GPU = (dtypes.StorageType.GPU_Global, dtypes.StorageType.GPU_Shared)
+
+
+def pcie_copies(sdfg: SDFG) -> List[Tuple[str, str, str, CopyDirection]]:
+    """Every copy between GPU and host memory in a lowered program, read from the graph (nested SDFGs
+    included): ``(state label, source, destination, direction)``. What the report's residency says is
+    checked against this; a copy inside a kernel's state names the wrapper's state."""
+    out = []
+    for sd in sdfg.all_sdfgs_recursive():
+        for st in all_states(sd):
+            for e in st.edges():
+                if not (isinstance(e.src, nodes.AccessNode) and isinstance(e.dst, nodes.AccessNode)):
+                    continue
+                src, dst = sd.arrays[e.src.data].storage, sd.arrays[e.dst.data].storage
+                if (src in _GPU) != (dst in _GPU):
+                    direction = CopyDirection.TO_HOST if src in _GPU else CopyDirection.TO_DEVICE
+                    out.append((st.label, e.src.data, e.dst.data, direction))
+    return out
 
 
 def _has_kernel(state: SDFGState) -> bool:
@@ -117,9 +360,9 @@ def _expand_library_nodes(sdfg: SDFG, state: SDFGState, cublas: bool) -> int:
     return on_cublas
 
 
-def _offload_state(sdfg: SDFG, state: SDFGState, cublas: bool = False):
-    """Nests the state's computation into a wrapper SDFG and applies GPUTransformSDFG to it."""
-    _expand_library_nodes(sdfg, state, cublas)
+def _offload_state(sdfg: SDFG, state: SDFGState):
+    """Nests the state's computation (library nodes already expanded) into a wrapper SDFG and applies
+    GPUTransformSDFG to it; arrays already in GPU memory are used in place, the others are copied."""
     scope = state.scope_dict()
     work = [n for n in state.nodes() if not isinstance(n, nodes.AccessNode)]
     if not work:
@@ -139,7 +382,65 @@ def _offload_state(sdfg: SDFG, state: SDFGState, cublas: bool = False):
     wrapper.apply_gpu_transformations(validate=False, simplify=False, sequential_innermaps=True,
                                       register_transients=True)
     _sequential_nested_maps(wrapper)
+    choose_block_sizes(wrapper)
     return wrapper
+
+
+THREADS_PER_BLOCK = 256  # 8 warps: full occupancy needs at most 8 such blocks per SM on H100 / A100
+
+
+def block_size(extents) -> List[int]:
+    """A thread block for a GPU map of these extents (in map order; None where only known at run time).
+
+    DaCe gives the map's last dimension to x (contiguous in C order). x takes up to 32 threads (one warp
+    reads a contiguous row segment), the next dimensions share the rest of 256 threads; a dimension
+    shorter than its share gets the power of two that covers it, so small maps do not run idle lanes.
+    A 1-D map gets up to 256 threads in x. (DaCe's default is 32x1x1 whatever the shape: 1024 threads
+    per SM at most, half of an H100's.)"""
+    dims = [e for e in reversed(list(extents))][:3]
+
+    def cover(e, cap):
+        if e is None:
+            return cap
+        p = 1
+        while p < e and p < cap:
+            p *= 2
+        return p
+
+    if len(dims) <= 1:
+        return [max(32, cover(dims[0] if dims else None, THREADS_PER_BLOCK)), 1, 1]
+    out = [cover(dims[0], 32)]
+    left = THREADS_PER_BLOCK // out[0]
+    for e in dims[1:]:
+        b = cover(e, left)
+        out.append(b)
+        left = max(1, left // b)
+    return out + [1] * (3 - len(out))
+
+
+def choose_block_sizes(wrapper: SDFG) -> int:
+    """Sets ``gpu_block_size`` on every GPU kernel map of ``wrapper`` that has none and no thread-block
+    maps inside (those set their own). Returns how many maps it set."""
+    count = 0
+    for n, state in wrapper.all_nodes_recursive():
+        if not (isinstance(n, nodes.MapEntry) and n.map.schedule == dtypes.ScheduleType.GPU_Device) or \
+                n.map.gpu_block_size is not None:
+            continue
+        inner = state.scope_subgraph(n).nodes()
+        if any(isinstance(m, nodes.MapEntry) and m.map.schedule in (dtypes.ScheduleType.GPU_ThreadBlock,
+                                                                    dtypes.ScheduleType.GPU_ThreadBlock_Dynamic)
+               for m in inner):
+            continue
+        n.map.gpu_block_size = block_size([_extent(e) for e in n.map.range.size()])
+        count += 1
+    return count
+
+
+def _extent(size):
+    try:
+        return int(size)
+    except (TypeError, ValueError):
+        return None
 
 
 def _sequential_nested_maps(wrapper: SDFG):

@@ -2,9 +2,11 @@
 only through this module)."""
 from typing import List, Sequence, Tuple
 
+import dace
 from dace import nodes
 from dace.memlet import Memlet
-from dace.sdfg import SDFG
+from dace.properties import CodeBlock
+from dace.sdfg import SDFG, SDFGState
 from dace.transformation import pass_pipeline as ppl
 
 from ..solvers.node import DistributedMemlet
@@ -102,3 +104,18 @@ def trips_of(sdfg: SDFG, state):
 def has_moves(state) -> bool:
     """Whether a state holds DistributedMemlets (it runs on every rank, never only on rank 0)."""
     return any(isinstance(n, DistributedMemlet) for n in state.nodes())
+
+
+def guard(state: SDFGState, condition: str):
+    """Runs ``state`` only where ``condition`` holds: a branch around it on interstate edges. Returns the
+    states it added before and after.
+
+    (A ConditionalBlock would hide the state from DaCe 1.0.2's library-node expansion, which looks
+    states up among the SDFG's top-level blocks.)
+    """
+    parent = state.parent_graph
+    before = parent.add_state_before(state, f"{state.label}_enter", is_start_block=parent.start_block is state)
+    after = parent.add_state_after(state, f"{state.label}_leave")
+    parent.edges_between(before, state)[0].data.condition = CodeBlock(condition)
+    parent.add_edge(before, after, dace.InterstateEdge(condition=f"not ({condition})"))
+    return before, after

@@ -34,7 +34,7 @@ from ..errors import UnsupportedPattern
 from ..ir import Distribution, IoMode, Move, MoveKind, ProgramRecord, attach
 from . import FuseRoundTrips, FusionKind, LocalizeArguments
 from .conditions import BroadcastBranchData
-from .graph import distributed_memlets, has_moves, trips_of
+from .graph import distributed_memlets, guard, has_moves, trips_of
 from ..report import Steps, KernelReport, LoweringReport, entry
 from ..schedule import Kernel, KernelKind, discover, expand_all, ordered_states
 from ..solvers.base import block_shape
@@ -97,7 +97,7 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: st
         pre, post = _apply_plan(sdfg, km)
         comm_states |= {pre, post}
         guarded.add(plan.kernel.state)
-        comm_states |= set(_guard(sdfg, plan.kernel.state, f"__dp{plan.kernel.index}_member == 1"))
+        comm_states |= set(guard(plan.kernel.state, f"__dp{plan.kernel.index}_member == 1"))
     by_kernel = {plan.kernel.index: kr for plan, kr in plans}
     steps.done("partition kernels")
     if fuse:
@@ -124,7 +124,7 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: st
         if st in comm_states or st in guarded or st.number_of_nodes() == 0 or has_moves(st):
             continue
         root_states.append(st)
-        comm_states |= set(_guard(sdfg, st, f"{RANK} == 0"))
+        comm_states |= set(guard(st, f"{RANK} == 0"))
     if not plans:
         _only_rank_0(sdfg, init_state)
     if device == "gpu":
@@ -437,20 +437,6 @@ def _add_runtime_state(sdfg: SDFG, plans: List[KernelPlan]) -> SDFGState:
         assignments[sym] = f"{sym}_v"
     sdfg.out_edges(st)[0].data.assignments = assignments
     return st
-
-
-def _guard(sdfg: SDFG, state: SDFGState, condition: str):
-    """Runs ``state`` only where ``condition`` holds: a branch around it on interstate edges.
-
-    (A ConditionalBlock would hide the state from DaCe 1.0.2's library-node expansion, which looks
-    states up among the SDFG's top-level blocks.)
-    """
-    parent = state.parent_graph
-    before = parent.add_state_before(state, f"{state.label}_enter", is_start_block=parent.start_block is state)
-    after = parent.add_state_after(state, f"{state.label}_leave")
-    parent.edges_between(before, state)[0].data.condition = CodeBlock(condition)
-    parent.add_edge(before, after, dace.InterstateEdge(condition=f"not ({condition})"))
-    return before, after
 
 
 def _apply_plan(sdfg: SDFG, km: KernelMoves):

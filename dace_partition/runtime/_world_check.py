@@ -42,11 +42,24 @@ def check(ranks: int, launcher: str):
     _fail(f"asked for {ranks} rank(s) with {launcher}, but {got}.{hint}")
 
 
+RUN_DIR = "DACE_PARTITION_RUN_DIR"  # where dp.run's ranks note their process ids (launch.dead_ranks reads them)
+
+
+def note_pid():
+    """A launcher names a rank that died by its pid (MPICH's mpiexec): each rank notes its own."""
+    folder = os.environ.get(RUN_DIR)
+    if folder and os.path.isdir(folder):
+        from mpi4py import MPI
+        with open(os.path.join(folder, f"rank{MPI.COMM_WORLD.Get_rank()}.pid"), "w") as f:
+            f.write(str(os.getpid()))
+
+
 def main(argv):
     if len(argv) < 3:
         _fail("usage: _world_check.py RANKS LAUNCHER (-m MODULE | SCRIPT) [ARGS...]")
     ranks, launcher, target = int(argv[0]), argv[1], argv[2:]
     check(ranks, launcher)
+    note_pid()
     if target[0] == "-m":
         if len(target) < 2:
             _fail("-m needs a module name")

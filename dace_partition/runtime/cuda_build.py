@@ -75,16 +75,23 @@ def gpu_available() -> bool:
 
     Set ``DACE_PARTITION_NO_GPU=1`` to force False.
     """
+    return gpu_count() > 0
+
+
+def gpu_count() -> int:
+    """The CUDA GPUs ``nvidia-smi -L`` lists here (0 without a GPU or with ``DACE_PARTITION_NO_GPU=1``)."""
     if os.environ.get("DACE_PARTITION_NO_GPU"):
-        return False
+        return 0
     smi = shutil.which("nvidia-smi")
     if smi is None:
-        return False
+        return 0
     try:
         out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
-        return False
-    return out.returncode == 0 and "GPU" in out.stdout
+        return 0
+    if out.returncode != 0:
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU"))
 
 
 def cublas_available() -> bool:

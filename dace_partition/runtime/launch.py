@@ -10,6 +10,7 @@ import functools
 import glob
 import hashlib
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -274,6 +275,71 @@ def _stop(proc, kind: Launcher):
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _tied_to(caller: int):
+    """``preexec_fn`` for a launcher (mpiexec or srun) in a session of its own: the kernel sends it SIGTERM
+    when the process that started it ends, however it ended (SIGTERM from a batch time limit, SIGKILL, a
+    notebook restart), and the launcher passes SIGTERM on to the ranks. Without it, the job outlived its
+    caller. Linux only; elsewhere a no-op."""
+    def preexec():
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != caller:  # the caller ended before the line above: end now
+            os.kill(os.getpid(), signal.SIGTERM)
+    return preexec
+
+
+_HYDRA_PID = re.compile(r"PID (\d+) RUNNING AT (\S+)")
+_HYDRA_EXIT = re.compile(r"EXIT CODE: (\d+)")
+_OMPI = re.compile(r"process rank (\d+) with PID (\d+) on node (\S+) exited on signal (\d+)")
+_SRUN = re.compile(r"srun: error: (\S+): tasks? ([\d,-]+): (.+)")
+
+
+def _signal_name(n: int) -> str:
+    try:
+        return f"signal {n} ({signal.Signals(n).name})"
+    except ValueError:
+        return f"signal {n}"
+
+
+def dead_ranks(text: str, tmp: str) -> list:
+    """Which ranks a launcher's output says ended, and how, in words: MPICH's mpiexec names a dead process by
+    its pid (every rank notes its own in ``tmp``: ``_world_check.note_pid``), Open MPI by rank and pid, srun by task."""
+    pids = {}
+    for path in glob.glob(os.path.join(tmp, "rank*.pid")):
+        try:
+            with open(path) as f:
+                pids[int(f.read().strip())] = int(os.path.basename(path)[4:-4])
+        except (OSError, ValueError):
+            pass
+    out = []
+    for m in _OMPI.finditer(text):
+        out.append(f"rank {m.group(1)} (pid {m.group(2)} on {m.group(3)}) was ended by {_signal_name(int(m.group(4)))}")
+    for m in _SRUN.finditer(text):
+        out.append(f"rank(s) {m.group(2)} on {m.group(1)}: {m.group(3).strip()}")
+    codes = [int(c) for c in _HYDRA_EXIT.findall(text)]
+    signalled = "(signal " in text
+    for i, m in enumerate(_HYDRA_PID.finditer(text)):
+        pid = int(m.group(1))
+        who = f"rank {pids[pid]}" if pid in pids else "a rank"
+        code = codes[i] if i < len(codes) else None
+        if code is None:
+            how = "ended"
+        elif signalled:  # hydra's EXIT CODE is then the signal's number ("... EXIT STRING: Killed (signal 9)")
+            how = f"was ended by {_signal_name(code)}"
+        elif code > 128:
+            how = f"was ended by {_signal_name(code - 128)}"
+        else:
+            how = f"exited with code {code}"
+        out.append(f"{who} (pid {pid} on {m.group(2)}) {how}")
+    return list(dict.fromkeys(out))
 
 
 def build(sdfg: SDFG) -> str:
@@ -751,8 +817,10 @@ def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = "dace_p
     with tempfile.TemporaryDirectory(prefix="dace_partition_") as tmp:
         np.savez(os.path.join(tmp, "inputs.npz"), **{k: np.asarray(v) for k, v in inputs.items()})
         cmd = launch_command(ranks, ["-m", worker, folder, tmp], lc, prefix)
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=mpi_environment(),
-                                start_new_session=True, text=True)
+        env = {**mpi_environment(), "DACE_PARTITION_RUN_DIR": tmp}
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                start_new_session=True, text=True,
+                                preexec_fn=_tied_to(os.getpid()) if sys.platform.startswith("linux") else None)
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -761,8 +829,10 @@ def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = "dace_p
             raise RunError(f"'{sdfg.name}' on {ranks} ranks did not finish within {timeout} s\n{err[-3000:]}")
         if proc.returncode != 0:
             msgs = [l for l in err.splitlines() if "dace_partition" in l or "Error" in l]
+            dead = dead_ranks(out + "\n" + err, tmp)
+            tail = msgs[-20:] or ([] if dead else (err.splitlines() or out.splitlines())[-30:])
             raise RunError(f"'{sdfg.name}' on {ranks} ranks failed (exit {proc.returncode}, launcher {lc}):\n" +
-                           "\n".join(msgs[-20:] or err.splitlines()[-30:]))
+                           "\n".join(dead + tail))
         for line in err.splitlines():  # the program's own warnings (e.g. a hierarchy the nodes do not match)
             if line.startswith("dace_partition: warning"):
                 print(line, file=sys.stderr)

@@ -14,11 +14,11 @@ from dace.sdfg import SDFG
 from ..errors import ScheduleError
 from ..schedule import Replicated, check_grid
 from ..solvers.registry import resolve_solvers
-from .machine import Machine, calibrate, machine
+from .machine import Machine, calibrate, gpu_machine, machine
 from .model import Candidate, Prediction, ProgramModel, prepare, principal_map
 from .solve import solve
 
-__all__ = ["Schedule", "auto_schedule", "predict", "calibrate", "machine", "Machine", "Prediction"]
+__all__ = ["Schedule", "auto_schedule", "predict", "calibrate", "machine", "gpu_machine", "Machine", "Prediction"]
 
 
 class Schedule(dict):
@@ -45,7 +45,7 @@ class Schedule(dict):
 
 def auto_schedule(sdfg: SDFG, ranks: int, *, io: str = "root", memory_per_rank: Optional[int] = None,
                   fixed: Optional[dict] = None, sizes: Optional[Dict[str, int]] = None, solvers=None,
-                  machine_: Optional[Machine] = None, local_optimize: bool = True) -> Schedule:
+                  machine_: Optional[Machine] = None, local_optimize: bool = True, device: str = "cpu") -> Schedule:
     """The schedule for ``ranks`` ranks that the cost model predicts fastest (see the module docstring).
 
     ``io``: as in ``lower`` (with ``"distributed"`` the arguments' scatters and gathers are free).
@@ -54,6 +54,8 @@ def auto_schedule(sdfg: SDFG, ranks: int, *, io: str = "root", memory_per_rank: 
     kernel that touches ``x`` holds it split into P row blocks). ``sizes`` gives the values of size
     symbols the model assumes (default: the SDFG's constants, else 512). ``sdfg`` does not change.
     ``local_optimize``: price the maps as ``lower`` fuses them (the schedule then names the fused maps).
+    ``device="gpu"``: priced on :func:`gpu_machine` (GPU rates, PCIe staging, ranks sharing the GPUs
+    visible here) unless ``machine_`` is given.
     """
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
@@ -64,7 +66,9 @@ def auto_schedule(sdfg: SDFG, ranks: int, *, io: str = "root", memory_per_rank: 
         from ..passes.local_optimize import fused_for_search
         sdfg, fixed = fused_for_search(sdfg, fixed)
     work, assumed, kernels = prepare(sdfg, sizes)
-    m = machine_ or machine()
+    if device not in ("cpu", "gpu"):
+        raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
+    m = machine_ or (gpu_machine() if device == "gpu" else machine())
     order = resolve_solvers(solvers)
     names = {info.name: (k, info) for k in kernels for info in k.maps}
     by_map, by_array = _split_fixed(fixed, names, sdfg.arrays)

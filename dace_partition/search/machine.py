@@ -26,21 +26,53 @@ CACHE = os.path.join(os.path.expanduser("~"), ".cache", "dace_partition", "machi
 
 @dataclass(frozen=True)
 class Machine:
-    """Rates of one rank (one core) and of the link between two ranks."""
+    """Rates of one rank (one core, or its GPU) and of the link between two ranks.
+
+    A GPU machine (``gpus > 0``) adds what ``device="gpu"`` lowerings pay: ``pcie`` (bytes/s between a
+    rank's GPU and its pinned host memory, crossed twice by every byte MPI moves: to the host at the
+    sender, back to the device at the receiver), ``launch`` (seconds per kernel) and ``gpus`` (the GPUs
+    the job's ranks share: ranks take GPUs round-robin by node-local rank, so a grid of S ranks runs
+    ``ceil(S / gpus)`` tiles one after another on each GPU)."""
     alpha: float = 5.0e-6  # seconds per message received
     beta: float = 2.5e-10  # seconds per byte received (4 GB/s)
     blas_flops: float = 3.0e10  # flop/s of a rank-local GEMM
     map_ops: float = 2.5e9  # operations/s of DaCe-generated map code (one thread, data in cache)
     stream: float = 8.0e9  # bytes/s a rank reads and writes from memory
     source: str = "defaults"
+    gpus: int = 0  # GPUs the ranks share (0: a CPU machine)
+    pcie: float = 0.0  # bytes/s host <-> GPU (pinned)
+    launch: float = 0.0  # seconds per GPU kernel
 
     def message_time(self, messages: float, bytes_: float) -> float:
-        return self.alpha * messages + self.beta * bytes_
+        staging = 2 * bytes_ / self.pcie if self.pcie else 0.0
+        return self.alpha * messages + self.beta * bytes_ + staging
+
+    def sharing(self, ranks: int) -> int:
+        """How many of ``ranks`` ranks run on one GPU (1 on a CPU machine: one core each)."""
+        return -(-ranks // self.gpus) if self.gpus else 1
 
     def __str__(self):
+        gpu = (f", {self.gpus} GPU(s) shared by the ranks, PCIe {self.pcie / 1e9:.0f} GB/s, launch "
+               f"{self.launch * 1e6:.0f} us") if self.gpus else ""
         return (f"Machine({self.source}: alpha {self.alpha * 1e6:.2f} us, beta {1 / self.beta / 1e9:.2f} GB/s, "
                 f"BLAS {self.blas_flops / 1e9:.1f} GFlop/s, maps {self.map_ops / 1e9:.2f} Gop/s, "
-                f"memory {self.stream / 1e9:.1f} GB/s)")
+                f"memory {self.stream / 1e9:.1f} GB/s{gpu})")
+
+
+def gpu_machine(gpus: Optional[int] = None, host: Optional[Machine] = None) -> Machine:
+    """The model of ranks whose kernels run on GPUs (``lower(..., device="gpu")``), from published figures
+    of an NVIDIA H100 SXM5 (HBM3 3.35 TB/s, FP64 tensor 67 TFLOP/s, PCIe Gen5 x16 64 GB/s per direction),
+    derated to what kernels reach: 2.5 TB/s of memory traffic, 1e12 map operations/s, 5e13 GEMM flop/s,
+    25 GB/s of pinned copies, 10 us per kernel (launch and DaCe's synchronization after each state). MPI
+    keeps ``host``'s link (default: :func:`machine`). ``gpus``: the GPUs the job's ranks share (default:
+    the GPUs visible here, else 1). Not measured here: no GPU machine has calibrated it yet."""
+    host = host or machine()
+    if gpus is None:
+        from ..runtime.cuda_build import gpu_count
+        gpus = gpu_count() or 1
+    return Machine(alpha=host.alpha, beta=host.beta, blas_flops=5.0e13, map_ops=1.0e12, stream=2.5e12,
+                   source=f"GPU: H100 published figures, derated; MPI link: {host.source}", gpus=gpus,
+                   pcie=2.5e10, launch=1.0e-5)
 
 
 _CACHED: Optional[Machine] = None

@@ -219,7 +219,15 @@ class ProgramModel:
 
     def work(self, k: Kernel, km: Optional[KernelMoves]) -> float:
         """Seconds one rank computes for one execution of the kernel on its tile (``km`` None: the
-        whole kernel on rank 0)."""
+        whole kernel on rank 0). On GPUs, a kernel launch more, and the tiles of the grid's ranks that
+        share one GPU run one after another on it."""
+        t = self._tile_work(k, km)
+        m = self.machine
+        if not m.gpus:
+            return t
+        return m.sharing(km.analysis.size if km is not None else 1) * (t + m.launch * max(1, len(k.maps)))
+
+    def _tile_work(self, k: Kernel, km: Optional[KernelMoves]) -> float:
         if k.kind == KernelKind.LIBRARY and type(k.node).__name__ in _BLAS:
             info = self.principal(k)
             grid = _inner_grid(km, info) if km is not None else None

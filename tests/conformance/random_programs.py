@@ -106,6 +106,16 @@ def reference(mod, args):
     return {k: v for k, v in a.items() if k.startswith("o")}
 
 
+def draw_schedule(data, maps):
+    """A random schedule for a program's maps (``dp.maps``), drawn from ``data`` (hypothesis' ``st.data()``)."""
+    principals = {}
+    for m in maps:
+        k = id(m.kernel)
+        if k not in principals or len(m.params) > len(principals[k].params):
+            principals[k] = m
+    return data.draw(schedule_strategy(maps, list(principals.values())), label="schedule")
+
+
 def schedule_strategy(maps, kernels_of):
     """A strategy for a random valid-looking schedule: per kernel, nothing or a grid on its principal map
     (the map with the most parameters; the others' grids are derived) that splits one or two dimensions."""

@@ -23,6 +23,25 @@ template <typename ValueType, typename ConversionOp, typename InputIteratorT, ty
 using TransformInputIterator = thrust::transform_iterator<ConversionOp, InputIteratorT, ValueType>;
 }  // namespace cub
 #endif
+#if !defined(DACE_PARTITION_ATOMIC64_SHIM)
+#define DACE_PARTITION_ATOMIC64_SHIM
+// int64 min/max reductions: DaCe 1.0.2 calls atomicMin/atomicMax on `long *` (int64_t on Linux), for which
+// CUDA has no overload (only long long); same width, so forward to it.
+__device__ __forceinline__ long atomicMin(long *p, long v) {
+    return static_cast<long>(atomicMin(reinterpret_cast<long long *>(p), static_cast<long long>(v)));
+}
+__device__ __forceinline__ long atomicMax(long *p, long v) {
+    return static_cast<long>(atomicMax(reinterpret_cast<long long *>(p), static_cast<long long>(v)));
+}
+__device__ __forceinline__ unsigned long atomicMin(unsigned long *p, unsigned long v) {
+    return static_cast<unsigned long>(atomicMin(reinterpret_cast<unsigned long long *>(p),
+                                                static_cast<unsigned long long>(v)));
+}
+__device__ __forceinline__ unsigned long atomicMax(unsigned long *p, unsigned long v) {
+    return static_cast<unsigned long>(atomicMax(reinterpret_cast<unsigned long long *>(p),
+                                                static_cast<unsigned long long>(v)));
+}
+#endif
 #endif  // __CUDACC__
 
 #if !defined(DACE_PARTITION_CUDA_H)
@@ -66,4 +85,12 @@ inline int select_device() {
 }
 
 }  // namespace dace_partition_cuda
+
+// DaCe 1.0.2 allocates a persistent pinned array (the host twin MPI uses for a GPU-resident buffer) with
+// cudaMallocHost(&__state->x, ...), where the member is `T * __restrict__`: neither of CUDA's overloads
+// takes a pointer to a restrict pointer. This one does.
+template <typename T>
+static inline cudaError_t cudaMallocHost(T *__restrict__ *ptr, size_t size) {
+    return cudaMallocHost(reinterpret_cast<void **>(const_cast<T **>(ptr)), size);
+}
 #endif  // DACE_PARTITION_CUDA_H

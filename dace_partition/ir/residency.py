@@ -1,0 +1,95 @@
+"""Where a GPU-lowered program keeps its rank-local buffers, and which copies cross PCIe.
+
+A :class:`Residency` is decided once (``passes.gpu.decide_residency``) before the SDFG changes and then
+applied; the report prints it. A *resident* buffer lives in GPU memory for the whole program, allocated
+once when it starts; kernels hand it to each other on the device. MPI works on host memory, so every
+communication state that touches a resident buffer goes through its *pinned* host twin: one copy from
+the device before the state (where MPI reads it, or writes only part of it) and one back after it
+(where MPI writes it). Those copies, and nothing else, cross PCIe for resident buffers.
+"""
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Dict, Tuple
+
+
+class Memory(str, Enum):
+    """Where a buffer lives."""
+    HOST = "host"  # pageable host memory (DaCe's default)
+    GPU = "GPU"  # device memory, resident across kernels and calls
+    PINNED = "pinned host"  # page-locked host memory: the staging area MPI reads and writes
+
+    def __str__(self):
+        return self.value
+
+
+class CopyDirection(str, Enum):
+    """The direction of one copy across PCIe."""
+    TO_HOST = "GPU -> host"
+    TO_DEVICE = "host -> GPU"
+
+    def __str__(self):
+        return self.value
+
+
+@dataclass(frozen=True)
+class StagingCopy:
+    """One whole-array copy across PCIe between a resident array and its host side (a pinned twin, or the
+    caller's argument), in a state of its own next to the communication state it serves, or where the
+    call starts or ends."""
+    buffer: str  # the array in GPU memory
+    host: str  # its host side
+    direction: CopyDirection
+    state: str  # the state that copies
+    why: str  # "MPI reads it", "MPI writes part of it", "MPI wrote it", "the call starts", "the call ends"
+
+    def __str__(self):
+        return f"{self.buffer} -> {self.host}" if self.direction == CopyDirection.TO_HOST else \
+            f"{self.host} -> {self.buffer}"
+
+    def line(self):
+        return f"{self}: {self.direction} in '{self.state}' ({self.why})"
+
+
+@dataclass(frozen=True)
+class Residency:
+    """The GPU lowering's placement decision: which arrays live in GPU memory and how they reach MPI and
+    the caller."""
+    resident: Tuple[str, ...] = ()  # transients in GPU memory (rank-local buffers, rank 0's intermediates)
+    arguments: Tuple[str, ...] = ()  # the caller's arrays the GPU works on through a device twin
+    rank0: Tuple[str, ...] = ()  # of those, the arrays only rank 0 holds (their copies run there alone)
+    device_twins: Tuple[Tuple[str, str], ...] = ()  # (argument, its device twin)
+    pinned: Tuple[Tuple[str, str], ...] = ()  # (resident transient, its pinned host twin for MPI)
+    copies: Tuple[StagingCopy, ...] = ()  # every copy across PCIe of a resident array
+    host: Tuple[Tuple[str, str], ...] = ()  # (array a GPU state uses but that stays on the host, why)
+    kernel_copies: Tuple[str, ...] = field(default=())  # arrays still copied in and out around a kernel
+    gpu_writes: Tuple[str, ...] = ()  # resident arrays a GPU state writes (only their host side can be stale)
+
+    @property
+    def twins(self) -> Dict[str, str]:
+        """Device array -> its host side, for every resident array that MPI or the caller sees."""
+        return {**dict(self.pinned), **{t: a for a, t in self.device_twins}}
+
+    def where(self, name: str) -> Memory:
+        if name in self.resident or name in dict(self.device_twins).values():
+            return Memory.GPU
+        if name in dict(self.pinned).values():
+            return Memory.PINNED
+        return Memory.HOST
+
+    def lines(self):
+        out = [f"GPU residency: {len(self.resident)} transient(s) and the device twins of {len(self.device_twins)} "
+               f"argument(s) stay in GPU memory between kernels; MPI goes through {len(self.pinned)} pinned "
+               "host twin(s)"]
+        if self.copies:
+            out.append(f"copies across PCIe ({len(self.copies)}, whole arrays; none between two kernels):")
+            out += [f"  {c.line()}" for c in self.copies]
+        else:
+            out.append("copies across PCIe: none")
+        for name, why in self.host:
+            out.append(f"on the host: {name} ({why})")
+        if self.kernel_copies:
+            out.append("copied host -> GPU -> host around each kernel that uses them: " + ", ".join(self.kernel_copies))
+        return out
+
+    def __str__(self):
+        return "\n".join(self.lines())

@@ -1,0 +1,101 @@
+"""The cost model of device="gpu" lowerings: ranks that share a GPU share its time, MPI pays PCIe twice.
+
+Pure Python (the search prices; nothing is built or run).
+"""
+import dace
+import numpy as np
+import pytest
+
+import dace_partition as dp
+from dace_partition.search.model import ProgramModel, prepare
+from dace_partition.solvers.registry import resolve_solvers
+
+N = dace.symbol("N")
+
+
+@dace.program
+def big_matmul(a: dace.float64[N, N], b: dace.float64[N, N]):
+    return a @ b
+
+
+@dace.program
+def row_softmax(x: dace.float32[N, N]):
+    mx = np.max(x, axis=1)
+    e = np.exp(x - mx[:, np.newaxis])
+    return e / np.sum(e, axis=1)[:, np.newaxis]
+
+
+SIZES = {"N": 8192}
+
+
+def _partitioned(schedule):
+    return {k: v for k, v in schedule.items() if v is not None and np.prod(v) > 1}
+
+
+def test_ranks_that_share_one_gpu_keep_the_program_on_one_gpu():
+    """Four ranks on one GPU: a split gains no compute (the tiles run one after another on the GPU) and
+    pays MPI and PCIe, so the model keeps every kernel on rank 0's GPU; on four CPU cores it splits."""
+    one_gpu = dp.auto_schedule(big_matmul.to_sdfg(), 4, sizes=SIZES, machine_=dp.gpu_machine(gpus=1))
+    assert not _partitioned(dict(one_gpu)), one_gpu.explain()
+    cpu = dp.auto_schedule(big_matmul.to_sdfg(), 4, sizes=SIZES)
+    assert _partitioned(dict(cpu)), cpu.explain()
+    assert "1 GPU(s) shared by the ranks" in one_gpu.explain()
+
+
+def test_one_gpu_per_rank_splits_an_8192_matmul_whose_tiles_are_in_place():
+    """With a GPU per rank and the operands already in tiles (io="distributed"), the 8192^3 product (22 ms
+    of FP64 on one GPU at the model's rate) is split over four GPUs; through rank 0 (io="root") scattering
+    1.5 GB costs more than the product, and it stays on one GPU."""
+    four = dp.auto_schedule(big_matmul.to_sdfg(), 4, sizes=SIZES, io="distributed", machine_=dp.gpu_machine(gpus=4))
+    assert _partitioned(dict(four)), four.explain()
+    root = dp.auto_schedule(big_matmul.to_sdfg(), 4, sizes=SIZES, machine_=dp.gpu_machine(gpus=4))
+    assert not _partitioned(dict(root)), root.explain()
+
+
+def test_a_small_program_stays_on_one_gpu_even_with_a_gpu_per_rank():
+    """A 512x512 softmax is a few microseconds of GPU work: the staging and messages of any split cost more."""
+    small = dp.auto_schedule(row_softmax.to_sdfg(), 4, sizes={"N": 512}, machine_=dp.gpu_machine(gpus=4))
+    assert not _partitioned(dict(small)), small.explain()
+
+
+@pytest.mark.parametrize("gpus,ranks,factor", [(1, 4, 4), (2, 4, 2), (4, 4, 1), (8, 4, 1)])
+def test_tiles_on_a_shared_gpu_run_one_after_another(gpus, ranks, factor):
+    """A kernel split over ``ranks`` ranks costs each rank its tile's time times the ranks on its GPU; on
+    rank 0 alone it costs the same whatever the GPUs."""
+    m = dp.gpu_machine(gpus=gpus)
+    assert m.sharing(ranks) == factor
+
+    def priced(machine):
+        work, _, kernels = prepare(big_matmul.to_sdfg(), SIZES)
+        model = ProgramModel(work, kernels, ranks, resolve_solvers(None), machine)
+        k = next(k for k in model.kernels if k.maps)
+        return {str(p.candidate): p.compute for p in model.priced[k.index]}
+
+    shared, own = priced(m), priced(dp.gpu_machine(gpus=ranks))
+    assert shared.keys() == own.keys() and len(shared) > 2
+    for cand, t in shared.items():
+        if cand == "rank 0 (not partitioned)":
+            assert t == own[cand]
+        else:
+            assert t == pytest.approx(factor * own[cand]), cand
+    whole = shared["rank 0 (not partitioned)"]
+    assert own["(4, 1, 1)"] < whole / 3  # a quarter of the product on each of four GPUs
+
+
+def test_messages_of_a_gpu_program_pay_pcie_twice():
+    m = dp.gpu_machine(gpus=2)
+    host = dp.machine()
+    assert m.message_time(1, 1e6) == pytest.approx(host.message_time(1, 1e6) + 2e6 / m.pcie)
+    assert host.message_time(1, 1e6) == pytest.approx(host.alpha + 1e6 * host.beta)
+
+
+def test_lower_with_ranks_prices_the_gpu(monkeypatch):
+    """``lower(ranks=P, device="gpu")`` asks the search with the GPU model (the GPUs visible here: none on
+    CI, so one is assumed and the ranks share it)."""
+    from dace_partition.runtime import cuda_build
+    monkeypatch.setattr(cuda_build, "gpu_count", lambda: 0)
+    sdfg = big_matmul.to_sdfg()
+    sdfg.specialize(SIZES)
+    dp.lower(sdfg, ranks=4, device="gpu")
+    assert "GPU(s) shared by the ranks" in dp.report(sdfg).schedule
+    assert dp.ranks_needed(sdfg) == 1

@@ -1,0 +1,183 @@
+"""device="gpu": where rank-local buffers live and which copies cross PCIe, read from the lowered graph.
+
+Pure Python (no compiler, no GPU): the lowering keeps every rank-local buffer that only kernels and MPI
+touch in GPU memory for the whole program, stages MPI through pinned host twins, and copies nothing
+between two kernels. ``passes.gpu.pcie_copies`` reads every host<->GPU copy edge of the lowered SDFG
+(nested SDFGs included), so a copy that the report does not list, or one inside a kernel, fails here.
+"""
+import sys
+
+import pytest
+from dace import dtypes, nodes
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import dace_partition as dp
+from dace_partition.compat import all_states
+from dace_partition.ir.residency import CopyDirection, Memory
+from dace_partition.passes.gpu import pcie_copies
+from dace_partition.solvers.node import DistributedMemlet
+
+import programs_gpu
+from conformance import random_programs as R
+from conformance.programs import CASES
+
+TO_HOST, TO_DEVICE = CopyDirection.TO_HOST, CopyDirection.TO_DEVICE
+
+
+def _lowered(name, P=2):
+    case = CASES[name]
+    sdfg = case.program.to_sdfg()
+    sdfg.name = f"res_{name}"
+    dp.lower(sdfg, case.schedule(P, dp.maps(sdfg)), device="gpu")
+    return sdfg
+
+
+def _softmax():
+    sdfg = programs_gpu.fused_softmax()
+    dp.lower(sdfg, programs_gpu.leading_dim_schedule(sdfg), device="gpu")
+    return sdfg
+
+
+def _comm_states(sdfg):
+    return {st.label: st for st in all_states(sdfg) if any(isinstance(n, DistributedMemlet) for n in st.nodes())}
+
+
+def _check_invariants(sdfg):
+    """What holds for every GPU lowering: MPI never touches GPU memory; resident buffers are allocated once
+    and cross PCIe only in the staging states next to a communication state, exactly as the report says."""
+    res = dp.report(sdfg).residency
+    assert res is not None
+    known = {str(s) for s in sdfg.free_symbols} | set(sdfg.constants)
+    for name in res.resident:
+        desc = sdfg.arrays[name]
+        assert desc.storage == dtypes.StorageType.GPU_Global and res.where(name) == Memory.GPU
+        if {str(s) for s in desc.free_symbols} <= known:  # sizes known at start: allocated once
+            assert desc.lifetime == dtypes.AllocationLifetime.Persistent, f"{name} is allocated per call"
+    for name, twin in res.pinned:
+        desc = sdfg.arrays[twin]
+        assert desc.storage == dtypes.StorageType.CPU_Pinned and desc.lifetime == sdfg.arrays[name].lifetime
+        assert res.where(twin) == Memory.PINNED
+    for st in all_states(sdfg):
+        for n in st.nodes():
+            if isinstance(n, DistributedMemlet):
+                for e in st.in_edges(n) + st.out_edges(n):
+                    assert sdfg.arrays[e.data.data].storage != dtypes.StorageType.GPU_Global, \
+                        f"MPI touches GPU memory: {e.data.data} in {st.label}"
+    comm = _comm_states(sdfg)
+    device = set(res.resident) | {t for _, t in res.device_twins}
+    graph = [(state, src if d == TO_HOST else dst, d) for state, src, dst, d in pcie_copies(sdfg)
+             if (src if d == TO_HOST else dst) in device]
+    for state, buffer, d in graph:
+        base = state[:-len("_rank0")] if state.endswith("_rank0") else state
+        suffix = "_to_host" if d == TO_HOST else "_to_gpu"
+        ends = "dace_partition_arguments_" + ("to_host" if d == TO_HOST else "to_gpu")
+        assert base == ends or base.endswith(suffix) and base[:-len(suffix)] in comm, \
+            f"{buffer} crosses PCIe in '{state}', which is no staging state of a communication state or the call"
+    assert sorted(graph) == sorted((c.state, c.buffer, c.direction) for c in res.copies), \
+        "the report's copies are not the graph's"
+    for c in res.copies:
+        assert res.twins[c.buffer] == c.host
+    return res
+
+
+def test_consecutive_kernels_hand_their_buffers_to_each_other_on_the_device():
+    """The softmax is four kernels (max, subtract-exp, sum, divide) on one row split: the only copies
+    across PCIe are the scattered input to the device and the result to the host for the gather."""
+    sdfg = _softmax()
+    res = _check_invariants(sdfg)
+    assert len(res.resident) == 5  # x, mx, e, s and the result, on the device for the whole program
+    copies = sorted((d, src, dst) for _, src, dst, d in pcie_copies(sdfg))
+    assert copies == [(TO_HOST, "__dp3___return", "__dp3___return_host"), (TO_DEVICE, "__dp0_x_host", "__dp0_x")]
+    kernel_states = [st for st in all_states(sdfg) if any(isinstance(n, nodes.NestedSDFG) and n.label.endswith("_gpu")
+                                                         for n in st.nodes())]
+    assert len(kernel_states) == 4
+    for st in kernel_states:
+        wrapper = next(n.sdfg for n in st.nodes() if isinstance(n, nodes.NestedSDFG))
+        assert not pcie_copies(wrapper), f"kernel state {st.label} copies between host and GPU"
+    assert not res.kernel_copies and not res.host
+
+
+def test_a_halo_exchange_in_a_time_loop_is_staged_around_the_exchange_only():
+    """Jacobi 2-D, T sweeps on a row split: inside the loop the kernels copy nothing; each halo exchange
+    (MPI reads the tile's edge rows and writes its halo in place) copies it to the host before and back
+    after."""
+    sdfg = _lowered("jacobi2d_time")
+    res = _check_invariants(sdfg)
+    halo = [c for c in res.copies if "guard" not in c.state]
+    assert sorted((c.buffer, c.direction, c.why) for c in halo) == [
+        ("__dp0_A", TO_HOST, "MPI reads it"), ("__dp0_A", TO_DEVICE, "MPI wrote it"),
+        ("__dp1_B", TO_HOST, "MPI reads it"), ("__dp1_B", TO_DEVICE, "MPI wrote it")]
+    assert "MPI_Isend" in str(dp.report(sdfg))
+    # one scatter before the loop and one gather after it per array, each staged once
+    outside = sorted((c.buffer, c.direction) for c in res.copies if "guard" in c.state)
+    assert outside == [("__dp0_A", TO_HOST), ("__dp0_A", TO_DEVICE), ("__dp1_B", TO_HOST), ("__dp1_B", TO_DEVICE)]
+
+
+def test_an_array_that_host_code_reads_stays_on_the_host_and_the_report_says_why():
+    """``y = x * 2`` runs on rank 0's GPU, and the branch condition ``y[0] > 0`` is host code: ``y`` stays
+    on the host (copied around its kernel), named with the state; ``x`` gets a device twin filled when the
+    call starts, and the two split kernels keep their buffers on the device."""
+    sdfg = programs_gpu.host_branch.to_sdfg()
+    dp.lower(sdfg, {m.name: (2, ) for m in dp.maps(sdfg) if m.name != "_Mult__map"}, device="gpu")
+    res = _check_invariants(sdfg)
+    host = dict(res.host)
+    assert list(host) == ["y"] and "outside a kernel and MPI" in host["y"]
+    assert sdfg.arrays["y"].storage != dtypes.StorageType.GPU_Global and res.where("y") == Memory.HOST
+    assert res.kernel_copies == ("y", )
+    assert dict(res.device_twins) == {"x": "x_gpu"} and res.where("x_gpu") == Memory.GPU
+    assert [(c.buffer, c.why) for c in res.copies if c.host == "x"] == [("x_gpu", "the call starts")]
+    assert "x" in res.rank0  # only rank 0 holds the caller's x: its copy runs there alone
+    text = str(dp.report(sdfg))
+    assert "GPU residency" in text and "on the host: y (state" in text
+
+
+def test_arguments_of_a_program_on_one_gpu_cross_pcie_once_per_call():
+    """Nothing partitioned (a grid of one rank): the kernels run on rank 0's GPU on device twins of the
+    arguments, filled when the call starts and copied back when it ends, and nothing else crosses PCIe."""
+    sdfg = programs_gpu.fused_softmax()
+    dp.lower(sdfg, {}, device="gpu")
+    res = _check_invariants(sdfg)
+    assert sorted((c.host, c.direction, c.why) for c in res.copies) == [
+        ("__return", TO_HOST, "the call ends"), ("x", TO_DEVICE, "the call starts")]
+    assert not res.kernel_copies and not res.host
+
+
+@pytest.mark.parametrize("name", ["gemm", "fdtd2d", "heat3d_time", "mlp", "layernorm", "prod_cols"])
+def test_conformance_programs_keep_mpi_off_gpu_memory(name):
+    _check_invariants(_lowered(name))
+
+
+def test_cpu_lowering_has_no_pinned_twins():
+    case = CASES["jacobi2d_time"]
+    sdfg = case.program.to_sdfg()
+    dp.lower(sdfg, case.schedule(2, dp.maps(sdfg)))
+    assert dp.report(sdfg).residency is None
+    assert not pcie_copies(sdfg)
+    assert not [a for a, d in sdfg.arrays.items() if d.storage == dtypes.StorageType.CPU_Pinned]
+
+
+_COUNT = [0]
+
+
+@settings(max_examples=8, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data(), ks=R.kernels(min_size=3, max_size=6))
+def _random_program(data, ks, outcomes):
+    _COUNT[0] += 1
+    mod = R.load(R.source(ks), f"dp_res_{_COUNT[0]}")
+    sdfg = mod.prog.to_sdfg()
+    schedule = R.draw_schedule(data, dp.maps(sdfg))
+    try:
+        dp.lower(sdfg, schedule, device="gpu")
+    except (dp.ScheduleError, dp.UnsupportedPattern):
+        outcomes.append("refused")
+        return
+    _check_invariants(sdfg)
+    outcomes.append("lowered" if dp.ranks_needed(sdfg) > 1 else "unsplit")
+
+
+def test_random_programs_keep_mpi_off_gpu_memory_and_copy_only_around_it():
+    """Random batches of kernels with random schedules (tests/conformance/random_programs.py): every GPU
+    lowering satisfies the invariants; most must be partitioned, so refusals alone cannot pass."""
+    outcomes = []
+    _random_program(outcomes=outcomes)
+    assert outcomes.count("lowered") >= 0.6 * len(outcomes), outcomes

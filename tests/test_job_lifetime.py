@@ -1,0 +1,110 @@
+"""A job started by ``dp.run`` never outlives its caller, and a rank that dies is named with how it died.
+
+Both run a real lowered program (a Jacobi time loop with a billion sweeps, so it runs until it is
+stopped) under the package's launcher (``mpiexec`` here), and find its ranks through ``/proc``.
+"""
+import concurrent.futures
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import dace_partition as dp
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds the ranks through /proc (Linux)")
+
+NAME = "t_lifetime_jacobi"
+LOWER = f"""
+import sys
+sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+import numpy as np
+import dace_partition as dp
+from conformance.programs import CASES
+case = CASES["jacobi1d_time"]
+sdfg = case.program.to_sdfg()
+sdfg.name = {NAME!r}
+dp.lower(sdfg, case.schedule(2, dp.maps(sdfg)))
+"""
+RUN = "dp.run(sdfg, 2, A=np.random.rand(14), B=np.random.rand(14), N=14, T=10**9, timeout=600)\n"
+RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
+
+
+def _ranks():
+    """{MPI rank: (pid, run folder)} of this test's program's ranks now running."""
+    out = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = [a for a in f.read().decode(errors="replace").split("\0") if a]
+            if "dace_partition.runtime._worker" not in argv or not any(a.endswith(NAME) for a in argv):
+                continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(kv.split("=", 1) for kv in f.read().decode(errors="replace").split("\0") if "=" in kv)
+        except OSError:
+            continue
+        rank = next((env[v] for v in RANK_VARS if v in env), None)
+        if rank is not None:
+            out[int(rank)] = (int(pid), argv[-1])
+    return out
+
+
+def _wait_for(cond, seconds, what):
+    end = time.time() + seconds
+    while time.time() < end:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"not within {seconds} s: {what}")
+
+
+def _kill_leftovers():
+    for pid, _ in _ranks().values():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_ending_the_caller_of_run_ends_the_job_and_its_ranks():
+    """SIGTERM to the process that called dp.run (a batch time limit, a notebook restart): within seconds
+    no rank of the job is left (the launcher runs in a session of its own, so nothing else would end it)."""
+    caller = subprocess.Popen([sys.executable, "-c", LOWER + RUN], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        ranks = _wait_for(lambda: len(_ranks()) == 2 and _ranks(), 300, "the job's two ranks started")
+        time.sleep(1)
+        assert caller.poll() is None, caller.stderr.read()
+        caller.send_signal(signal.SIGTERM)
+        caller.wait(timeout=30)
+        _wait_for(lambda: not _ranks(), 10, f"the ranks {ranks} ended after their caller was ended")
+    finally:
+        if caller.poll() is None:
+            caller.kill()
+        _kill_leftovers()
+
+
+def test_a_rank_that_dies_is_named_with_the_signal_that_ended_it():
+    """SIGKILL to rank 1 (the kernel's OOM killer, a node failure): dp.run raises at once, naming rank 1,
+    its pid and the signal; the other rank is gone too."""
+    scope = {}
+    exec(LOWER, scope)  # noqa: S102 - the same lowering as the caller script above
+    sdfg = scope["sdfg"]
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        job = pool.submit(dp.run, sdfg, 2, A=np.random.rand(14), B=np.random.rand(14), N=14, T=10 ** 9, timeout=600)
+        try:
+            ranks = _wait_for(lambda: len(_ranks()) == 2 and _ranks(), 300, "the job's two ranks started")
+            pid, folder = ranks[1]
+            _wait_for(lambda: os.path.exists(os.path.join(folder, "rank1.pid")), 60, "rank 1 noted its pid")
+            os.kill(pid, signal.SIGKILL)
+            with pytest.raises(dp.RunError) as err:
+                job.result(timeout=30)
+        finally:
+            _kill_leftovers()
+    text = str(err.value)
+    assert f"rank 1 (pid {pid}" in text and "SIGKILL" in text, text
+    _wait_for(lambda: not _ranks(), 10, "no rank left")
