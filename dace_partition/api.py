@@ -19,6 +19,7 @@ import numpy as np
 from dace import nodes
 from dace.sdfg import SDFG
 
+from .compat import DACE_MAJOR, DACE_VERSION
 from .errors import ScheduleError, UnsupportedPattern
 from .ir import IoMode, Layout, is_lowered, layouts_of, notes, ranks_needed
 from .passes.local_optimize import LocalOptimize, LocalStep, steps_of
@@ -74,6 +75,9 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
         raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
     if io not in ("root", "distributed"):
         raise ValueError(f"io must be 'root' or 'distributed', got {io!r}")
+    if device == "gpu" and DACE_MAJOR >= 2:
+        raise ScheduleError(f"device='gpu' needs DaCe 1.0.x; this is DaCe {DACE_VERSION}, whose nesting of a kernel "
+                            "into its GPU wrapper differs (docs/dace2.md)")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
     t0 = time.perf_counter()

@@ -148,3 +148,25 @@ def test_configuration_is_saved_and_restored_whole():
 def test_array_pointer_is_the_data_pointer():
     a = np.arange(6.0)
     assert compat.array_pointer(a, dace.StorageType.CPU_Heap) == a.__array_interface__["data"][0]
+
+
+def test_gpu_lowering_is_refused_in_words_on_dace2_and_lowers_on_dace1():
+    """device="gpu" is a DaCe 1.0.x pass (docs/dace2.md): on DaCe 2 ``lower`` refuses before anything
+    changes, with the reason; on 1.0.x it lowers and keeps the buffers in GPU memory."""
+    import pytest
+
+    import dace_partition as dp
+
+    @dace.program
+    def doubled(x: dace.float64[64]):
+        return 2.0 * x
+
+    sdfg = doubled.to_sdfg()
+    schedule = {dp.maps(sdfg)[0].name: (2, )}
+    if compat.DACE_MAJOR >= 2:
+        with pytest.raises(dp.ScheduleError, match="needs DaCe 1.0"):
+            dp.lower(sdfg, schedule, device="gpu")
+        assert not dp.api.is_lowered(sdfg)
+    else:
+        dp.lower(sdfg, schedule, device="gpu")
+        assert dp.report(sdfg).residency.resident

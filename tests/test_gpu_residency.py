@@ -5,8 +5,7 @@ touch in GPU memory for the whole program, stages MPI through pinned host twins,
 between two kernels. ``passes.gpu.pcie_copies`` reads every host<->GPU copy edge of the lowered SDFG
 (nested SDFGs included), so a copy that the report does not list, or one inside a kernel, fails here.
 """
-import sys
-
+import numpy as np
 import pytest
 from dace import dtypes, nodes
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -181,3 +180,73 @@ def test_random_programs_keep_mpi_off_gpu_memory_and_copy_only_around_it():
     outcomes = []
     _random_program(outcomes=outcomes)
     assert outcomes.count("lowered") >= 0.6 * len(outcomes), outcomes
+
+
+# ---------------------------------------------------------------- the GPU lowering's data flow, run on the host
+#
+# A machine without a GPU cannot run the CUDA build, but it can run the GPU lowering's data flow: the same
+# lowered graph with every device array and pinned twin put in host memory and every GPU map made a loop.
+# The device arrays and their host sides stay *separate arrays*, so a staging copy that is missing, in the
+# wrong place or on the wrong ranks gives a wrong result here, under a real mpiexec.
+
+def on_host(sdfg):
+    """The GPU-lowered ``sdfg``, in place, with host storage and sequential maps (same arrays, same copies)."""
+    from dace_partition.runtime.cuda_build import CUDA_ENVIRONMENT, uses_gpu
+    host_storage = (dtypes.StorageType.GPU_Global, dtypes.StorageType.GPU_Shared, dtypes.StorageType.CPU_Pinned)
+    for sd in sdfg.all_sdfgs_recursive():
+        for desc in sd.arrays.values():
+            if desc.storage in host_storage:
+                desc.storage = dtypes.StorageType.CPU_Heap
+        sd.global_code.pop("cuda", None)
+    for n, _ in sdfg.all_nodes_recursive():
+        if isinstance(n, nodes.MapEntry) and n.map.schedule in dtypes.GPU_SCHEDULES:
+            n.map.schedule = dtypes.ScheduleType.Sequential
+            n.map.gpu_block_size = None
+        elif isinstance(n, nodes.LibraryNode) and getattr(n, "implementation", None) == "cuBLAS":
+            n.implementation = "pure"
+        if isinstance(n, nodes.CodeNode) and CUDA_ENVIRONMENT in getattr(n, "environments", []):
+            n.environments = [e for e in n.environments if e != CUDA_ENVIRONMENT]
+    assert not uses_gpu(sdfg)
+    return sdfg
+
+
+def _host_case(name, P=2, io="root"):
+    case = CASES[name]
+    sdfg = case.program.to_sdfg()
+    sdfg.name = f"res_host_{name}_{io}"
+    dp.lower(sdfg, case.schedule(P, dp.maps(sdfg)), device="gpu", io=io)
+    _check_invariants(sdfg)
+    return case, on_host(sdfg)
+
+
+HOST_DEFAULT = ["jacobi2d_time", "std_cols", "softmax", "fdtd2d"]
+
+
+@pytest.mark.parametrize("name", [n if n in HOST_DEFAULT else pytest.param(n, marks=pytest.mark.slow) for n in CASES])
+def test_the_gpu_data_flow_of_conformance_programs_is_correct_on_two_ranks(name):
+    """Every conformance program's GPU lowering (resident arrays, pinned twins, staging around MPI, device
+    twins of the arguments copied at the call's start and end, rank 0's copies on rank 0 only), run on the
+    host under mpiexec: every output element equals NumPy's."""
+    from conformance.harness import compare
+    case = CASES[name]
+    try:
+        case, sdfg = _host_case(name)
+    except (dp.ScheduleError, dp.UnsupportedPattern) as e:
+        pytest.skip(f"refused as on the CPU: {e}")
+    inputs = case.inputs(np.random.default_rng(7))
+    expected = case.reference({k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in inputs.items()})
+    got = dp.run(sdfg, 2, timeout=180, **inputs)
+    why = compare(expected, got, case.exact)
+    assert why is None, why
+
+
+def test_the_gpu_data_flow_of_a_host_read_array_and_a_rank0_kernel_is_correct():
+    """``y = x * 2`` on rank 0's GPU, read by the host branch, the two branches split over two ranks."""
+    sdfg = programs_gpu.host_branch.to_sdfg()
+    sdfg.name = "res_host_branch"
+    dp.lower(sdfg, {m.name: (2, ) for m in dp.maps(sdfg) if m.name != "_Mult__map"}, device="gpu")
+    on_host(sdfg)
+    for sign in (1.0, -1.0):
+        x = sign * np.arange(1.0, 11.0)
+        got = dp.run(sdfg, 2, x=x, out=np.zeros(10), NH=10)
+        np.testing.assert_array_equal(got["out"], programs_gpu.host_branch_reference(x, None))
