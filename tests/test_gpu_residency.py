@@ -96,20 +96,35 @@ def test_consecutive_kernels_hand_their_buffers_to_each_other_on_the_device():
     assert not res.kernel_copies and not res.host
 
 
-def test_a_halo_exchange_in_a_time_loop_is_staged_around_the_exchange_only():
+def test_a_halo_exchange_in_a_time_loop_stages_only_the_rows_it_moves():
     """Jacobi 2-D, T sweeps on a row split: inside the loop the kernels copy nothing; each halo exchange
-    (MPI reads the tile's edge rows and writes its halo in place) copies it to the host before and back
-    after."""
+    (MPI reads the tile's edge rows and writes its halo rows in place) copies to the host the two edge rows
+    and the two halo rows (whose columns MPI does not all write), and back to the device the two halo rows:
+    one row each, never the tile."""
     sdfg = _lowered("jacobi2d_time")
     res = _check_invariants(sdfg)
-    halo = [c for c in res.copies if "guard" not in c.state]
-    assert sorted((c.buffer, c.direction, c.why) for c in halo) == [
-        ("__dp0_A", TO_HOST, "MPI reads it"), ("__dp0_A", TO_DEVICE, "MPI wrote it"),
-        ("__dp1_B", TO_HOST, "MPI reads it"), ("__dp1_B", TO_DEVICE, "MPI wrote it")]
+    for buffer in ("__dp0_A", "__dp1_B"):
+        halo = [c for c in res.copies if "guard" not in c.state and c.buffer == buffer]
+        assert sorted((c.direction, c.why) for c in halo) == sorted(
+            [(TO_HOST, "MPI reads it")] * 2 + [(TO_HOST, "MPI writes part of it")] * 2 + [(TO_DEVICE, "MPI wrote it")] * 2)
+        rows = sdfg.arrays[buffer].shape[0]
+        assert {c.part for c in halo if c.why == "MPI wrote it"} == {"rows 0..0", f"rows {rows - 1}..{rows - 1}"}
+        assert all(c.part.startswith("rows ") for c in halo)
     assert "MPI_Isend" in str(dp.report(sdfg))
-    # one scatter before the loop and one gather after it per array, each staged once
-    outside = sorted((c.buffer, c.direction) for c in res.copies if "guard" in c.state)
-    assert outside == [("__dp0_A", TO_HOST), ("__dp0_A", TO_DEVICE), ("__dp1_B", TO_HOST), ("__dp1_B", TO_DEVICE)]
+    # one scatter before the loop and one gather after it per array, each staged once, whole
+    outside = sorted((c.buffer, c.direction, c.part) for c in res.copies if "guard" in c.state)
+    assert outside == [("__dp0_A", TO_HOST, "whole"), ("__dp0_A", TO_DEVICE, "whole"),
+                       ("__dp1_B", TO_HOST, "whole"), ("__dp1_B", TO_DEVICE, "whole")]
+
+
+def test_a_halo_exchange_split_along_columns_stages_the_whole_tile():
+    """A halo across the second dimension (strided columns) is not sliced: the tile is staged whole."""
+    case = CASES["jacobi2d_time"]
+    sdfg = case.program.to_sdfg()
+    dp.lower(sdfg, {m.name: (1, 2) for m in dp.maps(sdfg) if len(m.params) == 2}, device="gpu")
+    res = _check_invariants(sdfg)
+    halo = [c for c in res.copies if "guard" not in c.state]
+    assert halo and all(c.part == "whole" for c in halo)
 
 
 def test_an_array_that_host_code_reads_stays_on_the_host_and_the_report_says_why():

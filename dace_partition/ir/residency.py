@@ -41,13 +41,15 @@ class StagingCopy:
     direction: CopyDirection
     state: str  # the state that copies
     why: str  # "MPI reads it", "MPI writes part of it", "MPI wrote it", "the call starts", "the call ends"
+    part: str = "whole"  # or the rows of a halo exchange ("rows 1..1")
 
     def __str__(self):
         return f"{self.buffer} -> {self.host}" if self.direction == CopyDirection.TO_HOST else \
             f"{self.host} -> {self.buffer}"
 
     def line(self):
-        return f"{self}: {self.direction} in '{self.state}' ({self.why})"
+        part = "" if self.part == "whole" else f", {self.part}"
+        return f"{self}: {self.direction} in '{self.state}' ({self.why}{part})"
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ class Residency:
                f"argument(s) stay in GPU memory between kernels; MPI goes through {len(self.pinned)} pinned "
                "host twin(s)"]
         if self.copies:
-            out.append(f"copies across PCIe ({len(self.copies)}, whole arrays; none between two kernels):")
+            out.append(f"copies across PCIe ({len(self.copies)}; none between two kernels):")
             out += [f"  {c.line()}" for c in self.copies]
         else:
             out.append("copies across PCIe: none")

@@ -17,6 +17,7 @@ Each rank picks its GPU by node-local rank (``MPI_Comm_split_type(MPI_COMM_TYPE_
 ``cudaSetDevice(local_rank % device_count)``) before DaCe creates its CUDA streams; see
 ``runtime/include/dace_partition_cuda.h``.
 """
+import copy
 from dataclasses import replace
 from typing import Dict, List, Optional, Tuple
 
@@ -232,6 +233,7 @@ def stage_communication(sdfg: SDFG, residency: Residency) -> Residency:
         touched = [n for n in st.data_nodes() if n.data in resident or n.data in device_of]
         if not touched:
             continue
+        slabs = _halo_slabs(sdfg, st)  # decided on the device names, before the state is renamed
         host_of = {}
         for n in touched:
             if n.data in device_of:  # an argument: MPI uses it where it is, its device twin is staged
@@ -259,14 +261,20 @@ def stage_communication(sdfg: SDFG, residency: Residency) -> Residency:
         for only0, names in _grouped(sorted((reads | partial) & stale), rank0):
             pre = _beside(st, f"{st.label}_to_host" + ("_rank0" if only0 else ""), before=True, rank0=only0)
             for name in names:
-                _copy(sdfg, pre, name, host_of[name])
-                copies.append(StagingCopy(name, host_of[name], CopyDirection.TO_HOST, pre.label,
-                                          "MPI reads it" if name in reads else "MPI writes part of it"))
+                why = "MPI reads it" if name in reads else "MPI writes part of it"
+                parts = [(p, "MPI reads it") for p in slabs[name][0]] + \
+                    [(p, "MPI writes part of it") for p in slabs[name][1]] if name in slabs else [(None, why)]
+                for part, because in parts:
+                    _copy(sdfg, pre, name, host_of[name], part)
+                    copies.append(StagingCopy(name, host_of[name], CopyDirection.TO_HOST, pre.label, because,
+                                              _part(part)))
         for only0, names in _grouped(sorted(writes), rank0):
             post = _beside(st, f"{st.label}_to_gpu" + ("_rank0" if only0 else ""), before=False, rank0=only0)
             for name in names:
-                _copy(sdfg, post, host_of[name], name)
-                copies.append(StagingCopy(name, host_of[name], CopyDirection.TO_DEVICE, post.label, "MPI wrote it"))
+                for part in slabs[name][1] if name in slabs else [None]:
+                    _copy(sdfg, post, host_of[name], name, part)
+                    copies.append(StagingCopy(name, host_of[name], CopyDirection.TO_DEVICE, post.label,
+                                              "MPI wrote it", _part(part)))
     return replace(residency, pinned=tuple(sorted(pinned.items())), copies=tuple(copies))
 
 
@@ -288,9 +296,50 @@ def _beside(state: SDFGState, label: str, before: bool, rank0: bool) -> SDFGStat
     return st
 
 
-def _copy(sdfg: SDFG, state: SDFGState, src: str, dst: str):
-    """One whole-array copy (contiguous: a single cudaMemcpyAsync, whatever the array's rank)."""
-    state.add_nedge(state.add_read(src), state.add_write(dst), Memlet.from_array(src, sdfg.arrays[src]))
+def _halo_slabs(sdfg: SDFG, state: SDFGState) -> Dict[str, Tuple[List[Range], List[Range]]]:
+    """For a halo exchange in place along the first dimension only (a row split: the tile's rows are
+    contiguous, so each slab is one contiguous copy), the rows MPI reads (the edge rows the neighbours
+    need) and the rows it writes (the halo): ``{buffer: (read slabs, written slabs)}``. Staging those
+    instead of the whole tile is what makes a stencil's time loop worth a GPU. Anything else (a halo in
+    other dimensions, two buffers, another solver) is staged whole: ``{}``."""
+    from ..solvers.halo import bound_shifts
+    out = {}
+    for dm in [n for n in state.nodes() if isinstance(n, DistributedMemlet)]:
+        ins, outs = state.in_edges(dm), state.out_edges(dm)
+        if dm.implementation != "halo" or len(ins) != 1 or len(outs) != 1 or ins[0].data.data != outs[0].data.data:
+            return {}
+        name = ins[0].data.data
+        src_dist, dst_dist = dm.distribution("src"), dm.distribution("dst")
+        shifts = bound_shifts(src_dist, dst_dist)
+        src, dst, whole = ins[0].data.subset, outs[0].data.subset, Range.from_array(sdfg.arrays[name])
+        split_later = any(sp is not None for d in (src_dist, dst_dist) for sp in d.splits[1:])
+        if shifts is None or name in out or split_later or src is None or dst is None or \
+                len(src) != len(whole) or dst != whole:  # (a widened dimension nobody splits moves nothing)
+            return {}
+        lo, hi = shifts[0]
+        (sb, se, _), (db, de, _) = src.ranges[0], dst.ranges[0]
+
+        def rows(b, e):  # rows b..e inclusive, every other dimension whole
+            return Range([(b, e, 1)] + list(whole.ranges[1:]))
+
+        reads = ([rows(sb, sb + hi - 1)] if hi > 0 else []) + ([rows(se + lo + 1, se)] if lo < 0 else [])
+        writes = ([rows(db, sb - 1)] if lo < 0 else []) + ([rows(se + 1, de)] if hi > 0 else [])
+        out[name] = (reads, writes)
+    return out
+
+
+def _part(subset) -> str:
+    return "whole" if subset is None else f"rows {subset.ranges[0][0]}..{subset.ranges[0][1]}"
+
+
+def _copy(sdfg: SDFG, state: SDFGState, src: str, dst: str, subset: Optional[Range] = None):
+    """One copy between a device array and its host side: the whole array (contiguous: one cudaMemcpyAsync,
+    whatever its rank), or the same ``subset`` of both."""
+    if subset is None:
+        memlet = Memlet.from_array(src, sdfg.arrays[src])
+    else:
+        memlet = Memlet(data=src, subset=copy.deepcopy(subset), other_subset=copy.deepcopy(subset))
+    state.add_nedge(state.add_read(src), state.add_write(dst), memlet)
 
 
 def _copied_in_out(wrapper: SDFG):
