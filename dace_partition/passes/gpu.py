@@ -1,17 +1,23 @@
-"""``lower(sdfg, schedule, device="gpu")``: the rank-local kernels run on CUDA GPUs.
+"""``lower(sdfg, schedule, device="gpu")``: the rank-local kernels run on CUDA GPUs, on arrays that stay there.
 
-After the CPU lowering, every *kernel state* holds rank-local host arrays (``__dp{k}_*``) around one
-kernel (a map, a nested SDFG or a library node). :func:`offload` turns each into
+After the CPU lowering, every *kernel state* holds rank-local arrays (``__dp{k}_*``) around one kernel (a
+map, a nested SDFG or a library node), and communication states hold DistributedMemlets. :func:`offload`
+decides first which arrays live in GPU memory (:func:`decide_residency`, a frozen
+:class:`~dace_partition.ir.residency.Residency`), then rewrites:
 
-    host locals -> [nested SDFG: copy to GPU_Global -> GPU kernel(s) -> copy back] -> host locals
+    resident arrays get GPU storage (an argument a device twin, filled when the call starts and copied
+    back when it ends) -> each kernel is nested into a wrapper SDFG and moved to the GPU there
+    (``GPUTransformSDFG`` on the wrapper only: resident arrays are used in place, none is copied)
+    -> each communication state works on host memory (pinned twins), with the copies it needs in a state
+    before it (device -> host) and one after it (host -> device) (:func:`stage_communication`)
 
-by nesting the kernel into a wrapper SDFG (``dace.transformation.helpers.nest_state_subgraph``) and
-applying DaCe's ``GPUTransformSDFG`` to that wrapper only. Matrix products (``Gemm``, ``BatchedMatMul``,
-``Gemv``: the contraction maps that ``local_optimize`` turned into GEMMs on the rank-local tiles) run on
-cuBLAS where the toolkit has it (:func:`~dace_partition.runtime.cuda_build.cublas_available`); every
-other library node is expanded to its pure implementation, so its maps become GPU kernels too. The
-DistributedMemlets of the scatter/gather states are left alone: their MPI calls work on the host locals,
-i.e. communication is staged through host memory, which works with any MPI (CUDA-aware or not).
+so two kernels on a rank hand their data over on the device, and PCIe is crossed only where MPI or the
+caller needs the data (:func:`pcie_copies` lists every such copy of a lowered graph). Matrix products
+(``Gemm``, ``BatchedMatMul``, ``Gemv``: the contraction maps that ``local_optimize`` turned into GEMMs)
+run on cuBLAS where the toolkit has it (:func:`~dace_partition.runtime.cuda_build.cublas_available`);
+every other library node is expanded to its pure implementation, so its maps become GPU kernels too, each
+with a thread block chosen from its shape (:func:`block_size`). MPI never sees a device pointer, so any
+MPI works (CUDA-aware or not).
 
 Each rank picks its GPU by node-local rank (``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`` ->
 ``cudaSetDevice(local_rank % device_count)``) before DaCe creates its CUDA streams; see
