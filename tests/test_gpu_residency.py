@@ -56,12 +56,12 @@ def _check_invariants(sdfg):
         desc = sdfg.arrays[twin]
         assert desc.storage == dtypes.StorageType.CPU_Pinned and desc.lifetime == sdfg.arrays[name].lifetime
         assert res.where(twin) == Memory.PINNED
-    for st in all_states(sdfg):
-        for n in st.nodes():
+    for state in all_states(sdfg):
+        for n in state.nodes():
             if isinstance(n, DistributedMemlet):
-                for e in st.in_edges(n) + st.out_edges(n):
+                for e in state.in_edges(n) + state.out_edges(n):
                     assert sdfg.arrays[e.data.data].storage != dtypes.StorageType.GPU_Global, \
-                        f"MPI touches GPU memory: {e.data.data} in {st.label}"
+                        f"MPI touches GPU memory: {e.data.data} in {state.label}"
     comm = _comm_states(sdfg)
     device = set(res.resident) | {t for _, t in res.device_twins}
     graph = [(state, src if d == TO_HOST else dst, d) for state, src, dst, d in pcie_copies(sdfg)
@@ -87,12 +87,12 @@ def test_consecutive_kernels_hand_their_buffers_to_each_other_on_the_device():
     assert len(res.resident) == 5  # x, mx, e, s and the result, on the device for the whole program
     copies = sorted((d, src, dst) for _, src, dst, d in pcie_copies(sdfg))
     assert copies == [(TO_HOST, "__dp3___return", "__dp3___return_host"), (TO_DEVICE, "__dp0_x_host", "__dp0_x")]
-    kernel_states = [st for st in all_states(sdfg) if any(isinstance(n, nodes.NestedSDFG) and n.label.endswith("_gpu")
-                                                         for n in st.nodes())]
+    kernel_states = [s for s in all_states(sdfg) if any(isinstance(n, nodes.NestedSDFG) and n.label.endswith("_gpu")
+                                                        for n in s.nodes())]
     assert len(kernel_states) == 4
-    for st in kernel_states:
-        wrapper = next(n.sdfg for n in st.nodes() if isinstance(n, nodes.NestedSDFG))
-        assert not pcie_copies(wrapper), f"kernel state {st.label} copies between host and GPU"
+    for state in kernel_states:
+        wrapper = next(n.sdfg for n in state.nodes() if isinstance(n, nodes.NestedSDFG))
+        assert not pcie_copies(wrapper), f"kernel state {state.label} copies between host and GPU"
     assert not res.kernel_copies and not res.host
 
 

@@ -7,7 +7,7 @@ communication state that touches a resident buffer goes through its *pinned* hos
 the device before the state (where MPI reads it, or writes only part of it) and one back after it
 (where MPI writes it). Those copies, and nothing else, cross PCIe for resident buffers.
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Dict, Tuple
 
@@ -33,9 +33,9 @@ class CopyDirection(str, Enum):
 
 @dataclass(frozen=True)
 class StagingCopy:
-    """One whole-array copy across PCIe between a resident array and its host side (a pinned twin, or the
-    caller's argument), in a state of its own next to the communication state it serves, or where the
-    call starts or ends."""
+    """One copy across PCIe between a resident array and its host side (a pinned twin, or the caller's
+    argument), of the whole array or of a halo's rows, in a state of its own next to the communication
+    state it serves, or where the call starts or ends."""
     buffer: str  # the array in GPU memory
     host: str  # its host side
     direction: CopyDirection
@@ -70,6 +70,13 @@ class Residency:
     def twins(self) -> Dict[str, str]:
         """Device array -> its host side, for every resident array that MPI or the caller sees."""
         return {**dict(self.pinned), **{t: a for a, t in self.device_twins}}
+
+    def without(self, names) -> "Residency":
+        """The decision less the transients in ``names`` (moved into one kernel's GPU wrapper: they are that
+        kernel's own, in GPU memory there, and no longer arrays of the program)."""
+        def keep(xs):
+            return tuple(x for x in xs if x not in names)
+        return replace(self, resident=keep(self.resident), rank0=keep(self.rank0), gpu_writes=keep(self.gpu_writes))
 
     def where(self, name: str) -> Memory:
         if name in self.resident or name in dict(self.device_twins).values():

@@ -36,13 +36,11 @@ from dace.sdfg.graph import SubgraphView
 from dace.transformation.helpers import nest_state_subgraph
 
 from ..compat import all_states
-from .graph import guard
+from .graph import RANK, guard
 from ..ir.residency import CopyDirection, Residency, StagingCopy
 from ..runtime.cuda_build import CUDA_ENVIRONMENT
 from ..solvers.node import DistributedMemlet
 from ..schedule import expand_all
-
-RANK = "__dp_rank"  # the world rank symbol that the program's first state sets (passes.partition)
 
 #: Placed in the generated CUDA file before ``__dace_init_cuda``: DaCe's CUDA initialization starts with
 #: ``cudaGetDeviceCount``, so routing that first call through the device selection makes every stream and
@@ -83,10 +81,7 @@ def offload(sdfg: SDFG, kernel_states: List[SDFGState], root_states: List[SDFGSt
     residency = decide_residency(sdfg, kernel_states, states)
     residency = place(sdfg, residency, states)
     wrappers = [w for w in (_offload_state(sdfg, state) for state in states) if w is not None]
-    inside = {n for n in residency.resident if n not in sdfg.arrays}  # one kernel's own: moved into its wrapper
-    residency = replace(residency, resident=tuple(n for n in residency.resident if n not in inside),
-                        rank0=tuple(n for n in residency.rank0 if n not in inside),
-                        gpu_writes=tuple(n for n in residency.gpu_writes if n not in inside))
+    residency = residency.without({n for n in residency.resident if n not in sdfg.arrays})  # moved into a wrapper
     residency = stage_communication(sdfg, residency)
     residency = replace(residency, kernel_copies=tuple(sorted({a for w in wrappers for a in _copied_in_out(w)})))
     if report is not None and gemm_states:
@@ -149,19 +144,21 @@ def place(sdfg: SDFG, residency: Residency, gpu_states: List[SDFGState]) -> Resi
     """Gives resident transients GPU storage and every resident argument a device twin that the GPU
     states use instead; the twins are filled when the call starts (arguments the program reads) and
     copied back when it ends (arguments it writes). Allocated once where their sizes allow it."""
-    free = {str(s) for s in sdfg.free_symbols} | set(sdfg.constants)  # sizes known when the program starts
-    for name in residency.resident:
-        desc = sdfg.arrays[name]
+    known = {str(s) for s in sdfg.free_symbols} | set(sdfg.constants)  # sizes known when the program starts
+
+    def on_gpu(desc):
         desc.storage = dtypes.StorageType.GPU_Global
-        if {str(s) for s in desc.free_symbols} <= free:
+        if {str(s) for s in desc.free_symbols} <= known:
             desc.lifetime = dtypes.AllocationLifetime.Persistent
+        return desc
+
+    for name in residency.resident:
+        on_gpu(sdfg.arrays[name])
     twins = {}
     for name in residency.arguments:
         desc = sdfg.arrays[name].clone()
-        desc.storage, desc.transient = dtypes.StorageType.GPU_Global, True
-        if {str(s) for s in desc.free_symbols} <= free:
-            desc.lifetime = dtypes.AllocationLifetime.Persistent
-        twins[name] = sdfg.add_datadesc(f"{name}_gpu", desc, find_new_name=True)
+        desc.transient = True
+        twins[name] = sdfg.add_datadesc(f"{name}_gpu", on_gpu(desc), find_new_name=True)
     for st in gpu_states:
         for n in st.data_nodes():
             if n.data in twins:
@@ -267,9 +264,11 @@ def stage_communication(sdfg: SDFG, residency: Residency) -> Residency:
         for only0, names in _grouped(sorted((reads | partial) & stale), rank0):
             pre = _beside(st, f"{st.label}_to_host" + ("_rank0" if only0 else ""), before=True, rank0=only0)
             for name in names:
-                why = "MPI reads it" if name in reads else "MPI writes part of it"
-                parts = [(p, "MPI reads it") for p in slabs[name][0]] + \
-                    [(p, "MPI writes part of it") for p in slabs[name][1]] if name in slabs else [(None, why)]
+                if name in slabs:  # a halo along rows: the edge rows MPI sends, the halo rows it fills in part
+                    parts = [(p, "MPI reads it") for p in slabs[name][0]] + \
+                        [(p, "MPI writes part of it") for p in slabs[name][1]]
+                else:
+                    parts = [(None, "MPI reads it" if name in reads else "MPI writes part of it")]
                 for part, because in parts:
                     _copy(sdfg, pre, name, host_of[name], part)
                     copies.append(StagingCopy(name, host_of[name], CopyDirection.TO_HOST, pre.label, because,

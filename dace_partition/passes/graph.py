@@ -106,6 +106,9 @@ def has_moves(state) -> bool:
     return any(isinstance(n, DistributedMemlet) for n in state.nodes())
 
 
+RANK = "__dp_rank"  # the world rank symbol the program's first state sets (passes.partition)
+
+
 def guard(state: SDFGState, condition: str):
     """Runs ``state`` only where ``condition`` holds: a branch around it on interstate edges. Returns the
     states it added before and after.

@@ -34,14 +34,13 @@ from ..errors import UnsupportedPattern
 from ..ir import Distribution, IoMode, Move, MoveKind, ProgramRecord, attach
 from . import FuseRoundTrips, FusionKind, LocalizeArguments
 from .conditions import BroadcastBranchData
-from .graph import distributed_memlets, guard, has_moves, trips_of
+from .graph import RANK, distributed_memlets, guard, has_moves, trips_of
 from ..report import Steps, KernelReport, LoweringReport, entry
 from ..schedule import Kernel, KernelKind, discover, expand_all, ordered_states
 from ..solvers.base import block_shape
 from ..solvers.registry import get
 from ..analysis.rank_tiling import RankTileMap
 
-RANK = "__dp_rank"
 
 
 def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str = "cpu",

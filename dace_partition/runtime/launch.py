@@ -29,6 +29,7 @@ from dace.sdfg import SDFG
 from ..compat import array_pointer, construct_arguments, fast_call, one_build_folder
 from ..errors import ScheduleError
 from ..ir import is_lowered, ranks_needed
+from ._world_check import RUN_DIR
 
 
 class RunError(RuntimeError):
@@ -817,7 +818,7 @@ def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = "dace_p
     with tempfile.TemporaryDirectory(prefix="dace_partition_") as tmp:
         np.savez(os.path.join(tmp, "inputs.npz"), **{k: np.asarray(v) for k, v in inputs.items()})
         cmd = launch_command(ranks, ["-m", worker, folder, tmp], lc, prefix)
-        env = {**mpi_environment(), "DACE_PARTITION_RUN_DIR": tmp}
+        env = {**mpi_environment(), RUN_DIR: tmp}
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                 start_new_session=True, text=True,
                                 preexec_fn=_tied_to(os.getpid()) if sys.platform.startswith("linux") else None)
