@@ -25,16 +25,21 @@ class ProgramRecord:
     ranks_needed: int
     io: IoMode = IoMode.ROOT
     layouts: Dict[str, Layout] = field(default_factory=dict, hash=False)
+    # device="gpu": argument -> its device twin, the argument the runtime passes in GPU memory (the
+    # caller's device array, or a buffer it keeps for NumPy callers; runtime/device_arrays.py)
+    device_twins: Dict[str, str] = field(default_factory=dict, hash=False)
 
     def to_json(self) -> str:
         return json.dumps({"program": self.program, "ranks_needed": self.ranks_needed, "io": str(self.io),
-                           "layouts": {k: v.to_json() for k, v in self.layouts.items()}}, indent=1)
+                           "layouts": {k: v.to_json() for k, v in self.layouts.items()},
+                           "device_twins": dict(self.device_twins)}, indent=1)
 
     @staticmethod
     def from_json(text: str) -> "ProgramRecord":
         d = json.loads(text)
         return ProgramRecord(d["program"], int(d["ranks_needed"]), IoMode(d["io"]),
-                             {k: Layout.from_json(v) for k, v in d["layouts"].items()})
+                             {k: Layout.from_json(v) for k, v in d["layouts"].items()},
+                             dict(d.get("device_twins", {})))
 
 
 @dataclass

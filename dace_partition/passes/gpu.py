@@ -42,6 +42,14 @@ from ..runtime.cuda_build import CUDA_ENVIRONMENT
 from ..solvers.node import DistributedMemlet
 from ..schedule import expand_all
 
+#: The program's symbol that says where the caller's arrays are: 0 on the host (the device twins are buffers
+#: the runtime keeps, filled when the call starts and copied back when it ends), 1 on the GPU (the runtime
+#: passes the caller's device arrays as the twins: no copy).
+ARGS_ON_GPU = "__dp_args_on_gpu"
+#: A device twin of argument ``x`` is the program's argument ``__dp_dev_x`` (never ``__return...``, which
+#: DaCe would allocate and return itself).
+DEVICE_PREFIX = "__dp_dev_"
+
 #: Placed in the generated CUDA file before ``__dace_init_cuda``: DaCe's CUDA initialization starts with
 #: ``cudaGetDeviceCount``, so routing that first call through the device selection makes every stream and
 #: allocation DaCe creates afterwards live on this rank's GPU.
@@ -51,6 +59,27 @@ static inline cudaError_t dace_partition_cuda_device_count(int *count) {
     return cudaGetDeviceCount(count);
 }
 #define cudaGetDeviceCount dace_partition_cuda_device_count
+"""
+
+#: What the runtime needs of the CUDA runtime for device arrays in and out (runtime/device_arrays.py),
+#: exported by the program's own library, so it uses the CUDA the program was built with, on its GPU.
+_DEVICE_MEMORY = """
+DACE_EXPORTED void *__dp_gpu_malloc(size_t bytes) {
+    dace_partition_cuda::select_device();
+    void *p = nullptr;
+    return cudaMalloc(&p, bytes ? bytes : 1) == cudaSuccess ? p : nullptr;
+}
+DACE_EXPORTED void __dp_gpu_free(void *p) { cudaFree(p); }
+DACE_EXPORTED int __dp_gpu_copy(void *dst, const void *src, size_t bytes) {
+    dace_partition_cuda::select_device();
+    return (int)cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+}
+DACE_EXPORTED int __dp_gpu_device_of(const void *p) {  // the GPU holding p; -1 host memory, -2 unknown
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) { cudaGetLastError(); return -2; }
+    return (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) ? a.device : -1;
+}
+DACE_EXPORTED int __dp_gpu_current() { return dace_partition_cuda::select_device(); }
 """
 
 
@@ -83,6 +112,7 @@ def offload(sdfg: SDFG, kernel_states: List[SDFGState], root_states: List[SDFGSt
     wrappers = [w for w in (_offload_state(sdfg, state) for state in states) if w is not None]
     residency = residency.without({n for n in residency.resident if n not in sdfg.arrays})  # moved into a wrapper
     residency = stage_communication(sdfg, residency)
+    residency = host_sides_for_mpi(sdfg, residency)
     residency = replace(residency, kernel_copies=tuple(sorted({a for w in wrappers for a in _copied_in_out(w)})))
     if report is not None and gemm_states:
         how = "cuBLAS" if cublas else "pure: DaCe's GPU maps (no cuBLAS found in the CUDA toolkit)"
@@ -157,8 +187,11 @@ def place(sdfg: SDFG, residency: Residency, gpu_states: List[SDFGState]) -> Resi
     twins = {}
     for name in residency.arguments:
         desc = sdfg.arrays[name].clone()
-        desc.transient = True
-        twins[name] = sdfg.add_datadesc(f"{name}_gpu", on_gpu(desc), find_new_name=True)
+        desc.storage, desc.lifetime = dtypes.StorageType.GPU_Global, dtypes.AllocationLifetime.Scope
+        # an argument the runtime passes: the caller's own device array, or a buffer it keeps for NumPy callers
+        twins[name] = sdfg.add_datadesc(f"{DEVICE_PREFIX}{name}", desc, find_new_name=True)
+    if twins:
+        sdfg.add_symbol(ARGS_ON_GPU, dace.int32)
     for st in gpu_states:
         for n in st.data_nodes():
             if n.data in twins:
@@ -176,7 +209,8 @@ def place(sdfg: SDFG, residency: Residency, gpu_states: List[SDFGState]) -> Resi
     copies = []
     init = sdfg.start_block
     for rank0, names in _grouped(sorted(read), set(residency.rank0)):
-        st = _after_start(sdfg, init, "dace_partition_arguments_to_gpu" + ("_rank0" if rank0 else ""), rank0)
+        st = _after_start(sdfg, init, "dace_partition_arguments_to_gpu" + ("_rank0" if rank0 else ""), rank0,
+                          host_arguments=True)
         for name in names:
             _copy(sdfg, st, name, twins[name])
             copies.append(StagingCopy(twins[name], name, CopyDirection.TO_DEVICE, st.label, "the call starts"))
@@ -196,27 +230,56 @@ def _whole(sdfg: SDFG, edge) -> bool:
         return False
 
 
-def _after_start(sdfg: SDFG, init: SDFGState, label: str, rank0: bool) -> SDFGState:
-    """A state right after the program's first state (which sets the rank symbols), before anything else."""
+def _after_start(sdfg: SDFG, init: SDFGState, label: str, rank0: bool, host_arguments: bool) -> SDFGState:
+    """A state right after the program's first state (which sets the rank symbols), before anything else,
+    run only when the caller's arrays are on the host (``host_arguments``) or only when they are on the GPU."""
     (e, ) = sdfg.out_edges(init)
     st = sdfg.add_state(label)
     sdfg.remove_edge(e)
     sdfg.add_edge(init, st, e.data)
     sdfg.add_edge(st, e.dst, dace.InterstateEdge())
-    if rank0:
-        guard(st, f"{RANK} == 0")
+    guard(st, _when(rank0, host_arguments))
     return st
 
 
 def _at_end(sdfg: SDFG, label: str, rank0: bool) -> SDFGState:
-    """A state after every state that ended the program."""
+    """A state after every state that ended the program, run only when the caller's arrays are on the host
+    (given on the GPU, the device twins are the caller's arrays: nothing to copy back)."""
     sinks = [b for b in sdfg.nodes() if sdfg.out_degree(b) == 0]
     st = sdfg.add_state(label)
     for b in sinks:
         sdfg.add_edge(b, st, dace.InterstateEdge())
-    if rank0:
-        guard(st, f"{RANK} == 0")
+    guard(st, _when(rank0, True))
     return st
+
+
+def _when(rank0: bool, host_arguments: bool) -> str:
+    cond = f"{ARGS_ON_GPU} == {0 if host_arguments else 1}"
+    return f"({RANK} == 0) and ({cond})" if rank0 else cond
+
+
+def host_sides_for_mpi(sdfg: SDFG, residency: Residency) -> Residency:
+    """Given device arrays, the runtime passes scratch host memory as an argument's host side, so where MPI
+    reads that host side (a scatter from rank 0's argument, a halo of a tile), the call first copies the
+    caller's device array there (device -> host, once per call, in a state run only in that case). What MPI
+    writes into a host side is staged back to the device twin already (:func:`stage_communication`)."""
+    device_of = dict(residency.device_twins)
+    if not device_of:
+        return residency
+    seen = set()
+    for st in [s for s in all_states(sdfg) if _is_comm_state(s)]:
+        for n in st.data_nodes():
+            if n.data in device_of and (st.out_degree(n) > 0 or any(not _whole(sdfg, e) for e in st.in_edges(n))):
+                seen.add(n.data)
+    copies = list(residency.copies)
+    for rank0, names in _grouped(sorted(seen), set(residency.rank0)):
+        st = _after_start(sdfg, sdfg.start_block, "dace_partition_device_arguments_to_host" + ("_rank0" if rank0 else ""),
+                          rank0, host_arguments=False)
+        for name in names:
+            _copy(sdfg, st, device_of[name], name)
+            copies.append(StagingCopy(device_of[name], name, CopyDirection.TO_HOST, st.label,
+                                      "given on the GPU, MPI reads it"))
+    return replace(residency, copies=tuple(copies))
 
 
 def stage_communication(sdfg: SDFG, residency: Residency) -> Residency:
@@ -519,3 +582,4 @@ def _attach_runtime(sdfg: SDFG):
         t = st.add_tasklet("dace_partition_cuda", {}, {}, "", language=dtypes.Language.CPP)
         t.environments = [CUDA_ENVIRONMENT]
     sdfg.append_global_code(_SELECT_BEFORE_INIT, "cuda")
+    sdfg.append_global_code(_DEVICE_MEMORY, "cuda")

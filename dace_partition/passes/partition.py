@@ -140,7 +140,8 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: st
     rep.persistent_bytes = _make_local_buffers_persistent(sdfg)
     sdfg.append_exit_code("dace_partition::free_grids();\n")
     steps.done("report")
-    attach(sdfg, ProgramRecord(sdfg.name, rep.ranks_needed, io, layouts))
+    twins = dict(rep.residency.device_twins) if rep.residency is not None else {}
+    attach(sdfg, ProgramRecord(sdfg.name, rep.ranks_needed, io, layouts, twins))
     return rep
 
 

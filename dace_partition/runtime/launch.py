@@ -29,7 +29,9 @@ from dace.sdfg import SDFG
 from ..compat import array_pointer, construct_arguments, fast_call, one_build_folder
 from ..errors import ScheduleError
 from ..ir import is_lowered, ranks_needed
+from ..ir.record import record_of
 from ._world_check import RUN_DIR
+from .device_arrays import DeviceArray, DeviceCall, DeviceView, device_view
 
 
 class RunError(RuntimeError):
@@ -56,7 +58,10 @@ def bound_values(sdfg: SDFG) -> Dict[str, np.ndarray]:
 
 
 def as_array(value):
-    """NumPy view of an argument (torch tensors included, without importing torch)."""
+    """NumPy view of an argument (torch tensors included, without importing torch); arrays in GPU memory
+    stay as they are (runtime/device_arrays.py)."""
+    if device_view(value) is not None:
+        return value
     if hasattr(value, "detach") and hasattr(value, "numpy"):
         return value.detach().cpu().numpy()
     if isinstance(value, (list, tuple)):
@@ -406,14 +411,24 @@ def _wait(comm, poll=0.02):
         time.sleep(poll)
 
 
+def _supplied_by_runtime(record) -> set:
+    """The arguments of a GPU-lowered program that the runtime passes, never the caller: the device twins
+    and the symbol saying where the caller's arrays are (runtime/device_arrays.py)."""
+    if record is None or not record.device_twins:
+        return set()
+    from ..passes.gpu import ARGS_ON_GPU
+    return set(record.device_twins.values()) | {ARGS_ON_GPU}
+
+
 class CallSignature:
     """What a call of one program must look like, worked out once: argument names and descriptors, the
     symbols that size them, and (per set of symbol values) every array's shape and strides. Checking a
     call is then a few comparisons, with nothing of DaCe's symbolic machinery on the per-call path."""
 
-    def __init__(self, sdfg: SDFG):
-        self.args = {k: v for k, v in sdfg.arglist().items() if not k.startswith("__return")}
-        self.free = {str(s) for s in sdfg.free_symbols}
+    def __init__(self, sdfg: SDFG, record=None):
+        supplied = _supplied_by_runtime(record or record_of(sdfg))  # device twins and their symbol
+        self.args = {k: v for k, v in sdfg.arglist().items() if not k.startswith("__return") and k not in supplied}
+        self.free = {str(s) for s in sdfg.free_symbols} - set(supplied)
         self.arrays = {k: d for k, d in self.args.items() if isinstance(d, dace.data.Array)}
         self.scalars = [k for k in self.args if k not in self.arrays]
         self.dtypes = {k: np.dtype(d.dtype.as_numpy_dtype()) for k, d in self.arrays.items()}
@@ -451,8 +466,9 @@ class CallSignature:
         shapes = []
         for name, (shape, strides) in lay.items():
             arr = kwargs[name]
-            if not isinstance(arr, np.ndarray):
-                raise ValueError(f"argument '{name}' must be a NumPy array (or tensor), got {type(arr).__name__}")
+            if not isinstance(arr, (np.ndarray, DeviceView)):
+                raise ValueError(f"argument '{name}' must be a NumPy array, a tensor or a device array (CuPy, "
+                                 f"PyTorch CUDA, __cuda_array_interface__), got {type(arr).__name__}")
             if arr.dtype != self.dtypes[name]:
                 raise ValueError(f"argument '{name}' has dtype {arr.dtype}, expected {self.dtypes[name]}")
             check_layout(name, arr, shape, strides)
@@ -571,7 +587,7 @@ class _Caller:
                 if all(len(d) == 6 and d[0] in sig for d in descs):
                     self.template = list(argtuple)
                     self.positions = tuple((i, name) for i, name in enumerate(sig)
-                                           if isinstance(kwargs.get(name), np.ndarray))
+                                           if isinstance(kwargs.get(name), (np.ndarray, DeviceView, DeviceArray)))
                     self.returns = tuple((sig.index(d[0]), d) for d in descs)
                     arrays = self.program.sdfg.arrays
                     self.scalar = tuple(isinstance(arrays[d[0]], dace.data.Scalar)
@@ -582,7 +598,9 @@ class _Caller:
             return fast_call(c, argtuple, initargs, True)
         args = self.template
         for i, name in self.positions:
-            args[i] = ctypes.c_void_p(kwargs[name].__array_interface__["data"][0])
+            v = kwargs[name]
+            args[i] = ctypes.c_void_p(v.__array_interface__["data"][0] if isinstance(v, np.ndarray) else
+                                      v.__cuda_array_interface__["data"][0])
         results = []
         for i, desc in self.returns:
             arr = c._create_array(*desc)
@@ -614,7 +632,12 @@ class Program:
         self.sdfg = compiled.sdfg
         self.comm = comm
         self.bound = bound or {}
-        self.signature = CallSignature(self.sdfg)
+        twins = dict(record.device_twins) if record else {}
+        from ..passes.gpu import ARGS_ON_GPU
+        self.signature = CallSignature(self.sdfg, record)
+        # device arrays in and out, and the twins of a GPU-lowered program (runtime/device_arrays.py)
+        self.device = DeviceCall(compiled, twins, lambda: written_arguments(self.sdfg),
+                                 [k for k in self.sdfg.arglist() if k.startswith("__return")], ARGS_ON_GPU)
         self._caller = _Caller(self)
         self._flag = np.zeros(1, dtype=np.int64)
         self._key = None
@@ -626,10 +649,11 @@ class Program:
         if self.layouts:
             return self._call_distributed(kwargs)
         comm, flag = self.comm, self._flag
+        on_gpu = False
         if comm.rank == 0:
-            kwargs = _with_bound(self.bound, kwargs)
+            kwargs, on_gpu = self.device.views(_with_bound(self.bound, kwargs))
             try:
-                key = self.signature.check(kwargs)
+                key = self.signature.check(kwargs) + (on_gpu, )
                 flag[0] = self._SAME if key == self._key else self._NEW
             except Exception as e:  # reported on every rank, so no rank waits forever
                 flag[0], error = self._ERROR, f"{type(e).__name__}: {e}"
@@ -638,29 +662,32 @@ class Program:
             error = comm.bcast(error if comm.rank == 0 else None, root=0)
             raise ValueError(f"rank 0 rejected the inputs: {error}")
         if flag[0] == self._NEW:
-            meta = comm.bcast(self.signature.describe(kwargs) if comm.rank == 0 else None, root=0)
+            meta, on_gpu = comm.bcast((self.signature.describe(kwargs), on_gpu) if comm.rank == 0 else None, root=0)
             if comm.rank != 0:
                 self._mirror = {name: (np.empty(v[0], dtype=v[1]) if kind == "array" else v)
                                 for name, (kind, v) in meta.items()}
-                key = self.signature.check(self._mirror)
+                key = self.signature.check(self._mirror) + (on_gpu, )
             self._key = key
+        on_gpu = self._key[-1]
         if comm.rank != 0:
             kwargs = self._mirror
-        result = self._caller(kwargs, self._key)
+        kwargs, finish = self.device.prepare(kwargs, on_gpu, placeholders=comm.rank != 0)
+        result = finish(self._caller(kwargs, self._key))
         return result if comm.rank == 0 else None
 
     def _call_distributed(self, kwargs):
         """io="distributed": every rank passes its own tiles and gets its own results back. The arguments
         are checked on every rank, and a mistake on any rank is raised on all of them."""
         lays = self.layouts
-        kwargs = {k: as_array(v) for k, v in kwargs.items()}
+        kwargs, on_gpu = self.device.views({k: as_array(v) for k, v in kwargs.items()})
         syms = _syms(kwargs)
         for k, v in self.bound.items():  # bound weights are whole arrays: each rank takes its tile
             if k not in kwargs:
                 kwargs[k] = lays[k].scatter(v, self.comm.rank, **syms) if k in lays else v
         error, flag = None, self._flag
         try:
-            key = self.signature.check(kwargs)
+            key = self.signature.check(kwargs) + (on_gpu, )
+            kwargs, finish = self.device.prepare(kwargs, on_gpu)
             flag[0] = 0
         except Exception as e:
             error, flag[0] = f"rank {self.comm.rank}: {type(e).__name__}: {e}", 1
@@ -669,7 +696,7 @@ class Program:
         if flag[0]:
             errors = [e for e in self.comm.allgather(error) if e]
             raise ValueError("inputs rejected: " + "; ".join(errors))
-        return self._caller(kwargs, key)
+        return finish(self._caller(kwargs, key))
 
 
 def describe_inputs(sdfg: SDFG, kwargs) -> Dict[str, tuple]:

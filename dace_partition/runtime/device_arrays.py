@@ -1,0 +1,342 @@
+"""Device arrays in and out of a program lowered with ``device="gpu"``.
+
+A CuPy array, a PyTorch CUDA tensor, or any object with ``__cuda_array_interface__`` or a CUDA DLPack
+device goes into a compiled program (:class:`~dace_partition.runtime.launch.Program`) without a copy to
+the host: the lowering gave each argument the GPU kernels use a *device twin* (``passes.gpu.place``), an
+argument of the program in GPU memory, and a symbol that says where the caller's arrays are. Given device
+arrays, the runtime passes them as the twins and the program skips its copies at the call's start and end;
+given NumPy arrays, it passes twins it keeps (allocated once per shape) and the program copies in and out
+as before. Results come back where the inputs were: device arrays of the caller's kind (CuPy in, CuPy out;
+PyTorch in, PyTorch out; otherwise a :class:`DeviceArray`), NumPy for NumPy.
+
+MPI works on host memory (``passes.gpu.stage_communication``); an argument that only MPI or host code
+touches (a scatter's source on rank 0, a gather's target) is copied between the caller's device array and
+a host buffer here, once per call, where the program needs it.
+
+Device memory is the program's own: allocation and copies go through functions its CUDA file exports
+(the CUDA runtime it was built with, on the GPU its rank selected). A program emulated on the host (the
+tests run the GPU data flow without a GPU) uses :class:`HostMemory`, where "device" memory is host memory.
+"""
+import ctypes
+from dataclasses import dataclass
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+
+#: DLPack's device types of memory a CUDA kernel can read (kDLCUDA, kDLCUDAManaged)
+_DLPACK_CUDA = (2, 13)
+
+
+def _c_strides(shape, itemsize) -> Tuple[int, ...]:
+    out, step = [], itemsize
+    for n in reversed(shape):
+        out.append(step)
+        step *= max(int(n), 1)
+    return tuple(reversed(out))
+
+
+class _Flags:
+    def __init__(self, c_contiguous: bool):
+        self.c_contiguous = c_contiguous
+
+
+@dataclass(frozen=True)
+class DeviceView:
+    """A caller's array in GPU memory, as the checks and the call need it: pointer, shape, dtype, strides
+    (bytes). ``owner`` is the caller's object (kept alive for the call, and telling the result's kind)."""
+    owner: object
+    ptr: int
+    shape: Tuple[int, ...]
+    dtype: np.dtype
+    strides: Tuple[int, ...]
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.itemsize
+
+    @property
+    def flags(self):
+        return _Flags(self.strides == _c_strides(self.shape, self.itemsize) or self.size <= 1)
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False),
+                "strides": self.strides, "version": 3}
+
+
+def device_view(value) -> Optional[DeviceView]:
+    """The :class:`DeviceView` of ``value`` if it is an array in GPU memory, else None (NumPy, a CPU tensor,
+    a scalar). DLPack-only objects are taken through CuPy or PyTorch, whichever is installed."""
+    if isinstance(value, (np.ndarray, DeviceView)) or np.isscalar(value):
+        return value if isinstance(value, DeviceView) else None
+    try:
+        cai = value.__cuda_array_interface__
+    except (AttributeError, RuntimeError):  # a PyTorch CPU tensor raises instead of lacking it
+        cai = None
+    if cai is None:
+        where = getattr(value, "__dlpack_device__", None)
+        if where is None or where()[0] not in _DLPACK_CUDA:
+            return None
+        value = _from_dlpack(value)
+        cai = value.__cuda_array_interface__
+    shape = tuple(int(n) for n in cai["shape"])
+    dtype = np.dtype(cai["typestr"])
+    strides = tuple(int(s) for s in cai["strides"]) if cai.get("strides") else _c_strides(shape, dtype.itemsize)
+    return DeviceView(value, int(cai["data"][0]), shape, dtype, strides)
+
+
+def _from_dlpack(value):
+    for module in ("cupy", "torch"):
+        try:
+            lib = __import__(module)
+        except ImportError:
+            continue
+        return lib.from_dlpack(value)
+    raise ValueError(f"a {type(value).__name__} on a CUDA device reaches the program through DLPack only with CuPy "
+                     "or PyTorch installed; pass a CuPy array or a PyTorch tensor (or install one of them)")
+
+
+class DeviceArray:
+    """An array in the program's GPU memory that the runtime allocated (a result, a kept twin). Exposes
+    ``__cuda_array_interface__`` (CuPy, PyTorch, Numba take it without a copy); ``get()`` copies it to a
+    NumPy array. Freed when the last reference goes."""
+
+    def __init__(self, memory, shape, dtype):
+        self.memory = memory
+        self.shape = tuple(int(n) for n in shape)
+        self.dtype = np.dtype(dtype)
+        self.strides = _c_strides(self.shape, self.dtype.itemsize)
+        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        self.ptr, self._keep = memory.malloc(self.nbytes)
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False),
+                "strides": None, "version": 3}
+
+    def view(self) -> DeviceView:
+        return DeviceView(self, self.ptr, self.shape, self.dtype, self.strides)
+
+    def get(self) -> np.ndarray:
+        out = np.empty(self.shape, self.dtype)
+        self.memory.copy(out.ctypes.data, self.ptr, self.nbytes)
+        return out
+
+    def __repr__(self):
+        return f"DeviceArray(shape={self.shape}, dtype={self.dtype})"
+
+    def __del__(self):
+        try:
+            self.memory.free(self.ptr, self._keep)
+        except Exception:  # noqa: BLE001 - interpreter shutdown: the process frees it
+            pass
+
+
+class CudaMemory:
+    """GPU memory through the functions the program's CUDA file exports (``passes.gpu._DEVICE_MEMORY``)."""
+
+    def __init__(self, compiled):
+        def fn(name, restype, *argtypes):
+            f = compiled._lib.get_symbol(name, restype)
+            return ctypes.CFUNCTYPE(restype, *argtypes)(ctypes.cast(f, ctypes.c_void_p).value)
+        vp, size = ctypes.c_void_p, ctypes.c_size_t
+        self._malloc = fn("__dp_gpu_malloc", vp, size)
+        self._free = fn("__dp_gpu_free", None, vp)
+        self._copy = fn("__dp_gpu_copy", ctypes.c_int, vp, vp, size)
+        self._device_of = fn("__dp_gpu_device_of", ctypes.c_int, vp)
+        self._current = fn("__dp_gpu_current", ctypes.c_int)
+
+    def malloc(self, nbytes):
+        p = self._malloc(nbytes)
+        if not p:
+            raise MemoryError(f"cudaMalloc of {nbytes} bytes failed on GPU {self.current()}")
+        return p, None
+
+    def free(self, ptr, _keep):
+        self._free(ptr)
+
+    def copy(self, dst: int, src: int, nbytes: int):
+        err = self._copy(dst, src, nbytes)
+        if err:
+            raise RuntimeError(f"cudaMemcpy of {nbytes} bytes failed (CUDA error {err})")
+
+    def device_of(self, ptr: int) -> int:
+        return self._device_of(ptr)
+
+    def current(self) -> int:
+        return self._current()
+
+    def argument(self, view: DeviceView):
+        return view  # DaCe passes __cuda_array_interface__'s pointer for GPU storage
+
+
+class HostMemory:
+    """The same interface on host memory, for programs whose GPU data flow is emulated on the host."""
+
+    def malloc(self, nbytes):
+        buf = np.empty(max(nbytes, 1), np.uint8)
+        return buf.ctypes.data, buf
+
+    def free(self, ptr, keep):
+        pass
+
+    def copy(self, dst: int, src: int, nbytes: int):
+        ctypes.memmove(dst, src, nbytes)
+
+    def device_of(self, ptr: int) -> int:
+        return 0
+
+    def current(self) -> int:
+        return 0
+
+    def argument(self, view: DeviceView) -> np.ndarray:
+        """The view as a NumPy array on the same memory (the emulated program's arguments are host arrays)."""
+        span = (sum((n - 1) * s for n, s in zip(view.shape, view.strides)) + view.itemsize) if view.size else 0
+        buf = (ctypes.c_byte * max(span, 1)).from_address(view.ptr)
+        return np.ndarray(view.shape, view.dtype, buffer=buf, strides=view.strides)
+
+
+def _like(template, arr: DeviceArray):
+    """``arr`` as the caller's kind of device array (no copy; the result keeps ``arr`` alive)."""
+    module = type(template).__module__.split(".")[0]
+    if module == "cupy":
+        import cupy
+        return cupy.asarray(arr)
+    if module == "torch":
+        import torch
+        return torch.as_tensor(arr, device=f"cuda:{arr.memory.current()}")
+    return arr
+
+
+class DeviceCall:
+    """How one program's arguments reach it when some arrays are on the GPU (see the module docstring).
+
+    ``twins``: argument -> its device twin (the lowering's record); ``written``: the arguments the program
+    writes (or a function that lists them); ``returns``: its ``__return*`` arrays. ``memory`` is created on first use (the library must be
+    loaded): :class:`CudaMemory` for a CUDA build, :class:`HostMemory` for a host emulation."""
+
+    def __init__(self, compiled, twins: Dict[str, str], written, returns, flag: str):
+        self.compiled = compiled
+        self.twins = dict(twins)
+        self._written = written  # a set, or a function giving it (worked out on first need)
+        self.returns = tuple(returns)
+        self.flag = flag
+        self._memory = None
+        self._kept: Dict[tuple, object] = {}  # (name, shape, dtype) -> a buffer kept across calls
+
+    @property
+    def written(self) -> set:
+        if callable(self._written):
+            self._written = set(self._written())
+        return self._written
+
+    @property
+    def memory(self):
+        if self._memory is None:
+            gpu = self.compiled.get_exported_function("__dp_gpu_malloc", ctypes.c_void_p) is not None
+            self._memory = CudaMemory(self.compiled) if gpu else HostMemory()
+        return self._memory
+
+    def views(self, kwargs) -> Tuple[dict, bool]:
+        """``kwargs`` with every device array replaced by its :class:`DeviceView`; whether there was one."""
+        out, on_gpu = {}, False
+        for k, v in kwargs.items():
+            view = device_view(v)
+            on_gpu |= view is not None
+            out[k] = v if view is None else view
+        return out, on_gpu
+
+    def _kept_buffer(self, name, shape, dtype, device: bool):
+        key = (name, tuple(shape), np.dtype(dtype).str, device)
+        buf = self._kept.get(key)
+        if buf is None:
+            buf = DeviceArray(self.memory, shape, dtype) if device else np.empty(shape, dtype)
+            self._kept[key] = buf
+        return buf
+
+    def _check_device(self, name: str, view: DeviceView):
+        where, here = self.memory.device_of(view.ptr), self.memory.current()
+        if where == -1:
+            raise ValueError(f"argument '{name}' says it is a device array, but its memory is host memory")
+        if where >= 0 and here >= 0 and where != here:
+            raise ValueError(f"argument '{name}' is on GPU {where}, but this rank runs on GPU {here} (ranks take "
+                             "GPUs by node-local rank: give each rank its arrays on its own GPU)")
+
+    def prepare(self, kwargs, on_gpu: bool, placeholders: bool = False):
+        """The program's arguments for one call, and a function that turns its results into the caller's.
+
+        ``kwargs`` is the checked call (device arrays as views); ``placeholders``: the arrays are another
+        rank's stand-ins (io="root" on ranks other than 0), which hold no data to move."""
+        memory = self.memory if (on_gpu or self.twins) else None
+        full = dict(kwargs)
+        after = []  # (copy to, copy from, bytes) once the program returned
+        template = next((v.owner for v in kwargs.values() if isinstance(v, DeviceView)), None)
+        for name, value in kwargs.items():
+            view = value if isinstance(value, DeviceView) else None
+            if view is not None:
+                self._check_device(name, view)
+            twin = self.twins.get(name)
+            if twin is not None:
+                if not on_gpu:  # NumPy callers: a twin kept across calls; the program copies in and out
+                    full[twin] = memory.argument(self._kept_buffer(twin, value.shape, value.dtype, True).view())
+                elif view is not None:  # the caller's device array is the twin; the host side is scratch
+                    full[twin] = memory.argument(view)
+                    full[name] = self._kept_buffer(name, view.shape, view.dtype, False)
+                else:  # a host array beside device arrays: uploaded to a kept twin, copied back if written
+                    dev = self._kept_buffer(twin, value.shape, value.dtype, True)
+                    full[twin] = memory.argument(dev.view())
+                    if not placeholders:
+                        memory.copy(dev.ptr, value.ctypes.data, value.nbytes)
+                        if name in self.written:
+                            after.append((value.ctypes.data, dev.ptr, value.nbytes))
+            elif view is not None:  # only MPI or host code touches it: through a host buffer
+                host = self._kept_buffer(name, view.shape, view.dtype, False)
+                memory.copy(host.ctypes.data, view.ptr, view.nbytes)
+                full[name] = host
+                if name in self.written:
+                    after.append((view.ptr, host.ctypes.data, view.nbytes))
+        if self.twins:
+            full[self.flag] = int(on_gpu)
+        results = {}
+        for ret in self.returns:  # DaCe allocates the host side of a result; its twin is ours to pass
+            twin = self.twins.get(ret)
+            if twin is None:
+                continue
+            shape, dtype = self._shape(twin, full)
+            if on_gpu and not placeholders:  # a new device array per call: each call's result is the caller's
+                results[ret] = dev = DeviceArray(memory, shape, dtype)
+            else:
+                dev = self._kept_buffer(twin, shape, dtype, True)
+            full[twin] = memory.argument(dev.view())
+
+        def finish(result):
+            for dst, src, nbytes in after:
+                memory.copy(dst, src, nbytes)
+            if not on_gpu or placeholders or result is None:
+                return result
+            values = list(result) if isinstance(result, tuple) else [result]
+            out = []
+            for ret, val in zip(self.returns, values):
+                dev = results.get(ret)
+                if dev is None and isinstance(val, np.ndarray):  # a host result (a gather's target): uploaded
+                    dev = DeviceArray(memory, val.shape, val.dtype)
+                    memory.copy(dev.ptr, np.ascontiguousarray(val).ctypes.data, val.nbytes)
+                out.append(val if dev is None else _like(template, dev))
+            return out[0] if len(out) == 1 else tuple(out)
+        return full, finish
+
+    def _shape(self, name, full):
+        import dace
+        from .launch import _syms
+        sdfg = self.compiled.sdfg
+        symbols = {**{k: int(v) for k, v in sdfg.constants.items() if isinstance(v, (int, np.integer))}, **_syms(full)}
+        desc = sdfg.arrays[name]
+        return tuple(int(dace.symbolic.evaluate(s, symbols)) for s in desc.shape), desc.dtype.as_numpy_dtype()
