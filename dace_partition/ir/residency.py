@@ -12,6 +12,12 @@ from enum import Enum
 from typing import Dict, Tuple
 
 
+#: The program's symbol that says where the caller's arrays are: 0 on the host (the device twins are buffers
+#: the runtime keeps, filled when the call starts and copied back when it ends), 1 on the GPU (the runtime
+#: passes the caller's device arrays as the twins: no copy).
+ARGS_ON_GPU = "__dp_args_on_gpu"
+
+
 class Memory(str, Enum):
     """Where a buffer lives."""
     HOST = "host"  # pageable host memory (DaCe's default)

@@ -37,15 +37,11 @@ from dace.transformation.helpers import nest_state_subgraph
 
 from ..compat import all_states
 from .graph import RANK, guard
-from ..ir.residency import CopyDirection, Residency, StagingCopy
+from ..ir.residency import ARGS_ON_GPU, CopyDirection, Residency, StagingCopy
 from ..runtime.cuda_build import CUDA_ENVIRONMENT
 from ..solvers.node import DistributedMemlet
 from ..schedule import expand_all
 
-#: The program's symbol that says where the caller's arrays are: 0 on the host (the device twins are buffers
-#: the runtime keeps, filled when the call starts and copied back when it ends), 1 on the GPU (the runtime
-#: passes the caller's device arrays as the twins: no copy).
-ARGS_ON_GPU = "__dp_args_on_gpu"
 #: A device twin of argument ``x`` is the program's argument ``__dp_dev_x`` (never ``__return...``, which
 #: DaCe would allocate and return itself).
 DEVICE_PREFIX = "__dp_dev_"

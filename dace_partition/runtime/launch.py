@@ -30,6 +30,7 @@ from ..compat import array_pointer, construct_arguments, fast_call, one_build_fo
 from ..errors import ScheduleError
 from ..ir import is_lowered, ranks_needed
 from ..ir.record import record_of
+from ..ir.residency import ARGS_ON_GPU
 from ._world_check import RUN_DIR
 from .device_arrays import DeviceArray, DeviceCall, DeviceView, device_view
 
@@ -416,7 +417,6 @@ def _supplied_by_runtime(record) -> set:
     and the symbol saying where the caller's arrays are (runtime/device_arrays.py)."""
     if record is None or not record.device_twins:
         return set()
-    from ..passes.gpu import ARGS_ON_GPU
     return set(record.device_twins.values()) | {ARGS_ON_GPU}
 
 
@@ -633,7 +633,6 @@ class Program:
         self.comm = comm
         self.bound = bound or {}
         twins = dict(record.device_twins) if record else {}
-        from ..passes.gpu import ARGS_ON_GPU
         self.signature = CallSignature(self.sdfg, record)
         # device arrays in and out, and the twins of a GPU-lowered program (runtime/device_arrays.py)
         self.device = DeviceCall(compiled, twins, lambda: written_arguments(self.sdfg),
