@@ -144,6 +144,8 @@ class CudaMemory:
     """GPU memory through the functions the program's CUDA file exports (``passes.gpu._DEVICE_MEMORY``)."""
 
     def __init__(self, compiled):
+        self._compiled = compiled
+
         def fn(name, restype, *argtypes):
             f = compiled._lib.get_symbol(name, restype)
             return ctypes.CFUNCTYPE(restype, *argtypes)(ctypes.cast(f, ctypes.c_void_p).value)
@@ -161,7 +163,8 @@ class CudaMemory:
         return p, None
 
     def free(self, ptr, _keep):
-        self._free(ptr)
+        if self._compiled._lib.is_loaded():  # at exit the library may be gone first: the process frees it
+            self._free(ptr)
 
     def copy(self, dst: int, src: int, nbytes: int):
         err = self._copy(dst, src, nbytes)
