@@ -256,16 +256,18 @@ def _when(rank0: bool, host_arguments: bool) -> str:
 
 def host_sides_for_mpi(sdfg: SDFG, residency: Residency) -> Residency:
     """Given device arrays, the runtime passes scratch host memory as an argument's host side, so where MPI
-    reads that host side (a scatter from rank 0's argument, a halo of a tile), the call first copies the
-    caller's device array there (device -> host, once per call, in a state run only in that case). What MPI
-    writes into a host side is staged back to the device twin already (:func:`stage_communication`)."""
+    reads that host side (a halo of a tile that no kernel writes), the call first copies the caller's device
+    array there (device -> host, once per call, in a state run only in that case). An argument a GPU state
+    writes is staged before each MPI read anyway, and what MPI writes into a host side is staged back to the
+    device twin (:func:`stage_communication`)."""
     device_of = dict(residency.device_twins)
     if not device_of:
         return residency
-    seen = set()
+    seen = set()  # (what a GPU state writes is staged before each MPI read already: stage_communication)
     for st in [s for s in all_states(sdfg) if _is_comm_state(s)]:
         for n in st.data_nodes():
-            if n.data in device_of and (st.out_degree(n) > 0 or any(not _whole(sdfg, e) for e in st.in_edges(n))):
+            if n.data in device_of and n.data not in residency.gpu_writes and \
+                    (st.out_degree(n) > 0 or any(not _whole(sdfg, e) for e in st.in_edges(n))):
                 seen.add(n.data)
     copies = list(residency.copies)
     for rank0, names in _grouped(sorted(seen), set(residency.rank0)):
