@@ -95,8 +95,9 @@ def worker(out_path, exps, reps):
     """Under mpiexec: time flat / chosen / Figure 10 programs, interleaved, best of ``reps``."""
     import numpy as np
     from mpi4py import MPI
-    from dace_partition.solvers.reduction import ReductionPlan, detect_hierarchy, free_subcomms
+    from dace_partition.solvers.reduction import Communicators, ReductionPlan, detect_hierarchy
     comm = MPI.COMM_WORLD
+    comms = Communicators(comm)  # the plans' sub-communicators, split once (the warm-up round) for every rep
     r = comm.Get_rank()
     h, dev_of = detect_hierarchy(comm)
     pl = Placement(h, (h.num_devices,), ((h.sizes[0], h.sizes[1]),), (0,))
@@ -134,7 +135,7 @@ def worker(out_path, exps, reps):
                 x = data.copy()
                 comm.Barrier()
                 t0 = time.perf_counter()
-                plan.execute(comm, x, dev_of)
+                plan.execute(comms, x, dev_of)
                 t = comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
                 if rep:
                     best[name] = min(best[name], t)
@@ -148,7 +149,7 @@ def worker(out_path, exps, reps):
             "predicted_flat_s_default_model": ch.flat_s, "predicted_chosen_s_default_model": ch.predicted_s,
             "calibrated_choice": "flat AllReduce" if ch_cal.program is None else str(ch_cal.program),
         })
-    free_subcomms()
+    comms.free()
     if r == 0:
         with open(out_path, "w") as f:
             json.dump({"hierarchy": str(h), "ranks": comm.Get_size(),

@@ -91,6 +91,25 @@ def test_cost_of_reduce_scatter_allreduce_allgather(monkeypatch):
     assert all(sorted(rs.unpack) == list(range(8)) for rs in plan.ranks[-1])
 
 
+def test_the_build_emits_the_program_recorded_at_lowering(monkeypatch):
+    """The choice travels on the move's node (``DistributedMemlet.decision``), not in module state: code
+    generated after the setting changed, or without it, is the program the lowering priced."""
+    no_hierarchy(monkeypatch)
+    s, m = HierarchicalSolver(), partial_move(1 << 17, 8)  # 1 MiB: both 2x4 and 4x2 take it
+    buf = dace.data.Array(dace.float64, [1 << 17])
+    monkeypatch.setenv(ENV_VAR, "2x4")
+    decided = s.decision(m)
+    code = s.emit_decided(m, decided, buf, buf)
+    assert code == s.emit(m, buf, buf) and '"2x4"' in code
+    monkeypatch.setenv(ENV_VAR, "4x2")  # another hierarchy that also accepts the move: another program
+    assert s.refuse(m) is None and s.emit(m, buf, buf) != code
+    assert s.emit_decided(m, decided, buf, buf) == code
+    monkeypatch.delenv(ENV_VAR)  # no setting at build time: the solver refuses, the recorded program stays
+    assert s.decision(m) == "" and s.emit_decided(m, decided, buf, buf) == code
+    with pytest.raises(ValueError, match="refuses"):
+        s.emit(m, buf, buf)
+
+
 # ---- under mpiexec ----------------------------------------------------------------------------------
 
 

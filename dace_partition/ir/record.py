@@ -4,13 +4,14 @@ place where the package keeps what it knows about an SDFG object.
 Ranks needed, io mode and argument layouts are decided by ``lower``; the record is saved as JSON beside
 the build (``dace_partition.json`` in the build folder), so a program loaded from its folder on any rank
 knows them without the SDFG's Python object. :func:`notes` holds the record, the lowering's report, a
-training step's names and whether discovery has converted its loops; it is one attribute of the SDFG, so
-it travels with the object (also through ``copy.deepcopy``) and nothing is kept in module-level tables.
+training step's names, whether discovery has converted its loops, the values bound to its arguments
+(``bind``) and its last build; it is one attribute of the SDFG, so it travels with the object (also
+through ``copy.deepcopy``) and nothing is kept in module-level tables.
 """
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 from .kinds import IoMode
 from .layout import Layout
@@ -49,6 +50,8 @@ class Notes:
     report: Optional[object] = None  # the LoweringReport of lower
     train: Optional[dict] = None  # from_torch_train_step: {"outputs": [...], "arguments": {...}}
     loops_checked: bool = False  # discovery ran LoopToMap on it
+    bound: Dict[str, object] = field(default_factory=dict)  # runtime.bind: argument -> its value (an array)
+    build: Optional[Tuple[str, str]] = None  # runtime.build: (digest of the lowered SDFG, its build folder)
 
 
 def notes(sdfg) -> Notes:

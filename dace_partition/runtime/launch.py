@@ -29,7 +29,7 @@ from dace.sdfg import SDFG
 from ..compat import array_pointer, construct_arguments, fast_call, one_build_folder
 from ..errors import ScheduleError
 from ..ir import is_lowered, ranks_needed
-from ..ir.record import record_of
+from ..ir.record import notes, record_of
 from ..ir.residency import ARGS_ON_GPU
 from ._world_check import RUN_DIR
 from .device_arrays import DeviceArray, DeviceCall, DeviceView, device_view
@@ -48,14 +48,15 @@ def bind(sdfg: SDFG, **values):
     Bound values travel with the build folder, so :func:`compile`, :func:`load` and :func:`run` all use
     them; an argument given explicitly at a call overrides its bound value.
     """
-    bound = dict(getattr(sdfg, "_dp_bound", None) or {})
+    found = notes(sdfg)
+    bound = dict(found.bound)
     bound.update({k: np.asarray(v) for k, v in values.items()})
-    sdfg._dp_bound = bound
+    found.bound = bound
     return sdfg
 
 
 def bound_values(sdfg: SDFG) -> Dict[str, np.ndarray]:
-    return dict(getattr(sdfg, "_dp_bound", None) or {})
+    return dict(notes(sdfg).bound)
 
 
 def as_array(value):
@@ -355,7 +356,7 @@ def build(sdfg: SDFG) -> str:
         raise ScheduleError(f"SDFG '{sdfg.name}' has not been lowered: call dace_partition.lower first")
     from ..ir import record_of
     digest = hashlib.sha1((str(sdfg.to_json()) + record_of(sdfg).to_json()).encode()).hexdigest()
-    cached = getattr(sdfg, "_dp_build", None)
+    cached = notes(sdfg).build
     if cached and cached[0] == digest and glob.glob(os.path.join(cached[1], "build", "lib*")):
         return _save_bound(sdfg, cached[1])
     from .cuda_build import cuda_config, uses_gpu
@@ -378,7 +379,7 @@ def build(sdfg: SDFG) -> str:
         # Read here, under one_build_folder: outside it DaCe 2 under mpiexec names a per-rank folder
         # (``<cache>_rank0``) that this build did not write.
         folder = built.build_folder
-    sdfg._dp_build = (digest, folder)
+    notes(sdfg).build = (digest, folder)
     return _save_bound(sdfg, folder)
 
 

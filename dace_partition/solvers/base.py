@@ -94,6 +94,19 @@ class Solver:
         destination is."""
         raise NotImplementedError
 
+    def decision(self, move: Move) -> str:
+        """What :meth:`emit` needs besides ``move`` that only the lowering knows (default: nothing, "").
+
+        The lowering records it on the move's DistributedMemlet (its ``decision`` property) when it prices
+        the move for the report, and code generation hands it to :meth:`emit_decided`: the build emits what
+        the report priced even where what the choice was made from (the environment) has changed or is
+        gone. A solver whose choice follows from the move alone leaves this as it is."""
+        return ""
+
+    def emit_decided(self, move: Move, decision: str, src_desc, dst_desc) -> str:
+        """:meth:`emit` for the ``decision`` this solver gave at lowering (see :meth:`decision`)."""
+        return self.emit(move, src_desc, dst_desc)
+
     def __repr__(self):
         return f"<solver {self.name}>"
 

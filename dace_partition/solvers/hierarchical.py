@@ -14,7 +14,9 @@ made before any rank starts and its bytes must be exactly what the program moves
 counter checks it); the hierarchical program moves other bytes than the flat call (e.g. 2x2:
 1024 B instead of 768 B per rank for a 512 B block), so a run-time choice would make the report
 wrong for one of the two.  Fixing the program at lowering keeps report, bytes and predicted times
-true; the program checks at its first call that ``DACE_PARTITION_HIERARCHY``, if set at run time,
+true: the chosen program (the executor's table) is recorded on the move's ``DistributedMemlet``
+(``decision``) when the lowering prices it, and the build emits that one whatever the environment says
+by then.  The program checks at its first call that ``DACE_PARTITION_HIERARCHY``, if set at run time,
 is the one it was lowered for (and stops otherwise), and, if unset, compares the hierarchy with the
 nodes ``MPI_Comm_split_type`` finds and warns once if they differ (``dace_partition_hierarchical.h``).
 On a real cluster lower inside the allocation, or set the variable to its shape (nodes x ranks per
@@ -25,6 +27,7 @@ lowering, divisible into one chunk per group member (the block collectives keep 
 exact), at most ``INT_MAX`` elements, and a grid whose replica group maps onto the hierarchy
 (``placement_from_grid``).
 """
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -225,11 +228,6 @@ def hierarchy_setting(env: Mapping[str, str] | None = None) -> tuple[str | None,
     return h, source
 
 
-# The hierarchy each accepted move was planned for when it was lowered: the build (code generation) may
-# run after the setting has changed or in an environment without it, and must emit what the report says.
-_LOWERED: dict = {}
-
-
 class HierarchicalSolver(Solver):
     name = "hierarchical"
     kinds = frozenset({MoveKind.ALLREDUCE})
@@ -239,10 +237,7 @@ class HierarchicalSolver(Solver):
         text, source = hierarchy_setting()
         if text is None:
             return None, source
-        found = plan_move(move, text, source)
-        if found[0] is not None:
-            _LOWERED[move] = (text, source)
-        return found
+        return plan_move(move, text, source)
 
     def refuse(self, move: Move) -> Optional[str]:
         why = super().refuse(move)
@@ -260,19 +255,37 @@ class HierarchicalSolver(Solver):
                          f"{len(st.groups[0])})")
         return Cost(per, plan.messages(), tuple(calls))
 
-    def emit(self, move: Move, src_desc, dst_desc) -> str:
-        plan, why = self.plan(move)
-        if plan is None and move in _LOWERED:  # built after the setting changed: the lowering's decision
-            plan, why = plan_move(move, *_LOWERED[move])
+    def decision(self, move: Move) -> str:
+        """The program chosen for ``move`` under the hierarchy seen now (at lowering), as the executor's table
+        with its hierarchy, chunk and count (JSON): the build (code generation) may run after the setting
+        has changed, in an environment without it or under another machine calibration, and must emit what
+        the report says. "" where the solver refuses."""
+        plan, _ = self.plan(move)
         if plan is None:
-            raise ValueError(f"hierarchical solver asked to emit a move it refuses: {why}")
-        table = plan.table()
+            return ""
+        return json.dumps({"hierarchy": plan.hierarchy, "source": plan.source, "count": plan.count,
+                           "chunk": plan.chunk, "table": plan.table()})
+
+    def emit(self, move: Move, src_desc, dst_desc) -> str:
+        return self.emit_decided(move, "", src_desc, dst_desc)
+
+    def emit_decided(self, move: Move, decision: str, src_desc, dst_desc) -> str:
+        """The code of the program the lowering chose (``decision``, from :meth:`decision`); a node expanded
+        without one (made outside ``lower``) is planned under the hierarchy seen now."""
+        if decision:
+            d = json.loads(decision)
+            hierarchy, chunk, planned, table = d["hierarchy"], int(d["chunk"]), int(d["count"]), list(d["table"])
+        else:
+            plan, why = self.plan(move)
+            if plan is None:
+                raise ValueError(f"hierarchical solver asked to emit a move it refuses: {why}")
+            hierarchy, chunk, planned, table = plan.hierarchy, plan.chunk, plan.count, plan.table()
         count = 1
         for s in dst_desc.shape:
             count *= int(s)
-        if count != plan.count:
-            raise ValueError(f"{move.array}: local buffer of {count} elements, planned for {plan.count}")
+        if count != planned:
+            raise ValueError(f"{move.array}: local buffer of {count} elements, planned for {planned}")
         return (f"static const int table[{len(table)}] = {{{', '.join(map(str, table))}}};\n"
                 f'dace_partition::hier::allreduce<{dst_desc.dtype.ctype}>("{move.array}", {move.src.grid_id}, '
-                f'table, {len(table)}, "{plan.hierarchy}", {plan.chunk}LL, _in, _out, {count}LL, '
+                f'table, {len(table)}, "{hierarchy}", {chunk}LL, _in, _out, {count}LL, '
                 f"{move.src.pending.code});")

@@ -4,7 +4,8 @@ The node carries its Move in serializable properties: the source and destination
 empty grid is rank 0, which holds the global array), the combine operator and whether the destination
 accumulates. Its input connector reads the source buffer, its output connector writes the destination
 buffer. The node communicates, so it declares side effects: no DaCe pass may drop or reorder it. Which
-solver expands it is its ``implementation``.
+solver expands it is its ``implementation``; what that solver decided at lowering beyond the move (the
+hierarchical solver's program for the machine hierarchy it saw) is its ``decision``.
 """
 import dace
 import dace.library
@@ -35,6 +36,8 @@ class DistributedMemlet(nodes.LibraryNode):
     dst_coords = ListProperty(element_type=str, desc="Destination grid coordinate symbols")
     op = Property(dtype=str, default="", desc="Write-conflict operator of gathered values (sum/prod/min/max)")
     accumulates = Property(dtype=bool, default=False, desc="Accumulated output: its prior value must count once")
+    decision = Property(dtype=str, default="", desc="What the chosen solver decided at lowering that its code "
+                        "needs (Solver.decision); recorded when the lowering prices the move")
 
     def __init__(self, name, move: Move = None, **kwargs):
         super().__init__(name, inputs={"_in"}, outputs={"_out"}, **kwargs)

@@ -52,7 +52,7 @@ def _expansion_for(solver: Solver):
         def expansion(node, parent_state, parent_sdfg):
             src = _seen_through(parent_sdfg, parent_state.in_edges(node)[0].data)
             dst = _seen_through(parent_sdfg, parent_state.out_edges(node)[0].data)
-            code = solver.emit(node.move(parent_sdfg), src, dst)
+            code = solver.emit_decided(node.move(parent_sdfg), node.decision, src, dst)
             ptr = dace.pointer(dst.dtype)
             t = dace.nodes.Tasklet(node.name, {"_in": ptr}, {"_out": ptr}, code, language=dace.Language.CPP)
             t.side_effects = True  # communicates: no pass may drop or reorder it

@@ -31,8 +31,8 @@ def _light_import():
 
 
 _light_import()
-from dace_partition.solvers.reduction import (Placement, ReductionPlan, choose_reduction,  # noqa: E402
-                                              detect_hierarchy, enumerate_matrices, free_subcomms,
+from dace_partition.solvers.reduction import (Communicators, Placement, ReductionPlan,  # noqa: E402
+                                              choose_reduction, detect_hierarchy, enumerate_matrices,
                                               programs_for)
 
 
@@ -65,9 +65,10 @@ def placements(h):
 
 
 def main():
-    comm = MPI.COMM_WORLD
-    r = comm.Get_rank()
-    h, dev_of = detect_hierarchy(comm)
+    world = MPI.COMM_WORLD
+    r = world.Get_rank()
+    h, dev_of = detect_hierarchy(world)
+    comm = Communicators(world)  # the executors' sub-communicators, split once for every plan below
     limit = int(sys.argv[1]) if len(sys.argv) > 1 else 10 ** 9
     me = dev_of[r]
     bad, runs, nplace = [], 0, 0
@@ -76,7 +77,7 @@ def main():
         key, _ = p.device_coords(me)
         groups = p.groups()
         gi = next(i for i, g in enumerate(groups) if me in g)
-        ref_comm = comm.Split(gi, groups[gi].index(me))
+        ref_comm = world.Split(gi, groups[gi].index(me))
         for n in (p.group_size * 3 + 1, 1000):
             rng = np.random.default_rng(1000 * r + n)
             data = rng.integers(-10 ** 6, 10 ** 6, size=n, dtype=np.int64)
@@ -95,9 +96,9 @@ def main():
         if not np.array_equal(got, want):
             bad.append(f"chosen {ch.describe()}")
         ref_comm.Free()
-    all_bad = comm.gather(bad, root=0)
-    total = comm.reduce(runs, op=MPI.SUM, root=0)
-    free_subcomms()
+    all_bad = world.gather(bad, root=0)
+    total = world.reduce(runs, op=MPI.SUM, root=0)
+    comm.free()
     if r == 0:
         flat = [b for bb in all_bad for b in bb]
         if flat:

@@ -4,8 +4,10 @@ The buffer (any contiguous NumPy array, reduced with ``MPI.SUM``) is cut into ``
 contiguous chunks, ``k`` = the reduction group size, exactly as in the semantics.  Every lowered
 step becomes one collective per group on a sub-communicator made with ``Comm.Split`` (colour =
 the group, key = position in it, so member 0 is the Reduce/Broadcast root).  The
-sub-communicators are made once, when a plan is first bound to a communicator, and reused by
-every later ``execute``; steps with the same groups share one.  The chunks a rank holds before
+sub-communicators belong to a :class:`~dace_partition.solvers.communicators.Communicators` (a
+private duplicate of the caller's communicator): passed to ``execute`` instead of the communicator,
+it makes them once and every later call and plan on it reuses them (steps and plans with the same
+groups share one) until it is freed; a plain communicator gets its own for the one call.  The chunks a rank holds before
 and after each step come from the semantics, so uneven chunk sets (e.g. after a ReduceScatter
 across nodes followed by one inside) are packed/unpacked with no guessing; ReduceScatter and
 AllGather use the ``v`` variants where the chunk sizes differ.
@@ -17,11 +19,12 @@ The machine hierarchy comes from ``DACE_PARTITION_HIERARCHY`` (e.g. ``2x4``: ran
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..communicators import Communicators
 from .language import Collective, Program
 from .lowering import LoweredStep, lower
 from .model import Placement, SystemHierarchy
@@ -68,37 +71,22 @@ def _chunk_bounds(n: int, k: int) -> List[Tuple[int, int]]:
     return out
 
 
-# (id(parent communicator), groups) -> sub-communicator: every plan on the same communicator
-# shares the communicator of a group set, so a program's "node" and "across nodes" groups are
-# split once per process, not once per plan or per call.
-_SUBCOMMS: Dict[Tuple[int, tuple], object] = {}
-
-
-def _subcomm(comm, groups, device):
-    key = (id(comm), groups)
-    c = _SUBCOMMS.get(key)
-    if c is None:
-        from mpi4py import MPI
-        color, pos = MPI.UNDEFINED, 0
-        for gi, g in enumerate(groups):
-            if device in g:
-                color, pos = gi, g.index(device)
-        c = _SUBCOMMS[key] = comm.Split(color, pos)
-    return c
-
-
-def free_subcomms():
-    """Free every cached sub-communicator (call before ``MPI.Finalize`` if you care)."""
+def _subcomm(comms: Communicators, groups, device_of_rank: Tuple[int, ...]):
+    """The communicator of this rank's group in ``groups`` (``MPI.COMM_NULL`` where it is in none): split
+    once per group set and device numbering on ``comms``, so every plan run on the same communicators
+    shares it (a program's "node" and "across nodes" groups are split once, not once per plan or call)."""
     from mpi4py import MPI
-    for c in _SUBCOMMS.values():
-        if c != MPI.COMM_NULL:
-            c.Free()
-    _SUBCOMMS.clear()
+    device = device_of_rank[comms.Get_rank()]
+    color, pos = MPI.UNDEFINED, 0
+    for gi, g in enumerate(groups):
+        if device in g:
+            color, pos = gi, g.index(device)
+    return comms.split(("reduction", groups, device_of_rank), color, pos)
 
 
 @dataclass
 class _Bound:
-    """Per-communicator state: sub-communicators per distinct group set, this rank's groups."""
+    """A plan on one ``Communicators``: sub-communicators per distinct group set, this rank's groups."""
     comms: Dict[tuple, object]
     device: int
     sidx: int
@@ -111,7 +99,6 @@ class ReductionPlan:
     placement: Placement
     program: Optional[Program]
     steps: Tuple[LoweredStep, ...] = ()
-    _bound: Dict[int, _Bound] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(cls, placement: Placement, program: Optional[Program]) -> "ReductionPlan":
@@ -122,44 +109,41 @@ class ReductionPlan:
         return "flat AllReduce" if self.program is None else str(self.program)
 
     # --- binding ----------------------------------------------------------------------------
-    def bind(self, comm, device_of_rank: Optional[Sequence[int]] = None) -> _Bound:
-        """Make the sub-communicators (collective over ``comm``); cached per communicator."""
-        key = id(comm)
-        b = self._bound.get(key)
-        if b is not None:
-            return b
+    def bind(self, comms: Communicators, device_of_rank: Optional[Sequence[int]] = None) -> _Bound:
+        """The sub-communicators of this plan on ``comms`` (collective: split on first use, kept by
+        ``comms`` and shared with every other plan run on it) and this rank's groups."""
         n = self.placement.hierarchy.num_devices
-        if comm.Get_size() != n:
-            raise ValueError(f"communicator has {comm.Get_size()} ranks, hierarchy "
+        if comms.Get_size() != n:
+            raise ValueError(f"communicator has {comms.Get_size()} ranks, hierarchy "
                              f"{self.placement.hierarchy} has {n} devices")
-        dev_of = tuple(device_of_rank) if device_of_rank is not None else tuple(range(n))
-        device = dev_of[comm.Get_rank()]
+        dev_of = tuple(int(d) for d in device_of_rank) if device_of_rank is not None else tuple(range(n))
+        device = dev_of[comms.Get_rank()]
         _, sidx = self.placement.device_coords(device)
-        comms = {}
+        comms_of = {}
         mine = []
         flat_groups = self.placement.groups()
         for gs in [flat_groups] + [st.groups for st in self.steps]:
-            if gs not in comms:
-                comms[gs] = _subcomm(comm, gs, device)
+            if gs not in comms_of:
+                comms_of[gs] = _subcomm(comms, gs, dev_of)
         for st in self.steps:
             found = None
             for g in st.sgroups:
                 if sidx in g:
                     found = (g.index(sidx), g)
             mine.append(found)
-        b = _Bound(comms, device, sidx, mine)
-        self._bound[key] = b
-        return b
-
-    def unbind(self):
-        """Forget the bindings (the shared sub-communicators stay until :func:`free_subcomms`)."""
-        self._bound.clear()
+        return _Bound(comms_of, device, sidx, mine)
 
     # --- execution --------------------------------------------------------------------------
     def execute(self, comm, buffer: np.ndarray, device_of_rank: Optional[Sequence[int]] = None) -> np.ndarray:
-        """Sum ``buffer`` over this rank's reduction group, in place; returns the buffer."""
+        """Sum ``buffer`` over this rank's reduction group, in place; returns the buffer. ``comm``: an mpi4py
+        communicator (its sub-communicators are made for this call and freed before it returns) or a
+        :class:`Communicators` the caller keeps (made once, reused by every call and plan on it)."""
+        with Communicators.of(comm) as comms:
+            return self._execute(comms, buffer, device_of_rank)
+
+    def _execute(self, comms: Communicators, buffer: np.ndarray, device_of_rank) -> np.ndarray:
         from mpi4py import MPI
-        b = self.bind(comm, device_of_rank)
+        b = self.bind(comms, device_of_rank)
         if not buffer.flags.c_contiguous:
             raise ValueError("the buffer must be C-contiguous (it is reduced in place)")
         flat = buffer.reshape(-1)

@@ -12,46 +12,36 @@ axes: each rank cuts its tile into chunks over all target dimensions at once
 source dimensions.  mpi4py is imported lazily so the package does not
 depend on it.
 
-A step's sub-communicator is split at its first execution on a communicator and
-cached (keyed by the step object, which the cache keeps alive, and the
-communicator), so running a plan again makes only its collectives;
-:func:`free_groups` frees them (every rank must call it, like ``Comm.Free``).
+A step's sub-communicator is split on first use from a
+:class:`~dace_partition.solvers.communicators.Communicators` (a private duplicate of the caller's
+communicator), keyed by the step's groups, so steps with the same groups share it. Pass a
+``Communicators`` instead of the communicator to keep them across calls (running a plan again then makes
+only its collectives; free it on every rank when done); a plain communicator gets its own for the call,
+freed before it returns.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..communicators import Communicators
 from .simulate import join_chunks, split_chunks
 
 
-_GROUPS = {}  # (id(step), id(comm)) -> (step, comm, sub-communicator), oldest first
-_MAX_GROUPS = 64  # beyond this the oldest is freed (same order on every rank), so context ids never run out
-
-
-def _group(comm, step, r):
-    key = (id(step), id(comm))
-    hit = _GROUPS.get(key)
-    if hit is not None and hit[0] is step and hit[1] is comm:
-        return hit[2]
-    sub = comm.Split(int(step.group_of[r]), int(step.member_of[r]))
-    if len(_GROUPS) >= _MAX_GROUPS:
-        old = next(iter(_GROUPS))
-        _GROUPS.pop(old)[2].Free()
-    _GROUPS[key] = (step, comm, sub)
-    return sub
-
-
-def free_groups():
-    """Frees every cached sub-communicator (collective: call it on every rank)."""
-    for _, _, sub in _GROUPS.values():
-        sub.Free()
-    _GROUPS.clear()
+def _group(comms: Communicators, step, r):
+    key = ("synthesis", tuple(int(g) for g in step.group_of), tuple(int(m) for m in step.member_of))
+    return comms.split(key, int(step.group_of[r]), int(step.member_of[r]))
 
 
 def execute(plan, comm, local_tile: np.ndarray) -> np.ndarray:
-    if comm.Get_size() != plan.mesh.size:
-        raise ValueError(f"communicator has {comm.Get_size()} ranks, mesh {plan.mesh} needs {plan.mesh.size}")
-    r = comm.Get_rank()
+    """Runs ``plan`` on ``comm`` (an mpi4py communicator, or a :class:`Communicators` the caller keeps)."""
+    with Communicators.of(comm) as comms:
+        return _execute(plan, comms, local_tile)
+
+
+def _execute(plan, comms: Communicators, local_tile: np.ndarray) -> np.ndarray:
+    if comms.Get_size() != plan.mesh.size:
+        raise ValueError(f"communicator has {comms.Get_size()} ranks, mesh {plan.mesh} needs {plan.mesh.size}")
+    r = comms.Get_rank()
     tile = np.ascontiguousarray(local_tile)
     if tuple(tile.shape) != tuple(plan.initial.tile):
         raise ValueError(f"rank {r}: local tile has shape {tile.shape}, source layout needs {plan.initial.tile}")
@@ -61,7 +51,7 @@ def execute(plan, comm, local_tile: np.ndarray) -> np.ndarray:
             tile = np.ascontiguousarray(np.split(tile, step.n, axis=d)[int(step.chunk_of[r])])
         elif step.op in ("allgather", "alltoall"):
             n = step.n
-            sub = _group(comm, step, r)
+            sub = _group(comms, step, r)
             if step.op == "allgather":
                 (d,) = step.dims
                 recv = np.empty((n,) + tile.shape, dtype=tile.dtype)
@@ -76,7 +66,7 @@ def execute(plan, comm, local_tile: np.ndarray) -> np.ndarray:
             dest, src = int(step.dst_of[r]), int(step.src_of[r])
             if dest != r or src != r:
                 out = np.empty_like(tile)
-                comm.Sendrecv(tile, dest=dest, sendtag=77, recvbuf=out, source=src, recvtag=77)
+                comms.comm.Sendrecv(tile, dest=dest, sendtag=77, recvbuf=out, source=src, recvtag=77)
                 tile = out
         else:
             raise ValueError(step.op)
