@@ -47,14 +47,14 @@ def prepare(wl, ranks, tag, machine):
     if wl.prepare:
         wl.prepare(base)
     t = time.perf_counter()
-    auto = dp.auto_schedule(base, ranks, machine_=machine)
+    auto = dp.auto_schedule(base, ranks, machine=machine)
     search_s = time.perf_counter() - t
     for which, schedule in (("hand", wl.schedule(base, ranks)), ("auto", auto)):
         sdfg = wl.program().to_sdfg()
         if wl.prepare:
             wl.prepare(sdfg)
         sdfg.name = f"as_{wl.name}_{which}_{ranks}{tag}"
-        pred = auto.predicted if which == "auto" else predict(base, schedule, ranks, machine_=machine)
+        pred = auto.predicted if which == "auto" else predict(base, schedule, ranks, machine=machine)
         dp.lower(sdfg, schedule)  # a Schedule keeps its fused map names (dict() would drop that)
         rep = dp.report(sdfg)
         out[which] = {"grids": _grids(schedule), "predicted_ms": pred.time * 1e3,
@@ -82,9 +82,9 @@ def conformance(out_path):
                 try:
                     if which == "hand":
                         schedule = case.schedule(P, dp.maps(sdfg))
-                        pred = predict(sdfg, schedule, P, sizes=sizes, machine_=SLOW_COMPUTE)
+                        pred = predict(sdfg, schedule, P, sizes=sizes, machine=SLOW_COMPUTE)
                     else:
-                        schedule = dp.auto_schedule(sdfg, P, sizes=sizes, machine_=SLOW_COMPUTE)
+                        schedule = dp.auto_schedule(sdfg, P, sizes=sizes, machine=SLOW_COMPUTE)
                         pred = schedule.predicted
                     dp.lower(sdfg, schedule)  # a Schedule keeps its fused map names (dict() would drop that)
                     per = dp.report(sdfg).bytes_per_rank(**sizes)

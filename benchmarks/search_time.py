@@ -60,7 +60,7 @@ def timed_search(sdfg, ranks, sizes, machine):
              (search, "solve", wrap(search, "solve", "search"))]
     try:
         t = time.perf_counter()
-        schedule = search.auto_schedule(sdfg, ranks, sizes=sizes, machine_=machine)
+        schedule = search.auto_schedule(sdfg, ranks, sizes=sizes, machine=machine)
         parts["total"] = time.perf_counter() - t
     finally:
         for mod, name, fn in saved:

@@ -153,7 +153,7 @@ def test_a_small_stencil_in_a_long_loop_stays_on_rank_0_and_a_large_one_is_split
     large = dp.auto_schedule(jacobi.to_sdfg(), 2, sizes={"N": 128, "T": 100})
     assert set(large.values()) == {(2, 1)} and large.predicted.total_bytes > 0
     slower = dp.auto_schedule(jacobi.to_sdfg(), 2, sizes={"N": 64, "T": 100},
-                              machine_=dp.Machine(map_ops=3e8))
+                              machine=dp.Machine(map_ops=3e8))
     assert slower
 
 
@@ -196,7 +196,7 @@ def test_distributed_io_prices_the_one_layout_each_argument_is_passed_in():
     kernel that needs other blocks gets them by a redistribution. Priced, the search splits A's rows for
     both products (a reduction of 300 partial sums) instead of rows for one and columns for the other (half
     of A moved, which it had priced as free), and predicts the report's byte count."""
-    s = dp.auto_schedule(two_products.to_sdfg(), 2, io="distributed", machine_=SLOW)
+    s = dp.auto_schedule(two_products.to_sdfg(), 2, io="distributed", machine=SLOW)
     sdfg = two_products.to_sdfg()
     dp.lower(sdfg, s, io="distributed")
     moved = dp.report(sdfg).bytes_per_rank()
@@ -227,7 +227,7 @@ def test_fixed_pins_a_map_or_an_array_layout():
 
 
 def test_explain_names_each_kernel_its_grid_and_runner_up():
-    s = dp.auto_schedule(chain.to_sdfg(), 2, machine_=SLOW)
+    s = dp.auto_schedule(chain.to_sdfg(), 2, machine=SLOW)
     text = s.explain()
     for name, grid in s.items():
         assert f"{name}: {grid}; runner-up" in text
@@ -270,7 +270,7 @@ def test_kernel_kinds_are_enums():
 def test_lower_with_ranks_runs_correctly_on_2_ranks(rng):
     sdfg = chain.to_sdfg()
     sdfg.name = "auto_chain_2"
-    schedule = dp.auto_schedule(sdfg, 2, machine_=SLOW)
+    schedule = dp.auto_schedule(sdfg, 2, machine=SLOW)
     assert schedule and all(np.prod(g) == 2 for g in schedule.values())  # no rank idle
     dp.lower(sdfg, schedule)
     x, y = rng.random((64, 48)), rng.random(48)
@@ -297,7 +297,7 @@ def test_a_program_with_nothing_to_partition_runs_on_rank_0_and_says_why():
 def test_lower_with_ranks_and_distributed_io_runs_correctly(rng):
     sdfg = chain.to_sdfg()
     sdfg.name = "auto_chain_dist_2"
-    dp.lower(sdfg, dp.auto_schedule(sdfg, 2, io="distributed", machine_=SLOW), io="distributed")
+    dp.lower(sdfg, dp.auto_schedule(sdfg, 2, io="distributed", machine=SLOW), io="distributed")
     x, y = rng.random((64, 48)), rng.random(48)
     got = dp.run(sdfg, 2, x=x, y=y)
     np.testing.assert_allclose(got, np.exp(2.0 * x + y) - x, rtol=1e-12)
@@ -313,7 +313,7 @@ def test_pytorch_module_and_training_step_are_scheduled_automatically():
     x, labels = torch.randn(64, 32), torch.randint(0, 8, (64, ))
 
     sdfg = dp.from_torch(model.eval(), (x, ), name="auto_torch_mlp")
-    schedule = dp.auto_schedule(sdfg, 2, machine_=SLOW)
+    schedule = dp.auto_schedule(sdfg, 2, machine=SLOW)
     assert schedule, "nothing was partitioned"
     dp.lower(sdfg, schedule)
     with torch.no_grad():
@@ -321,7 +321,7 @@ def test_pytorch_module_and_training_step_are_scheduled_automatically():
 
     step, state = ts.module_step(model.train(), "sgd", lr=0.1)
     sdfg = dp.from_torch_train_step(step, {"x": x, "labels": labels}, state, name="auto_torch_sgd")
-    schedule = dp.auto_schedule(sdfg, 2, machine_=SLOW)
+    schedule = dp.auto_schedule(sdfg, 2, machine=SLOW)
     assert len(schedule) >= 5
     dp.lower(sdfg, schedule)
     loss, new = ts.outputs(sdfg, dp.run(sdfg, 2, x=x.numpy(), labels=labels.numpy()))
@@ -370,7 +370,7 @@ def test_the_schedule_names_the_maps_it_priced(monkeypatch):
 
     monkeypatch.setattr(model, "discover", reordered)
     sdfg = two_sums.to_sdfg()
-    schedule = dp.auto_schedule(sdfg, 2, machine_=SLOW)
+    schedule = dp.auto_schedule(sdfg, 2, machine=SLOW)
     params = {m.name: len(m.params) for m in dp.maps(sdfg)}
     assert schedule and all(len(g) == params[name] for name, g in schedule.items() if isinstance(g, tuple))
     dp.lower(sdfg, schedule)

@@ -35,7 +35,7 @@ def _partitioned(schedule):
 def test_ranks_that_share_one_gpu_keep_the_program_on_one_gpu():
     """Four ranks on one GPU: a split gains no compute (the tiles run one after another on the GPU) and
     pays MPI and PCIe, so the model keeps every kernel on rank 0's GPU; on four CPU cores it splits."""
-    one_gpu = dp.auto_schedule(big_matmul.to_sdfg(), 4, sizes=SIZES, machine_=dp.gpu_machine(gpus=1))
+    one_gpu = dp.auto_schedule(big_matmul.to_sdfg(), 4, sizes=SIZES, machine=dp.gpu_machine(gpus=1))
     assert not _partitioned(dict(one_gpu)), one_gpu.explain()
     cpu = dp.auto_schedule(big_matmul.to_sdfg(), 4, sizes=SIZES)
     assert _partitioned(dict(cpu)), cpu.explain()
@@ -46,15 +46,15 @@ def test_one_gpu_per_rank_splits_an_8192_matmul_whose_tiles_are_in_place():
     """With a GPU per rank and the operands already in tiles (io="distributed"), the 8192^3 product (22 ms
     of FP64 on one GPU at the model's rate) is split over four GPUs; through rank 0 (io="root") scattering
     1.5 GB costs more than the product, and it stays on one GPU."""
-    four = dp.auto_schedule(big_matmul.to_sdfg(), 4, sizes=SIZES, io="distributed", machine_=dp.gpu_machine(gpus=4))
+    four = dp.auto_schedule(big_matmul.to_sdfg(), 4, sizes=SIZES, io="distributed", machine=dp.gpu_machine(gpus=4))
     assert _partitioned(dict(four)), four.explain()
-    root = dp.auto_schedule(big_matmul.to_sdfg(), 4, sizes=SIZES, machine_=dp.gpu_machine(gpus=4))
+    root = dp.auto_schedule(big_matmul.to_sdfg(), 4, sizes=SIZES, machine=dp.gpu_machine(gpus=4))
     assert not _partitioned(dict(root)), root.explain()
 
 
 def test_a_small_program_stays_on_one_gpu_even_with_a_gpu_per_rank():
     """A 512x512 softmax is a few microseconds of GPU work: the staging and messages of any split cost more."""
-    small = dp.auto_schedule(row_softmax.to_sdfg(), 4, sizes={"N": 512}, machine_=dp.gpu_machine(gpus=4))
+    small = dp.auto_schedule(row_softmax.to_sdfg(), 4, sizes={"N": 512}, machine=dp.gpu_machine(gpus=4))
     assert not _partitioned(dict(small)), small.explain()
 
 

@@ -314,7 +314,7 @@ def test_a_kernel_whose_buffers_a_loop_sizes_is_refused_and_the_search_leaves_it
     with pytest.raises(dp.UnsupportedPattern, match="which a loop assigns"):
         dp.lower(sdfg, {gemv[0]: (1, 2)})
     slow = dp.Machine(map_ops=1e6, blas_flops=3e7, stream=8e6, source="slow compute (tests)")
-    schedule = dp.auto_schedule(sdfg, 2, machine_=slow)
+    schedule = dp.auto_schedule(sdfg, 2, machine=slow)
     assert gemv[0] not in schedule and schedule  # the other kernels are still split
 
 

@@ -37,6 +37,7 @@ class FusionKind(str, Enum):
     MOVE = "move"  # a grid-to-grid move replaces the round trip through rank 0
     REUSE = "reuse"  # an input scattered once for two kernels
     HOIST = "hoist"  # an input a loop only reads, scattered once before the loop (passes/loops.py)
+    INSIDE = "inside"  # the prior values of written blocks copied from the rank's read block (passes/loops.py)
 
     def __str__(self):
         return self.value

@@ -368,7 +368,15 @@ class FuseLoops(MovePass):
         for s, local_d in first:
             m = s.move()
             self._copy_scatter(sdfg, pre, s, local_d, Move(arr, ROOT, m.dst, m.shape, m.itemsize))
-        self._copy_scatter(sdfg, pre, g, local_h, Move(arr, ROOT, h, tuple(g.shape), int(g.itemsize)))
+        inside = _inside_a_scattered_block(sdfg, h, local_h, first)
+        if inside is None:
+            self._copy_scatter(sdfg, pre, g, local_h, Move(arr, ROOT, h, tuple(g.shape), int(g.itemsize)))
+        else:  # the written blocks' prior values are inside a reader's block that was just scattered: copy them
+            local_d, box = inside
+            src = [n for n in pre.data_nodes() if n.data == local_d and pre.in_degree(n) > 0][-1]
+            pre.add_nedge(src, pre.add_write(local_h), Memlet(data=local_d, subset=box,
+                                                             other_subset=subsets.Range.from_array(sdfg.arrays[local_h])))
+            out.append(Fusion(FusionKind.INSIDE, arr, -1, h.grid_id))
         move = g.move()
         dm = DistributedMemlet(f"gather_{arr}", move)
         dm.implementation = g.implementation
@@ -408,11 +416,31 @@ class FuseLoops(MovePass):
         return [Fusion(FusionKind.MOVE, arr, h.grid_id, d.grid_id, move, solver)]
 
 
+def _inside_a_scattered_block(sdfg: SDFG, h, local_h: str, first) -> Optional[Tuple[str, subsets.Range]]:
+    """``(reader's buffer, the box of it that holds the written block)`` when a reader's block, scattered
+    before the loop, contains every rank's written block ``h`` at one offset (a stencil that reads
+    ``u[0:n+2]`` and writes ``u[1:n+1]``): the written buffer's prior values are then a local copy of it,
+    not a second scatter of the same elements. None otherwise."""
+    shape_h = sdfg.arrays[local_h].shape
+    for s, local_d in first:
+        off = offset_inside(h, s.distribution("dst"))
+        if off is None:
+            continue
+        shape_d = sdfg.arrays[local_d].shape
+        try:
+            fits = all(int(o) + int(n) <= int(m) for o, n, m in zip(off, shape_h, shape_d))
+        except (TypeError, ValueError):  # symbolic buffer shapes: not provably inside
+            fits = False
+        if fits and len(shape_h) == len(shape_d):
+            return local_d, _box(shape_h, off)
+    return None
+
+
 def _box(shape, off):
     return subsets.Range([(o, o + n - 1, 1) for o, n in zip(off, shape)])
 
 
-def _offset(h, d) -> Optional[List[int]]:
+def offset_inside(h, d) -> Optional[List[int]]:
     """Per dimension, where every rank's written block starts inside its read block (the same constant on
     every rank), if every read block contains the written one; else None."""
     if h.grid != d.grid or h.splits != d.splits or any(s != 1 for _, _, s in h.subset + d.subset):
@@ -440,7 +468,7 @@ def _write_in_place(sdfg: SDFG, gst, g, local_h: str, scatters):
     local_d = destination_buffer(sst, s)
     if local_d == local_h or s.accumulates:
         return None
-    off = _offset(g.distribution("src"), s.distribution("dst"))
+    off = offset_inside(g.distribution("src"), s.distribution("dst"))
     if off is None:
         return None
     users = [(st, n) for st, n in uses(sdfg, local_h) if st is not gst]

@@ -192,6 +192,11 @@ def _note_fusion(f, by_kernel):
         if consumer is not None:
             consumer.notes.append(f"reuses the blocks of input '{f.array}' scattered for an earlier kernel")
         return
+    if f.kind == FusionKind.INSIDE:
+        if consumer is not None:
+            consumer.notes.append(f"the blocks it writes of '{f.array}' start as a copy from its read block (with "
+                                  "the halo, scattered once before the loop), not a second scatter")
+        return
     if producer is not None:
         note = f"'{f.array}' is not gathered to rank 0 (fused with the next kernels)"
         if note not in producer.notes:
@@ -218,7 +223,9 @@ def _report_moves(sdfg: SDFG, rep: LoweringReport, by_kernel, solvers):
     by the passes after the partition too), with why each solver tried before the chosen one refused."""
     for st, dm in distributed_memlets(sdfg):
         move = dm.move()
-        e, t = entry(move, get(dm.implementation), _refusals(move, dm.implementation, solvers), trips_of(sdfg, st))
+        solver = get(dm.implementation)
+        e, t = entry(move, solver, _refusals(move, dm.implementation, solvers), trips_of(sdfg, st))
+        dm.decision = solver.decision(move)  # what the build emits: the choice this report priced
         rep.traffic.append(t)
         kr = by_kernel.get(dm.grid_id)
         if kr is not None:

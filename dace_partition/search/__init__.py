@@ -7,15 +7,17 @@ with replicas, and "not partitioned"); each is planned and priced without changi
 data between them (:mod:`.model`, :mod:`.solve`). docs/auto_schedule.md describes the model.
 """
 import time
+import warnings
 from typing import Dict, List, Optional
 
 from dace.sdfg import SDFG
 
-from ..errors import ScheduleError
+from ..errors import ScheduleError, UnsupportedPattern
 from ..schedule import Replicated, check_grid
 from ..solvers.registry import resolve_solvers
 from .machine import Machine, calibrate, gpu_machine, machine
-from .model import Candidate, Prediction, ProgramModel, prepare, principal_map
+from .machine import machine as _default_machine  # ``machine`` is also a parameter name below
+from .model import Candidate, Prediction, ProgramModel, prepare, prepare_with_rules, principal_map
 from .solve import solve
 
 __all__ = ["Schedule", "auto_schedule", "predict", "calibrate", "machine", "gpu_machine", "Machine", "Prediction"]
@@ -23,13 +25,16 @@ __all__ = ["Schedule", "auto_schedule", "predict", "calibrate", "machine", "gpu_
 
 class Schedule(dict):
     """{map name: grid} that ``dp.lower(sdfg, schedule)`` takes as it is, with what the model predicts
-    (:attr:`predicted`) and why each kernel got its grid (:meth:`explain`)."""
+    (:attr:`predicted`), the machine it was priced on (:attr:`machine`), whether its names are those of
+    the fused maps (:attr:`fused`) and why each kernel got its grid (:meth:`explain`)."""
 
     def __init__(self, grids, *, ranks: int, predicted: Prediction, lines: List[str], method: str,
-                 seconds: float, sizes: Dict[str, int], machine_: Machine):
+                 seconds: float, sizes: Dict[str, int], machine: Optional[Machine] = None, fused: bool = False,
+                 machine_: Optional[Machine] = None):
         super().__init__(grids)
         self.ranks, self.predicted, self.method, self.seconds = ranks, predicted, method, seconds
-        self.sizes, self.machine = sizes, machine_
+        self.sizes, self.machine = sizes, _renamed("Schedule", machine, machine_)
+        self.fused = fused  # its names are those of the maps lower() fuses (auto_schedule(local_optimize=True))
         self._lines = lines
 
     def explain(self) -> str:
@@ -45,7 +50,8 @@ class Schedule(dict):
 
 def auto_schedule(sdfg: SDFG, ranks: int, *, io: str = "root", memory_per_rank: Optional[int] = None,
                   fixed: Optional[dict] = None, sizes: Optional[Dict[str, int]] = None, solvers=None,
-                  machine_: Optional[Machine] = None, local_optimize: bool = True, device: str = "cpu") -> Schedule:
+                  machine: Optional[Machine] = None, local_optimize: bool = True, device: str = "cpu",
+                  machine_: Optional[Machine] = None) -> Schedule:
     """The schedule for ``ranks`` ranks that the cost model predicts fastest (see the module docstring).
 
     ``io``: as in ``lower`` (with ``"distributed"`` the arguments' scatters and gathers are free).
@@ -55,21 +61,26 @@ def auto_schedule(sdfg: SDFG, ranks: int, *, io: str = "root", memory_per_rank: 
     symbols the model assumes (default: the SDFG's constants, else 512). ``sdfg`` does not change.
     ``local_optimize``: price the maps as ``lower`` fuses them (the schedule then names the fused maps).
     ``device="gpu"``: priced on :func:`gpu_machine` (GPU rates, PCIe staging, ranks sharing the GPUs
-    visible here) unless ``machine_`` is given.
+    visible here) unless ``machine`` is given (``machine_``, its former name, still works and warns).
+
+    A candidate grid that ``lower`` would refuse is never chosen: each is checked by ``lower``'s own rules
+    on the program as it is (:class:`.model.LoweringRules`), and :meth:`Schedule.explain` says why each
+    refused grid was left out.
     """
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
     if io not in ("root", "distributed"):
         raise ValueError(f"io must be 'root' or 'distributed', got {io!r}")
+    machine = _renamed("auto_schedule", machine, machine_)
     t0 = time.perf_counter()
     if local_optimize:  # the maps lower() partitions: fused as it fuses them (passes.local_optimize)
         from ..passes.local_optimize import fused_for_search
         sdfg, fixed = fused_for_search(sdfg, fixed)
-    work, assumed, kernels = prepare(sdfg, sizes)
     if device not in ("cpu", "gpu"):
         raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
-    m = machine_ or (gpu_machine() if device == "gpu" else machine())
     order = resolve_solvers(solvers)
+    work, assumed, kernels, rules = prepare_with_rules(sdfg, sizes, order)
+    m = machine or (gpu_machine() if device == "gpu" else _default_machine())
     names = {info.name: (k, info) for k in kernels for info in k.maps}
     by_map, by_array = _split_fixed(fixed, names, sdfg.arrays)
     cands = None
@@ -96,24 +107,40 @@ def auto_schedule(sdfg: SDFG, ranks: int, *, io: str = "root", memory_per_rank: 
             idx = [i for i in idx if _keeps_layouts(model.priced[k.index][i], by_array)] or idx
         allowed[k.index] = idx
     choice, pred, method = solve(model, allowed)
+    dropped = set()
+    if rules is not None:  # sizes were assumed: lower's rules on the program's own sizes, until none refuses
+        checked = set()
+        while True:
+            refused = _refused_by_lower(model, rules, choice, checked)
+            if not refused:
+                break
+            for k, i in refused:
+                dropped.add((k, i))
+                allowed[k] = [j for j in allowed[k] if j != i]
+                if not allowed[k]:  # only a pinned grid was allowed
+                    reason = model.refused[k][-1][1]
+                    raise ScheduleError(f"fixed: the grid given for '{model.principal(model.kernels[k]).name}' "
+                                        f"cannot be used: {reason}")
+            choice, pred, method = solve(model, allowed)
     grids, lines = {}, []
     for k in model.kernels:
         p = model.priced[k.index][choice[k.index]]
         name = model.principal(k).name if k.maps else k.label
         if p.candidate.partitioned:
             grids[name] = p.candidate.value
-        lines.append(_explain_kernel(model, k, choice, pred, name))
-    out = Schedule(grids, ranks=ranks, predicted=pred, lines=lines, method=method,
-                   seconds=time.perf_counter() - t0, sizes=assumed, machine_=m)
-    out.fused = local_optimize  # its names are those of the fused maps
-    return out
+        lines.append(_explain_kernel(model, k, choice, pred, name, dropped))
+    return Schedule(grids, ranks=ranks, predicted=pred, lines=lines, method=method,
+                    seconds=time.perf_counter() - t0, sizes=assumed, machine=m,
+                    fused=local_optimize)  # its names are those of the fused maps
 
 
 def predict(sdfg: SDFG, schedule, ranks: int, *, io: str = "root", sizes: Optional[Dict[str, int]] = None,
-            solvers=None, machine_: Optional[Machine] = None) -> Prediction:
+            solvers=None, machine: Optional[Machine] = None, machine_: Optional[Machine] = None) -> Prediction:
     """What the cost model predicts for a given schedule ({map name: grid}) on ``ranks`` ranks: a hand
     schedule priced the way :func:`auto_schedule` prices its candidates. A kernel is priced on its
-    principal map's grid (the map with the most parameters); kernels the schedule leaves out run on rank 0."""
+    principal map's grid (the map with the most parameters); kernels the schedule leaves out run on rank 0.
+    ``machine``: the rates to price on (default :func:`machine`; ``machine_``, its former name, warns)."""
+    machine = _renamed("predict", machine, machine_)
     work, _, kernels = prepare(sdfg, sizes)
     cands = {}
     for k in kernels:
@@ -125,10 +152,38 @@ def predict(sdfg: SDFG, schedule, ranks: int, *, io: str = "root", sizes: Option
             cands[k.index] = [Candidate(grid if isinstance(grid, Replicated) else tuple(grid))]
         else:
             cands[k.index] = []
-    model = ProgramModel(work, kernels, ranks, resolve_solvers(solvers), machine_ or machine(), io, None, cands,
+    model = ProgramModel(work, kernels, ranks, resolve_solvers(solvers), machine or _default_machine(), io, None, cands,
                          sizes)
     choice = {k: len(model.priced[k]) - 1 for k in model.priced}  # the given grid (or rank 0) of each
     return model.evaluate(choice)
+
+
+def _renamed(where: str, machine: Optional[Machine], machine_: Optional[Machine]) -> Optional[Machine]:
+    """``machine=``, or the keyword it replaced (``machine_=``) with a DeprecationWarning."""
+    if machine_ is None:
+        return machine
+    if machine is not None:
+        raise TypeError(f"{where}(): give machine=, not both machine= and machine_= (its former name)")
+    warnings.warn(f"{where}(machine_=...) is deprecated: use machine=...", DeprecationWarning, stacklevel=3)
+    return machine_
+
+
+def _refused_by_lower(model: ProgramModel, rules, choice: Dict[int, int], checked: set) -> List[tuple]:
+    """The chosen candidates (kernel index, candidate index) that ``lower`` would refuse, each recorded
+    with ``lower``'s reason in ``model.refused``; a candidate is checked once (``checked``)."""
+    out = []
+    for k in model.kernels:
+        i = choice[k.index]
+        c = model.priced[k.index][i].candidate
+        if not c.partitioned or (k.index, i) in checked:
+            continue
+        checked.add((k.index, i))
+        try:
+            rules.check(k.index, c.value)
+        except (ScheduleError, UnsupportedPattern) as e:
+            model.refused.setdefault(k.index, []).append((c, f"lower refuses it on the program's own sizes: {e}"))
+            out.append((k.index, i))
+    return out
 
 
 def _split_fixed(fixed, maps, arrays):
@@ -165,18 +220,21 @@ def _keeps_layouts(p, layouts) -> bool:
     return True
 
 
-def _explain_kernel(model, k, choice, pred, name) -> str:
+def _explain_kernel(model, k, choice, pred, name, dropped=frozenset()) -> str:
     priced = model.priced[k.index]
     mine = priced[choice[k.index]]
     alternatives = []
     for i, p in enumerate(priced):
-        if i == choice[k.index]:
+        if i == choice[k.index] or (k.index, i) in dropped:
             continue
         alt = model.change(choice, pred, k.index, i)
         alternatives.append((alt.time, alt.total_bytes, i, alt))
     line = f"  {name}: {mine.candidate}"
+    refused = model.refused.get(k.index, [])
+    why_not = "".join(f"\n    refused {c}: {reason}" for c, reason in refused)
     if not alternatives:
-        return line + " (the only candidate)"
+        more = f"; {len(refused)} candidate(s) refused" if refused else ""
+        return line + f" (the only candidate{more})" + why_not
     alternatives.sort(key=lambda a: (a[0], a[1]))
     t, b, i, alt = alternatives[0]
     dt = (t - pred.time) * 1e3
@@ -186,7 +244,7 @@ def _explain_kernel(model, k, choice, pred, name) -> str:
     if abs(alt.communication - pred.communication) > 1e-9 or b != pred.total_bytes:
         why.append(f"communication {(alt.communication - pred.communication) * 1e3:+.3f} ms, "
                    f"{b - pred.total_bytes:+d} B")
-    refused = len(model.refused.get(k.index, []))
-    more = f"; {refused} candidate(s) refused by the analysis or the solvers" if refused else ""
+    more = f"; {len(refused)} candidate(s) refused (why below)" if refused else ""
+    kept = len(priced) - sum(1 for j, _ in dropped if j == k.index)
     return (f"{line}; runner-up {priced[i].candidate}: {dt:+.3f} ms ({', '.join(why) or 'same cost'}); "
-            f"{len(priced)} candidate(s){more}")
+            f"{kept} candidate(s){more}" + why_not)

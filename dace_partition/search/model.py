@@ -27,7 +27,7 @@ import copy
 import itertools
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -110,6 +110,15 @@ def prepare(sdfg: SDFG, sizes: Optional[Dict[str, int]] = None) -> Tuple[SDFG, D
     size symbol fixed: ``sizes``, else the SDFG's constants, else :data:`DEFAULT_SIZE`; the values assumed;
     and its kernels, whose maps carry the names ``dp.maps`` gives them (discovered before the states are
     split, as ``lower`` checks a schedule)."""
+    work, values, kernels, _ = prepare_with_rules(sdfg, sizes, None)
+    return work, values, kernels
+
+
+def prepare_with_rules(sdfg: SDFG, sizes: Optional[Dict[str, int]], solvers
+                       ) -> Tuple[SDFG, Dict[str, int], List[Kernel], Optional["LoweringRules"]]:
+    """:func:`prepare`, and the :class:`LoweringRules` that check a candidate as ``lower`` will: None
+    where the search assumed no size (its copy then has the program's own sizes, and pricing a candidate
+    runs lower's rules on it already)."""
     from ..passes.partition import _same_names, _split_states
     work = copy.deepcopy(sdfg)
     named = discover(work)
@@ -120,6 +129,10 @@ def prepare(sdfg: SDFG, sizes: Optional[Dict[str, int]] = None) -> Tuple[SDFG, D
         if s in work.constants:
             continue
         values[s] = int((sizes or {}).get(s, DEFAULT_SIZE))
+    rules = None
+    if values and solvers is not None:  # the program as lower plans it: before its sizes are fixed below
+        symbolic, symbolic_kernels = copy.deepcopy((work, kernels))
+        rules = LoweringRules(symbolic, symbolic_kernels, solvers)
     if values:
         work.specialize(values)
     # numbers instead of size symbols in every range and memlet: DaCe's propagation through a tile then
@@ -131,7 +144,38 @@ def prepare(sdfg: SDFG, sizes: Optional[Dict[str, int]] = None) -> Tuple[SDFG, D
         for k in kernels:
             if k.body_node is not None:
                 _numbers_inside(k.body_node, numbers)
-    return work, values, kernels
+    return work, values, kernels, rules
+
+
+class LoweringRules:
+    """The checks ``lower`` makes of one kernel on one grid, made by the same functions on the program
+    as ``lower`` plans it: :func:`~dace_partition.schedule.check_grid`, the constraint analysis
+    (:func:`~dace_partition.plan.analyse_kernel`: views, triangular blocks that grow with the grid
+    coordinate, accesses DaCe cannot propagate) and the plan (:func:`~dace_partition.plan.plan_kernel`:
+    loop-sized buffers, one buffer per role, a solver for every move).
+
+    The search prices a copy whose size symbols it fixed (:func:`prepare`); ``lower`` keeps the program's
+    own sizes, and some rules answer differently on numbers: a block that grows with the grid coordinate
+    (syrk's rows ``C[i, 0:i + 1]`` split over ``i``) gets a buffer of the largest block where the sizes are
+    known, but is refused where they are symbolic (buffers are sized by rank 0's block). So where the
+    search assumed sizes, the candidates it would choose are checked here too, and one that ``lower``
+    would refuse is dropped with ``lower``'s reason (``auto_schedule`` then chooses again). Only chosen
+    candidates are checked: on symbolic sizes DaCe's propagation is several times slower than on numbers
+    (:func:`prepare`), and most candidates are never chosen."""
+
+    def __init__(self, sdfg: SDFG, kernels: List[Kernel], solvers):
+        self.sdfg, self.solvers = sdfg, solvers
+        self.kernels = {k.index: k for k in kernels}
+
+    def check(self, index: int, value) -> None:
+        """Raises :class:`ScheduleError` or :class:`UnsupportedPattern`, as ``lower`` would, where the
+        kernel ``index`` cannot be lowered on the candidate ``value`` (its principal map's grid)."""
+        k = self.kernels[index]
+        info = principal_map(k)
+        grids = {info.name: check_grid(info, value)}
+        analysis = analyse_kernel(self.sdfg, k, grids)
+        if analysis.size > 1:
+            plan_kernel(self.sdfg, k, grids, self.solvers, analysis)
 
 
 def _numbers_inside(node: nodes.NestedSDFG, outer: Dict[str, int]):
@@ -175,6 +219,7 @@ class ProgramModel:
         self.refused: Dict[int, List[Tuple[Candidate, str]]] = {}
         self.priced: Dict[int, List[Priced]] = {}
         self._moves: Dict[tuple, Optional[Cost]] = {}
+        self._layout = False  # the node layout, looked up on first need (None: one node)
         self._work = {}
         for k in self.kernels:
             cands = candidates[k.index] if candidates and k.index in candidates else candidate_grids(k, ranks)
@@ -306,7 +351,7 @@ class ProgramModel:
             else:
                 move = Move(array, src, dst, tuple(shape), itemsize)
                 solver, _ = choose(move, self.solvers)
-                self._moves[key] = solver.cost(move) if solver is not None else Cost(None, None, ())
+                self._moves[key] = self._levels(move, solver.cost(move)) if solver is not None else Cost(None, None, ())
         return self._moves[key]
 
     def scatter_cost(self, array: str, dist: Distribution, desc) -> Optional[Cost]:
@@ -315,8 +360,19 @@ class ProgramModel:
         if key not in self._moves:
             move = Move(array, ROOT, dist.combined(), tuple(desc.shape), desc.dtype.bytes)
             solver, _ = choose(move, self.solvers)
-            self._moves[key] = solver.cost(move) if solver is not None else None
+            self._moves[key] = self._levels(move, solver.cost(move)) if solver is not None else None
         return self._moves[key]
+
+    def _levels(self, move: Move, cost: Cost) -> Cost:
+        """``cost`` with the bytes each rank receives from other nodes, where the machine prices two levels."""
+        if not self.machine.two_levels or cost.per_rank is None:
+            return cost
+        if self._layout is False:
+            self._layout = self.machine.node_layout()
+        if self._layout is None:
+            return cost
+        from ..ir.levels import off_node_bytes
+        return replace(cost, off_node=off_node_bytes(move, cost.per_rank, self._layout))
 
     def same(self, a: Distribution, b: Distribution) -> bool:
         """``a.same_blocks(b)``, once per pair; by the blocks themselves where both are known."""
@@ -480,7 +536,11 @@ class ProgramModel:
                 # iteration (and its boundary once), gathered once after the loop
                 w = min(writers)
                 h, hcost = chosen[w].writes[arr]
-                if holder[0] is None and not free_io:
+                readers = [chosen[u.actor].reads[arr][0] for u in seg
+                           if u.read and u.actor >= 0 and arr in chosen[u.actor].reads]
+                # a reader's boundary scatter that contains the written blocks fills them too (FuseLoops)
+                if holder[0] is None and not free_io and \
+                        not any(not _covers(h, d) and offset_inside(h, d) is not None for d in readers):
                     _add(per, comm, self.scatter_cost(arr, h, desc), 1, m, "scatter", arr)
                 for u in seg:
                     if u.read and u.actor >= 0 and arr in chosen[u.actor].reads:
@@ -549,7 +609,11 @@ def _add_cost(per: List[int], comm: List[float], cost: Optional[Cost], mult: int
     messages = (cost.messages or 0) / receivers
     for w, b in enumerate(cost.per_rank[:len(per)]):
         per[w] += b * mult
-    comm[0] += mult * m.message_time(messages, busiest)
+    if cost.off_node is None or not any(cost.off_node):
+        comm[0] += mult * m.message_time(messages, busiest)
+    else:  # the slowest rank, each byte at the level it crosses (messages in the same shares)
+        comm[0] += mult * max(m.message_time(messages, b, messages * o / b, o)
+                              for b, o in zip(cost.per_rank, cost.off_node) if b)
 
 
 def candidate_grids(k: Kernel, ranks: int) -> List[Candidate]:
@@ -590,6 +654,11 @@ def factorizations(n: int, parts: int) -> List[Tuple[int, ...]]:
 def _covers(h: Distribution, d: Distribution) -> bool:
     from ..passes.loops import _covered
     return _covered(h, d)
+
+
+def offset_inside(h: Distribution, d: Distribution):
+    from ..passes.loops import offset_inside as inside
+    return inside(h, d)
 
 
 def _inner_grid(km: KernelMoves, info) -> Tuple[int, ...]:

@@ -80,7 +80,7 @@ def lower_case(case, P: int, auto: bool = False):
     sdfg = case.program.to_sdfg()
     sdfg.name = f"conf_{case.name}_p{P}{'_auto' if auto else ''}_{os.getpid()}"  # one build folder per run
     if auto:
-        schedule = dp.auto_schedule(sdfg, P, sizes=symbol_values(case), machine_=SLOW_COMPUTE)
+        schedule = dp.auto_schedule(sdfg, P, sizes=symbol_values(case), machine=SLOW_COMPUTE)
     else:
         schedule = case.schedule(P, dp.maps(sdfg))
     grids = ", ".join(f"{k}: {v}" for k, v in schedule.items())
