@@ -49,6 +49,9 @@ NPBENCH_DEFAULT = ["go_fast", "atax", "gesummv", "gemm", "k2mm", "jacobi_1d", "j
 STENCILS = {"jacobi": 2 * 10}  # peers stencils: half-sweeps that each exchange one halo row per neighbour
 
 
+IO = "root"  # --io: how the automatic schedule and its lowering take the arguments
+
+
 class SearchTimeout(BaseException):  # not an Exception: no "except Exception" in DaCe may swallow it
     pass
 
@@ -142,7 +145,7 @@ def lowered(sdfg0, schedule, P, symbols):
     import dace_partition as dp
     sdfg = copy.deepcopy(sdfg0)
     t0 = time.perf_counter()
-    dp.lower(sdfg, schedule)  # a Schedule keeps its fused map names (dict() would drop that)
+    dp.lower(sdfg, schedule, io=IO if hasattr(schedule, "predicted") else "root")  # a Schedule keeps its fused names
     lower_s = time.perf_counter() - t0
     per, minimum, msgs = report_counts(dp.report(sdfg), symbols)
     return {"lower_s": round(lower_s, 3), "report_bytes_max": max(per) if per else None,
@@ -170,7 +173,7 @@ def one_p(sdfg0, P, hand, limit, symbols):
     import dace_partition as dp
     from dace_partition.search import predict
     out = {}
-    sched, secs, late = timed(lambda: dp.auto_schedule(sdfg0, P), limit)
+    sched, secs, late = timed(lambda: dp.auto_schedule(sdfg0, P, io=IO), limit)
     if late:
         out["auto"] = {"status": f"search stopped after {limit:g} s", "search_s": round(secs, 2)}
     else:
@@ -255,6 +258,19 @@ def peers_records(names, ranks, limit, keep):
             desc = sdfg0.arrays["A"]
             halo = (STENCILS[wl.name], (int(desc.shape[1]) - 2) * desc.dtype.bytes)
         keep(sweep(wl.name, wl.label, sdfg0, ranks, wl.schedule, limit, halo, {"suite": "peers"}))
+
+
+def thesis_records(ranks, limit, keep):
+    """The thesis' weak point of reference: an 8192^3 FP64 matrix product (automatic schedule)."""
+    import dace
+    n = 8192
+
+    @dace.program
+    def matmul_8192(a: dace.float64[n, n], b: dace.float64[n, n]):
+        return a @ b
+
+    keep(sweep("matmul_8192", "matmul 8192^3 FP64 (the thesis' example)", matmul_8192.to_sdfg(), ranks, None, limit,
+               extra={"suite": "thesis"}))
 
 
 def load_npbench_driver():
@@ -402,8 +418,8 @@ def ideal_ms(rec, point, key="ideal"):
 
 def write_plots(records, out):
     base = os.path.splitext(out)[0]
-    return [plot([r for r in records if r.get("suite") == "peers"], base + "_peers.png",
-                 "vs_peers workloads: predicted time per rank (cost model)"),
+    return [plot([r for r in records if r.get("suite") in ("peers", "thesis")], base + "_peers.png",
+                 "vs_peers workloads (and the thesis' matmul): predicted time per rank (cost model)"),
             plot([r for r in records if r.get("suite") == "npbench"], base + "_npbench.png",
                  "NPBench kernels (S preset): predicted time per rank, automatic schedule, io=root")]
 
@@ -450,6 +466,11 @@ def main():
     ap.add_argument("--check", dest="check", action="store_true", default=True)
     ap.add_argument("--no-check", dest="check", action="store_false", help="skip the PMPI runs")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "scaling.json"))
+    ap.add_argument("--machine", default=None, help="price on a named machine (DACE_PARTITION_MACHINE: 'daint', "
+                    "or a JSON file of Machine's fields) instead of this one's calibration")
+    ap.add_argument("--thesis", action="store_true", help="also the thesis' 8192^3 matmul")
+    ap.add_argument("--io", choices=("root", "distributed"), default="root",
+                    help="io of the automatic schedule (the hand schedules stay root, priced distributed beside)")
     ap.add_argument("--merge", action="store_true",
                     help="keep the workloads (and PMPI checks) of an existing --out that this run does not redo")
     ap.add_argument("--plots-only", action="store_true", help="draw the plots of --out again and exit")
@@ -465,6 +486,10 @@ def main():
             write_plots(json.load(f)["workloads"], args.out)
         return
     ranks = [int(x) for x in args.ranks.split(",")]
+    if args.machine:
+        os.environ["DACE_PARTITION_MACHINE"] = args.machine
+    global IO
+    IO = args.io
     import warnings
     warnings.filterwarnings("ignore")
     from dace_partition.search import machine
@@ -480,13 +505,15 @@ def main():
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     peers = [] if args.peers == "none" else args.peers.split(",")
     peers_records(peers, ranks, args.limit, keep)
+    if args.thesis:
+        thesis_records(ranks, args.limit, keep)
     checks = []
     if args.check:
         print("\nPMPI counts of real runs (small sizes) against the counted model", flush=True)
         checks = check_runs(CHECKS, args.limit)
     if args.npbench != "none":
         npbench_records(args.npbench.split(","), ranks, args.limit, args.npbench_dir, keep)
-    meta = {"ranks": ranks, "limit_s": args.limit, "machine_model": str(machine()), "host": platform.platform(),
+    meta = {"ranks": ranks, "limit_s": args.limit, "machine_model": str(machine()), "io_auto": IO, "host": platform.platform(),
             "cpus": os.cpu_count(), "loadavg_end": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M"),
             "seconds": round(time.perf_counter() - t0, 1)}
     if args.merge and os.path.exists(args.out):

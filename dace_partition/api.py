@@ -119,6 +119,10 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
             rep.unsplit = ("the automatic schedule keeps every map on rank 0 (predicted fastest, or every other "
                            "grid was refused: see its lines above); the whole program runs on rank 0")
     local.note(rep)
+    from .search.machine import machine
+    layout = machine().node_layout()
+    if layout is not None and layout.nodes(rep.ranks_needed) > 1:
+        rep.nodes = layout  # the report prints the bytes per level
     if device == "cpu" and LocalStep.CONTRACTIONS in local.steps:
         t2 = time.perf_counter()
         local.contractions(work, rep)

@@ -116,6 +116,17 @@ class Traffic:
             return None
         return [b * n for b in per]
 
+    def off_node_per_call(self, layout, **symbols) -> Optional[List[int]]:
+        """Of :meth:`per_call`, the bytes each rank receives from ranks on other nodes (``layout``: an
+        ``ir.levels.NodeLayout``)."""
+        from .ir.levels import off_node_bytes
+        per = self.per_call(**dict(symbols))
+        if per is None or self.move is None:
+            return None
+        move = _bind(self.move, symbols) if symbols else self.move
+        off = off_node_bytes(move, tuple(per), layout)
+        return None if off is None else list(off)
+
     @property
     def total(self) -> Optional[int]:
         return None if self.per_rank is None else sum(self.per_rank)
@@ -150,6 +161,7 @@ class LoweringReport:
     schedule: str = ""  # lower(ranks=P): the automatic schedule and why (Schedule.explain())
     unsplit: str = ""  # why nothing was partitioned (the whole program runs on rank 0), if so
     residency: object = None  # device="gpu": ir.residency.Residency (where each buffer lives, PCIe copies)
+    nodes: object = None  # ir.levels.NodeLayout where ranks span several nodes (bytes per level), else None
 
     def slow_steps(self, threshold: float = SLOW_LOWERING_S) -> Optional[str]:
         """None when lowering took less than ``threshold`` seconds, else which steps took the time."""
@@ -179,6 +191,16 @@ class LoweringReport:
                 return None
             per.append(p)
         return [sum(p[w] for p in per if w < len(p)) for w in range(self.ranks_needed)]
+
+    def bytes_between_nodes(self, **symbols) -> Optional[List[int]]:
+        """Of :meth:`bytes_per_rank`, the bytes each rank receives from ranks on other nodes (ranks placed as
+        ``nodes`` says; None without a node layout, or where sizes are known only at run time)."""
+        if self.nodes is None:
+            return None
+        rows = [t.off_node_per_call(self.nodes, **symbols) for t in self.traffic]
+        if any(r is None for r in rows):
+            return None
+        return [sum(r[w] for r in rows if w < len(r)) for w in range(self.ranks_needed)]
 
     @property
     def total_bytes(self) -> Optional[int]:
@@ -216,6 +238,11 @@ class LoweringReport:
         per = self.bytes_per_rank()
         if per is not None:
             lines.append(f"  total {sum(per)} B (minimum for this schedule {self.minimum_bytes} B); per rank {per}")
+        off = self.bytes_between_nodes()
+        if off is not None and per is not None:
+            lines.append(f"  by level, {self.nodes.nodes(self.ranks_needed)} node(s) of {self.nodes}: "
+                         f"{sum(off)} B between nodes, {sum(per) - sum(off)} B inside nodes; between nodes per "
+                         f"rank {off}")
         looped = [t for t in self.traffic if t.trips != 1]
         if looped:
             it = self.bytes_per_iteration()

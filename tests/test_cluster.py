@@ -135,6 +135,21 @@ def test_two_ranks_per_node_share_memory_and_talk_tcp_between_nodes(cluster_env,
     assert remote > 16 << 20, f"only {remote} B crossed the bridge for 16 MiB sent to another node"
 
 
+def test_calibrate_measures_the_link_inside_a_node_and_between_nodes(on_cluster):
+    """The two ping-pongs dp.calibrate(launcher=..., across_nodes=...) runs: two ranks on one emulated
+    node (shared memory) and on two (TCP over the bridge); the second has the larger latency, and the
+    machine built from them prices a byte from another node above one from the same node."""
+    from dace_partition.search.machine import Machine, measure_link
+    inside = measure_link(["srun", "-N", "1"])
+    across = measure_link(["srun", "-N", "2", "--ntasks-per-node=1"])
+    assert all(x > 0 for x in inside + across), (inside, across)
+    assert across[0] > inside[0], f"latency between nodes {across[0]:.2e} s <= inside a node {inside[0]:.2e} s"
+    m = Machine(alpha=inside[0], beta=inside[1], node_alpha=across[0], node_beta=across[1], ranks_per_node=PER_NODE)
+    assert m.message_time(1, 1 << 20, 1, 1 << 20) > m.message_time(1, 1 << 20)
+    print(f"inside a node: alpha {inside[0] * 1e6:.1f} us, {1 / inside[1] / 1e9:.2f} GB/s; between nodes: "
+          f"alpha {across[0] * 1e6:.1f} us, {1 / across[1] / 1e9:.2f} GB/s")
+
+
 # --- a distributed program on 4 nodes ------------------------------------------------------------------
 
 def test_add5_on_four_nodes(rng, on_cluster):

@@ -70,6 +70,7 @@ class Cost:
     per_rank: Optional[Tuple[int, ...]]
     messages: Optional[int]
     calls: Tuple[str, ...]
+    off_node: Optional[Tuple[int, ...]] = None  # of per_rank, the bytes from other nodes (ir.levels; None: unknown or one node)
 
     @property
     def total(self) -> Optional[int]:

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import Optional
+from typing import Optional, Tuple
 
 CACHE = os.path.join(os.path.expanduser("~"), ".cache", "dace_partition", "machine.json")
 
@@ -42,10 +42,39 @@ class Machine:
     gpus: int = 0  # GPUs the ranks share (0: a CPU machine)
     pcie: float = 0.0  # bytes/s host <-> GPU (pinned)
     launch: float = 0.0  # seconds per GPU kernel
+    # Between nodes (0: as inside a node). alpha and beta above are the link inside a node.
+    node_alpha: float = 0.0  # seconds per message from another node
+    node_beta: float = 0.0  # seconds per byte from another node
+    ranks_per_node: int = 0  # consecutive world ranks per node (0: the hierarchy the environment names, if any)
 
-    def message_time(self, messages: float, bytes_: float) -> float:
+    def message_time(self, messages: float, bytes_: float, off_messages: float = 0.0, off_bytes: float = 0.0) -> float:
+        """One rank receiving ``bytes_`` in ``messages`` messages, ``off_bytes`` / ``off_messages`` of them from
+        other nodes (priced at ``node_alpha`` / ``node_beta`` where those are set)."""
         staging = 2 * bytes_ / self.pcie if self.pcie else 0.0
-        return self.alpha * messages + self.beta * bytes_ + staging
+        na = self.node_alpha or self.alpha
+        nb = self.node_beta or self.beta
+        return (self.alpha * (messages - off_messages) + self.beta * (bytes_ - off_bytes) + na * off_messages +
+                nb * off_bytes + staging)
+
+    @property
+    def two_levels(self) -> bool:
+        return bool(self.node_alpha or self.node_beta)
+
+    def node_layout(self, environ=None):
+        """How ranks sit on nodes for this machine: ``ranks_per_node`` if set, else the hierarchy that
+        ``DACE_PARTITION_HIERARCHY`` or the Slurm allocation names (``solvers.hierarchical``), else None
+        (one node)."""
+        from ..ir.levels import NodeLayout
+        if self.ranks_per_node:
+            return NodeLayout(self.ranks_per_node, "the machine")
+        from ..solvers.hierarchical import hierarchy_setting
+        text, source = hierarchy_setting(environ)
+        if text is None:
+            return None
+        try:
+            return NodeLayout.parse(text, source)
+        except ValueError:
+            return None
 
     def sharing(self, ranks: int) -> int:
         """How many of ``ranks`` ranks run on one GPU (1 on a CPU machine: one core each)."""
@@ -54,9 +83,12 @@ class Machine:
     def __str__(self):
         gpu = (f", {self.gpus} GPU(s) shared by the ranks, PCIe {self.pcie / 1e9:.0f} GB/s, launch "
                f"{self.launch * 1e6:.0f} us") if self.gpus else ""
+        nodes = (f", between nodes alpha {(self.node_alpha or self.alpha) * 1e6:.2f} us, beta "
+                 f"{1 / (self.node_beta or self.beta) / 1e9:.2f} GB/s" +
+                 (f", {self.ranks_per_node} rank(s) per node" if self.ranks_per_node else "")) if self.two_levels else ""
         return (f"Machine({self.source}: alpha {self.alpha * 1e6:.2f} us, beta {1 / self.beta / 1e9:.2f} GB/s, "
                 f"BLAS {self.blas_flops / 1e9:.1f} GFlop/s, maps {self.map_ops / 1e9:.2f} Gop/s, "
-                f"memory {self.stream / 1e9:.1f} GB/s{gpu})")
+                f"memory {self.stream / 1e9:.1f} GB/s{gpu}{nodes})")
 
 
 def gpu_machine(gpus: Optional[int] = None, host: Optional[Machine] = None) -> Machine:
@@ -75,13 +107,42 @@ def gpu_machine(gpus: Optional[int] = None, host: Optional[Machine] = None) -> M
                    pcie=2.5e10, launch=1.0e-5)
 
 
+def daint_machine() -> Machine:
+    """A Piz Daint-like cluster from published figures, for projections (nothing here measured it): one
+    rank per node, each with one NVIDIA Tesla P100 (PCIe, 16 GB: 4.7 TFLOP/s FP64 and 732 GB/s HBM2 in
+    NVIDIA's datasheet; PCIe Gen3 x16, 16 GB/s per direction), nodes joined by Cray's Aries network (about
+    10 GB/s of injection bandwidth per node and about 1.3 us of MPI latency: Alverson et al., "Cray XC Series
+    Network", Cray white paper WP-Aries01-1112, 2012). Derated as :func:`gpu_machine` derates an H100:
+    4.0 TFLOP/s of DGEMM, 550 GB/s of kernel memory traffic, 2.5e11 map operations/s, 11 GB/s of pinned
+    copies, 8 GB/s and 1.5 us between nodes for MPI, 10 us per kernel; 5704 GPU nodes (the XC50 part), so
+    no two ranks share a GPU. ``DACE_PARTITION_MACHINE=daint`` makes :func:`machine` return it."""
+    return Machine(alpha=1.5e-6, beta=1 / 8.0e9, blas_flops=4.0e12, map_ops=2.5e11, stream=5.5e11,
+                   source="Piz Daint-like (P100 per node, Aries): published figures, derated", gpus=5704,
+                   pcie=1.1e10, launch=1.0e-5, node_alpha=1.5e-6, node_beta=1 / 8.0e9, ranks_per_node=1)
+
+
+#: Named machines ``DACE_PARTITION_MACHINE`` may select (or it names a JSON file of Machine's fields).
+PRESETS = {"daint": daint_machine}
+
 _CACHED: Optional[Machine] = None
 
 
 def machine() -> Machine:
-    """The calibrated machine if :func:`calibrate` has run here (``~/.cache/dace_partition/machine.json``),
-    else the documented defaults."""
+    """The machine the model prices for: ``DACE_PARTITION_MACHINE`` if set (a preset of :data:`PRESETS`,
+    such as ``daint``, or a JSON file of :class:`Machine`'s fields: price for the cluster the program will
+    run on while lowering elsewhere), else the calibrated machine if :func:`calibrate` has run here
+    (``~/.cache/dace_partition/machine.json``), else the documented defaults."""
     global _CACHED
+    chosen = os.environ.get("DACE_PARTITION_MACHINE", "").strip()
+    if chosen:
+        if chosen in PRESETS:
+            return PRESETS[chosen]()
+        try:
+            with open(chosen) as f:
+                return Machine(**json.load(f))
+        except (OSError, ValueError, TypeError) as e:
+            raise ValueError(f"DACE_PARTITION_MACHINE={chosen!r} is neither a preset ({', '.join(PRESETS)}) nor a "
+                             f"JSON file of Machine's fields: {e}") from e
     if _CACHED is None:
         _CACHED = Machine()
         try:
@@ -112,11 +173,30 @@ if c.rank == 0:
 """
 
 
-def calibrate(save: bool = True, launcher=None) -> Machine:
+def measure_link(launcher=None) -> Tuple[float, float]:
+    """``(alpha, beta)`` of a ping-pong between the two ranks that ``launcher`` starts (seconds per message,
+    seconds per byte): 8 bytes 2000 times, 16 MiB 5 times, best of three. Raises RuntimeError if it fails."""
+    from ..runtime.launch import mpi_environment, mpiexec_command
+    cmd = mpiexec_command(2, launcher) + [sys.executable, "-c", _PINGPONG]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=180,
+                         env={**mpi_environment(), "OMP_NUM_THREADS": "1"})
+    vals = out.stdout.split()
+    if out.returncode != 0 or len(vals) != 2:
+        raise RuntimeError(f"the ping-pong under {' '.join(cmd[:4])} ... failed (exit {out.returncode}): "
+                           f"{(out.stderr or out.stdout).strip()[-500:]}")
+    return float(vals[0]), max(float(vals[1]), 1e-12)
+
+
+def calibrate(save: bool = True, launcher=None, across_nodes=None, ranks_per_node: int = 0) -> Machine:
     """Measures the rates on this machine (a ping-pong between two ranks under the package's launcher, a
     GEMM and a NumPy stream kernel in this process, and the same elementwise program compiled by DaCe as a
     lowered program's kernels are) and caches them for :func:`machine`. Takes about half a minute (one
-    DaCe build)."""
+    DaCe build).
+
+    On a cluster, ``launcher`` should place both ranks on one node (``["srun", "-N", "1"]``) and
+    ``across_nodes`` on two (``["srun", "-N", "2", "--ntasks-per-node=1"]``): the second ping-pong gives
+    the link between nodes (``node_alpha``, ``node_beta``), and ``ranks_per_node`` how many consecutive
+    ranks share a node (0: whatever the allocation or ``DACE_PARTITION_HIERARCHY`` says at lowering)."""
     import numpy as np
     global _CACHED
     n = 1024
@@ -131,17 +211,16 @@ def calibrate(save: bool = True, launcher=None) -> Machine:
     map_ops = _compiled_map_rate(x[:1 << 18].copy(), y[:1 << 18].copy())  # in cache: memory bounds bigger tiles
     alpha, beta = Machine.alpha, Machine.beta
     try:
-        from ..runtime.launch import mpi_environment, mpiexec_command
-        cmd = mpiexec_command(2, launcher) + [sys.executable, "-c", _PINGPONG]
-        out_ = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
-                              env={**mpi_environment(), "OMP_NUM_THREADS": "1"})
-        vals = out_.stdout.split()
-        alpha, beta = float(vals[0]), float(vals[1])
+        alpha, beta = measure_link(launcher)
     except Exception as e:  # noqa: BLE001 - no MPI here: keep the default link
         print(f"dace_partition.calibrate: ping-pong failed ({e}); keeping the default alpha and beta",
               file=sys.stderr)
+    node_alpha = node_beta = 0.0
+    if across_nodes is not None:  # asked for: a failure is an error, not a silent one-level machine
+        node_alpha, node_beta = measure_link(across_nodes)
     m = Machine(alpha=alpha, beta=max(beta, 1e-12), blas_flops=blas, map_ops=map_ops, stream=stream,
-                source=f"calibrated {time.strftime('%Y-%m-%d')}")
+                source=f"calibrated {time.strftime('%Y-%m-%d')}", node_alpha=node_alpha, node_beta=node_beta,
+                ranks_per_node=ranks_per_node)
     if save:
         os.makedirs(os.path.dirname(CACHE), exist_ok=True)
         with open(CACHE, "w") as f:

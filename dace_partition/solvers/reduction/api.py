@@ -93,7 +93,7 @@ def choose_reduction(hierarchy: SystemHierarchy, group: GroupSpec, nbytes: int,
     placement = as_placement(hierarchy, group)
     if placement is None:
         raise ValueError(f"group {group} does not map onto hierarchy {hierarchy}")
-    model = model or CostModel.default(hierarchy)
+    model = model or CostModel.for_machine(hierarchy)
     flat = model.flat_time(placement, nbytes)
     ranked = rank_programs(placement, nbytes, model, max_size)
     if ranked and ranked[0].predicted_s < MARGIN * flat:

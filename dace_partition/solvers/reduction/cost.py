@@ -62,6 +62,20 @@ class CostModel:
                    step_overhead)
 
     @classmethod
+    def for_machine(cls, hierarchy: SystemHierarchy, machine=None) -> "CostModel":
+        """From the package's machine (``search.machine``) where it prices two levels (``dp.calibrate(...,
+        across_nodes=...)``): the outermost level gets its link between nodes, every inner level the link
+        inside a node. Otherwise the paper's defaults (:meth:`default`)."""
+        if machine is None:
+            from ...search.machine import machine as current
+            machine = current()
+        if not machine.two_levels:
+            return cls.default(hierarchy)
+        n = len(hierarchy.levels)
+        outer_b, outer_a = 1.0 / (machine.node_beta or machine.beta), machine.node_alpha or machine.alpha
+        return cls(tuple([outer_b] + [1.0 / machine.beta] * (n - 1)), tuple([outer_a] + [machine.alpha] * (n - 1)))
+
+    @classmethod
     def from_pingpong(cls, hierarchy: SystemHierarchy, nbytes: int, intra_rtt: float, inter_rtt: float,
                       intra_latency: float = 1e-6, inter_latency: float = 5e-6,
                       step_overhead: float = 5e-6) -> "CostModel":
