@@ -13,7 +13,7 @@ import pytest
 import dace
 import dace_partition as dp
 from dace_partition.runtime.launch import RunError, mpi_environment, mpiexec_command
-from dace_partition.runtime.mpi_count import Counter, build_counter, count_run, parse_report
+from dace_partition.runtime.mpi_count import Counter, build_counter, count_run, parse_report, parse_seconds
 
 # Each step resets the counters, makes one MPI call through mpi4py and reads the counters before any
 # other counted call; the barrier between steps is not a counted function. All results are gathered
@@ -140,6 +140,14 @@ def test_parse_report():
     assert parse_report("MPI_Bcast 2 80 0\nMPI_Send 1 0 24\n") == {"MPI_Bcast": (2, 80), "MPI_Send": (1, 0)}
 
 
+def test_parse_report_with_seconds():
+    """The shim's lines carry the seconds inside each function as a fifth column; four-column lines (an
+    older shim) still parse, and give no seconds."""
+    text = "MPI_Bcast 2 80 0 0.000125000\nMPI_Send 1 0 24 0.5\nMPI_Recv 1 8 0\n"
+    assert parse_report(text) == {"MPI_Bcast": (2, 80), "MPI_Send": (1, 0), "MPI_Recv": (1, 8)}
+    assert parse_seconds(text) == {"MPI_Bcast": 0.000125, "MPI_Send": 0.5}
+
+
 def test_shim_counts_mpi4py_calls_by_the_model(shim, tmp_path):
     script = tmp_path / "calls.py"
     script.write_text(SCRIPT)
@@ -186,6 +194,25 @@ def test_count_run_add5():
     assert [c.get("MPI_Gatherv") for c in res["calls"]] == [(1, 3 * 128)] + [(1, 0)] * 3
     # the launcher's own mpi4py traffic (metadata bcast, gathering the counters) is not counted
     assert all("MPI_Bcast" not in c for c in res["calls"])
+
+
+def test_count_run_times_the_mpi_calls():
+    """Each rank's wall seconds inside the wrapped calls, next to the bytes: positive where the program calls
+    MPI, the sum of the per-function seconds, and with ``repeat`` one entry per call of the program."""
+    sdfg = add5.to_sdfg()
+    sdfg.name = "t_count_add5_time"
+    dp.lower(sdfg, {dp.maps(sdfg)[0].name: (4,)})
+    x = np.arange(64, dtype=np.int64)
+    res = count_run(sdfg, 4, repeat=3, x=x)
+    assert res["bytes"] == [3 * 128, 128, 128, 128]  # the first call's counts, as without repeat
+    assert len(res["mpi_seconds"]) == 4 and all(0 < t < 60 for t in res["mpi_seconds"])
+    assert res["wait_seconds"] == [0.0] * 4  # Scatterv and Gatherv only: no MPI_Wait*
+    for r in range(4):
+        assert set(res["seconds_by_call"][r]) == set(res["calls"][r]) == {"MPI_Scatterv", "MPI_Gatherv"}
+        assert sum(res["seconds_by_call"][r].values()) == pytest.approx(res["mpi_seconds"][r], abs=1e-6)
+    assert len(res["per_call"]) == 3
+    for call in res["per_call"]:
+        assert call["bytes"] == res["bytes"] and all(t > 0 for t in call["mpi_seconds"])
 
 
 def test_count_run_distributed_io_moves_nothing():

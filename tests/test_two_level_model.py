@@ -19,6 +19,11 @@ def jacobi_rows(A: dace.float64[64, 64], B: dace.float64[64, 64]):
         A[1:-1, 1:-1] = 0.25 * (B[:-2, 1:-1] + B[2:, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:])
 
 
+@dace.program
+def scaled(A: dace.float64[256, 64], B: dace.float64[256, 64]):
+    B[:] = 2.0 * A
+
+
 def _lowered(monkeypatch, hierarchy="2x2"):
     if hierarchy:
         monkeypatch.setenv("DACE_PARTITION_HIERARCHY", hierarchy)
@@ -102,6 +107,10 @@ def test_the_search_prices_the_bytes_that_cross_nodes(monkeypatch):
 
     assert comm(slow) > 5 * comm(flat)
     assert comm(same_node) == pytest.approx(comm(flat))
+    # a kernel's own scatter and gather (no move between kernels) cross nodes too
+    sdfg = scaled.to_sdfg()
+    grids = {m.name: (4, 1) for m in dp.maps(sdfg)}
+    assert comm(slow) > 5 * comm(flat) and comm(same_node) == pytest.approx(comm(flat))
 
 
 def test_the_hierarchical_reduction_takes_the_machines_two_levels():

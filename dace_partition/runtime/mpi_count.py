@@ -22,6 +22,10 @@ Sendrecv                   recvcount * size unless source is me or MPI_PROC_NULL
 Recv, Irecv                count * size (an upper bound); Send, Isend: 0, counted as "sent" instead
 =========================  ==========================================================================
 
+Each of these calls also adds the wall seconds spent inside it (``PMPI_Wtime`` before and after) to the
+rank's MPI time; ``MPI_Wait``/``Waitall``/``Waitany``/``Waitsome`` are wrapped for their time only (the
+completion of ``Isend``/``Irecv``). A collective's time includes waiting for ranks that reach it late.
+
 The large-count variants (``MPI_X_c``) are counted under ``MPI_X``.
 """
 import ctypes
@@ -85,12 +89,23 @@ def build_counter() -> str:
 
 
 def parse_report(text: str) -> Dict[str, tuple]:
-    """``{name: (calls, bytes received)}`` from the shim's ``name calls bytes sent`` lines."""
+    """``{name: (calls, bytes received)}`` from the shim's ``name calls bytes sent [seconds]`` lines."""
     out = {}
     for line in text.splitlines():
         if line.strip():
-            name, calls, received, _sent = line.split()
+            name, calls, received = line.split()[:3]
             out[name] = (int(calls), int(received))
+    return out
+
+
+def parse_seconds(text: str) -> Dict[str, float]:
+    """``{name: wall seconds inside the calls}`` from the shim's ``name calls bytes sent seconds`` lines
+    (a line of four columns, from a shim older than the timing, gives nothing)."""
+    out = {}
+    for line in text.splitlines():
+        cols = line.split()
+        if len(cols) >= 5:
+            out[cols[0]] = float(cols[4])
     return out
 
 
@@ -105,8 +120,10 @@ class Counter:
             self._reset = lib.dp_pmpi_reset
         except AttributeError:
             raise RunError("the PMPI counter is not loaded in this process (LD_PRELOAD missing?)") from None
-        for name in ("dp_pmpi_bytes", "dp_pmpi_sent", "dp_pmpi_calls"):
+        for name in ("dp_pmpi_bytes", "dp_pmpi_sent", "dp_pmpi_calls", "dp_pmpi_wait_calls"):
             getattr(lib, name).restype = ctypes.c_longlong
+        for name in ("dp_pmpi_seconds", "dp_pmpi_wait_seconds"):
+            getattr(lib, name).restype = ctypes.c_double
         self._lib = lib
         lib.dp_pmpi_report.argtypes = [ctypes.c_char_p, ctypes.c_int]
         lib.dp_pmpi_report.restype = ctypes.c_int
@@ -123,8 +140,16 @@ class Counter:
     def calls(self) -> int:
         return int(self._lib.dp_pmpi_calls())
 
+    def seconds(self) -> float:
+        """Wall seconds this process spent inside the wrapped MPI calls (traffic calls and MPI_Wait*)."""
+        return float(self._lib.dp_pmpi_seconds())
+
+    def wait_seconds(self) -> float:
+        """Of :meth:`seconds`, the part inside MPI_Wait, MPI_Waitall, MPI_Waitany and MPI_Waitsome."""
+        return float(self._lib.dp_pmpi_wait_seconds())
+
     def report_text(self) -> str:
-        """The shim's ``name calls bytes sent`` lines."""
+        """The shim's ``name calls bytes sent seconds`` lines."""
         size = 1024
         while True:
             buf = ctypes.create_string_buffer(size)
@@ -163,18 +188,30 @@ class Counter:
 
     def snapshot(self) -> dict:
         """All counters at once: read before any other MPI call, so nothing else leaks in."""
-        return {"bytes": self.bytes(), "sent": self.sent(), "report": self.report_text()}
+        return {"bytes": self.bytes(), "sent": self.sent(), "seconds": self.seconds(),
+                "wait_seconds": self.wait_seconds(), "report": self.report_text()}
 
 
-def count_run(sdfg, ranks: int, timeout: float = 300, **inputs) -> dict:
-    """Runs a lowered SDFG like :func:`dace_partition.run`, counting each rank's MPI traffic.
+def count_run(sdfg, ranks: int, timeout: float = 300, repeat: int = 1, launcher=None, **inputs) -> dict:
+    """Runs a lowered SDFG like :func:`dace_partition.run`, counting each rank's MPI traffic and the time
+    it spends in MPI.
 
     Returns ``{"bytes": [received bytes per rank], "sent": [sent bytes per rank], "calls": [per rank
-    {name: (calls, bytes)}], "outputs": <what run() returns>}``. Only the compiled program's own calls are
-    counted (its initialization on first call included); the launcher's own traffic (the metadata
-    broadcast, input checks, gathering outputs and counters) is not. Programs lowered with
-    ``io="distributed"`` work too: as with ``run``, each rank is given its tiles of the whole inputs.
+    {name: (calls, bytes)}], "mpi_seconds": [wall seconds per rank inside the wrapped MPI calls],
+    "wait_seconds": [of those, seconds per rank in MPI_Wait*], "seconds_by_call": [per rank {name:
+    seconds}], "outputs": <what run() returns>}``. Only the compiled program's own calls are counted (its
+    initialization on first call included); the launcher's own traffic (the metadata broadcast, input
+    checks, gathering outputs and counters) is not. Programs lowered with ``io="distributed"`` work too: as
+    with ``run``, each rank is given its tiles of the whole inputs.
+
+    ``repeat``: calls of the program in the one launch (default 1). The counts above are those of the first
+    call; ``"per_call"`` then adds, per call, ``{"bytes", "mpi_seconds", "wait_seconds"}`` lists over
+    ranks, so that a caller can take the best of the later calls (the first one also sets up
+    connections). With ``repeat > 1`` the outputs are those after the last call: a program that updates an
+    argument in place goes on from the previous call's values. ``launcher``: as ``dace_partition.run``'s.
     """
+    if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+        raise ValueError(f"repeat must be a positive integer, got {repeat!r}")
     shim = build_counter()
 
     def collect(tmp):
@@ -183,7 +220,15 @@ def count_run(sdfg, ranks: int, timeout: float = 300, **inputs) -> dict:
 
     # LD_PRELOAD is set per rank through env(1), not on the launcher: mpiexec (or srun) itself then
     # does not load MPI, and the setting survives launchers that do not forward the environment.
-    outputs, counts = launch(sdfg, ranks, timeout, inputs, "dace_partition.runtime._count_worker",
-                             ["env", f"LD_PRELOAD={shim}"], collect, "count_run()")
-    return {"bytes": [c["bytes"] for c in counts], "sent": [c["sent"] for c in counts],
-            "calls": [parse_report(c["report"]) for c in counts], "outputs": outputs}
+    prefix = ["env", f"LD_PRELOAD={shim}"] + ([f"DP_PMPI_REPEAT={repeat}"] if repeat > 1 else [])
+    outputs, counts = launch(sdfg, ranks, timeout, inputs, "dace_partition.runtime._count_worker", prefix, collect,
+                             "count_run()", launcher=launcher)
+    first = [c[0] for c in counts]
+    res = {"bytes": [c["bytes"] for c in first], "sent": [c["sent"] for c in first],
+           "calls": [parse_report(c["report"]) for c in first],
+           "mpi_seconds": [c["seconds"] for c in first], "wait_seconds": [c["wait_seconds"] for c in first],
+           "seconds_by_call": [parse_seconds(c["report"]) for c in first], "outputs": outputs}
+    if repeat > 1:
+        res["per_call"] = [{"bytes": [c[i]["bytes"] for c in counts], "mpi_seconds": [c[i]["seconds"] for c in counts],
+                            "wait_seconds": [c[i]["wait_seconds"] for c in counts]} for i in range(repeat)]
+    return res

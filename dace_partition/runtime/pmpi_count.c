@@ -13,7 +13,14 @@
  * a count is a count whichever entry point carried it.
  *
  * Counters are process-wide and updated with atomic adds (OpenMP threads of the program may call MPI).
- * Exports for ctypes: dp_pmpi_reset, dp_pmpi_bytes, dp_pmpi_sent, dp_pmpi_calls, dp_pmpi_report.
+ * Exports for ctypes: dp_pmpi_reset, dp_pmpi_bytes, dp_pmpi_sent, dp_pmpi_calls, dp_pmpi_report,
+ * dp_pmpi_seconds, dp_pmpi_wait_seconds, dp_pmpi_wait_calls.
+ *
+ * Time: each wrapped traffic call also adds the wall seconds spent inside the real PMPI_* call
+ * (PMPI_Wtime before and after; the counting itself is not timed) to a per-function counter, printed as
+ * the fifth column of dp_pmpi_report. MPI_Wait, MPI_Waitall, MPI_Waitany and MPI_Waitsome are wrapped for
+ * their time only (the completion of MPI_Isend / MPI_Irecv). A collective's time includes waiting for the
+ * ranks that reach it late: it is the time this rank spent in MPI, not the time the data took to move.
  *
  * Set-up calls (communicator and datatype construction: MPI_Comm_split, MPI_Comm_dup, MPI_Comm_create,
  * MPI_Cart_create, MPI_Cart_sub, MPI_Type_commit) are counted apart, by number only: they move no data
@@ -38,6 +45,14 @@ static const char *const names[F_COUNT] = {
 static long long n_calls[F_COUNT];
 static long long n_bytes[F_COUNT];
 static long long n_sent[F_COUNT];
+
+static long long n_ns[F_COUNT];   /* wall nanoseconds spent inside the wrapped call (PMPI_Wtime) */
+
+/* Time inside the real call: PMPI_Wtime just before and after it; the counting above it is not timed. */
+static void add_time(int f, double t0) {
+    double dt = PMPI_Wtime() - t0;
+    if (dt > 0) __atomic_fetch_add(&n_ns[f], (long long)(dt * 1e9 + 0.5), __ATOMIC_RELAXED);
+}
 
 static void add(int f, long long bytes, long long sent) {
     __atomic_fetch_add(&n_calls[f], 1, __ATOMIC_RELAXED);
@@ -103,26 +118,38 @@ static void count_uniform_all(int f, long long count, MPI_Datatype t, MPI_Comm c
 int MPI_Scatterv(const void *sendbuf, const int sendcounts[], const int displs[], MPI_Datatype sendtype,
                  void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm) {
     count_rooted_in(F_SCATTERV, recvcount, recvtype, root, comm);
-    return PMPI_Scatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Scatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm);
+    add_time(F_SCATTERV, t0_);
+    return rc_;
 }
 
 int MPI_Scatterv_c(const void *sendbuf, const MPI_Count sendcounts[], const MPI_Aint displs[],
                    MPI_Datatype sendtype, void *recvbuf, MPI_Count recvcount, MPI_Datatype recvtype, int root,
                    MPI_Comm comm) {
     count_rooted_in(F_SCATTERV, recvcount, recvtype, root, comm);
-    return PMPI_Scatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Scatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm);
+    add_time(F_SCATTERV, t0_);
+    return rc_;
 }
 
 int MPI_Scatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
                 MPI_Datatype recvtype, int root, MPI_Comm comm) {
     count_rooted_in(F_SCATTER, recvcount, recvtype, root, comm);
-    return PMPI_Scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+    add_time(F_SCATTER, t0_);
+    return rc_;
 }
 
 int MPI_Scatter_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype, void *recvbuf,
                   MPI_Count recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm) {
     count_rooted_in(F_SCATTER, recvcount, recvtype, root, comm);
-    return PMPI_Scatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Scatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+    add_time(F_SCATTER, t0_);
+    return rc_;
 }
 
 /* ---- MPI_Gatherv / MPI_Gather: the root receives every other rank's block ---- */
@@ -133,7 +160,10 @@ int MPI_Gatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void 
     long long total = 0;
     if (p > 0 && me == root) SUM_OTHERS(recvcounts, root, tsize(recvtype));
     add(F_GATHERV, total, 0);
-    return PMPI_Gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm);
+    add_time(F_GATHERV, t0_);
+    return rc_;
 }
 
 int MPI_Gatherv_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype, void *recvbuf,
@@ -143,33 +173,48 @@ int MPI_Gatherv_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtyp
     long long total = 0;
     if (p > 0 && me == root) SUM_OTHERS(recvcounts, root, tsize(recvtype));
     add(F_GATHERV, total, 0);
-    return PMPI_Gatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Gatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm);
+    add_time(F_GATHERV, t0_);
+    return rc_;
 }
 
 int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
                MPI_Datatype recvtype, int root, MPI_Comm comm) {
     int me, p = comm_info(comm, &me);
     add(F_GATHER, (p > 0 && me == root) ? (long long)(p - 1) * nbytes(recvcount, recvtype) : 0, 0);
-    return PMPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+    add_time(F_GATHER, t0_);
+    return rc_;
 }
 
 int MPI_Gather_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype, void *recvbuf,
                  MPI_Count recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm) {
     int me, p = comm_info(comm, &me);
     add(F_GATHER, (p > 0 && me == root) ? (long long)(p - 1) * nbytes(recvcount, recvtype) : 0, 0);
-    return PMPI_Gather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Gather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
+    add_time(F_GATHER, t0_);
+    return rc_;
 }
 
 /* ---- MPI_Bcast ---- */
 
 int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
     count_rooted_in(F_BCAST, count, datatype, root, comm);
-    return PMPI_Bcast(buffer, count, datatype, root, comm);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Bcast(buffer, count, datatype, root, comm);
+    add_time(F_BCAST, t0_);
+    return rc_;
 }
 
 int MPI_Bcast_c(void *buffer, MPI_Count count, MPI_Datatype datatype, int root, MPI_Comm comm) {
     count_rooted_in(F_BCAST, count, datatype, root, comm);
-    return PMPI_Bcast_c(buffer, count, datatype, root, comm);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Bcast_c(buffer, count, datatype, root, comm);
+    add_time(F_BCAST, t0_);
+    return rc_;
 }
 
 /* ---- reductions ---- */
@@ -177,37 +222,55 @@ int MPI_Bcast_c(void *buffer, MPI_Count count, MPI_Datatype datatype, int root, 
 int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
                MPI_Comm comm) {
     count_reduce(count, datatype, root, comm);
-    return PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
+    add_time(F_REDUCE, t0_);
+    return rc_;
 }
 
 int MPI_Reduce_c(const void *sendbuf, void *recvbuf, MPI_Count count, MPI_Datatype datatype, MPI_Op op,
                  int root, MPI_Comm comm) {
     count_reduce(count, datatype, root, comm);
-    return PMPI_Reduce_c(sendbuf, recvbuf, count, datatype, op, root, comm);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Reduce_c(sendbuf, recvbuf, count, datatype, op, root, comm);
+    add_time(F_REDUCE, t0_);
+    return rc_;
 }
 
 int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
                   MPI_Comm comm) {
     count_allreduce(count, datatype, comm);
-    return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+    add_time(F_ALLREDUCE, t0_);
+    return rc_;
 }
 
 int MPI_Allreduce_c(const void *sendbuf, void *recvbuf, MPI_Count count, MPI_Datatype datatype, MPI_Op op,
                     MPI_Comm comm) {
     count_allreduce(count, datatype, comm);
-    return PMPI_Allreduce_c(sendbuf, recvbuf, count, datatype, op, comm);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Allreduce_c(sendbuf, recvbuf, count, datatype, op, comm);
+    add_time(F_ALLREDUCE, t0_);
+    return rc_;
 }
 
 int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount, MPI_Datatype datatype,
                              MPI_Op op, MPI_Comm comm) {
     count_uniform_all(F_REDUCE_SCATTER_BLOCK, recvcount, datatype, comm);
-    return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
+    add_time(F_REDUCE_SCATTER_BLOCK, t0_);
+    return rc_;
 }
 
 int MPI_Reduce_scatter_block_c(const void *sendbuf, void *recvbuf, MPI_Count recvcount, MPI_Datatype datatype,
                                MPI_Op op, MPI_Comm comm) {
     count_uniform_all(F_REDUCE_SCATTER_BLOCK, recvcount, datatype, comm);
-    return PMPI_Reduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Reduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm);
+    add_time(F_REDUCE_SCATTER_BLOCK, t0_);
+    return rc_;
 }
 
 /* ---- all-to-all ---- */
@@ -215,13 +278,19 @@ int MPI_Reduce_scatter_block_c(const void *sendbuf, void *recvbuf, MPI_Count rec
 int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
                  MPI_Datatype recvtype, MPI_Comm comm) {
     count_uniform_all(F_ALLTOALL, recvcount, recvtype, comm);
-    return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    add_time(F_ALLTOALL, t0_);
+    return rc_;
 }
 
 int MPI_Alltoall_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype, void *recvbuf,
                    MPI_Count recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
     count_uniform_all(F_ALLTOALL, recvcount, recvtype, comm);
-    return PMPI_Alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    add_time(F_ALLTOALL, t0_);
+    return rc_;
 }
 
 int MPI_Alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls[], MPI_Datatype sendtype,
@@ -231,7 +300,10 @@ int MPI_Alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls
     long long total = 0;
     SUM_OTHERS(recvcounts, me, tsize(recvtype));
     add(F_ALLTOALLV, total, 0);
-    return PMPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm);
+    add_time(F_ALLTOALLV, t0_);
+    return rc_;
 }
 
 int MPI_Alltoallv_c(const void *sendbuf, const MPI_Count sendcounts[], const MPI_Aint sdispls[],
@@ -241,8 +313,11 @@ int MPI_Alltoallv_c(const void *sendbuf, const MPI_Count sendcounts[], const MPI
     long long total = 0;
     SUM_OTHERS(recvcounts, me, tsize(recvtype));
     add(F_ALLTOALLV, total, 0);
-    return PMPI_Alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype,
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype,
                             comm);
+    add_time(F_ALLTOALLV, t0_);
+    return rc_;
 }
 
 int MPI_Alltoallw(const void *sendbuf, const int sendcounts[], const int sdispls[],
@@ -252,8 +327,11 @@ int MPI_Alltoallw(const void *sendbuf, const int sendcounts[], const int sdispls
     long long total = 0;
     SUM_OTHERS(recvcounts, me, tsize(recvtypes[q]));
     add(F_ALLTOALLW, total, 0);
-    return PMPI_Alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,
                           comm);
+    add_time(F_ALLTOALLW, t0_);
+    return rc_;
 }
 
 int MPI_Alltoallw_c(const void *sendbuf, const MPI_Count sendcounts[], const MPI_Aint sdispls[],
@@ -263,8 +341,11 @@ int MPI_Alltoallw_c(const void *sendbuf, const MPI_Count sendcounts[], const MPI
     long long total = 0;
     SUM_OTHERS(recvcounts, me, tsize(recvtypes[q]));
     add(F_ALLTOALLW, total, 0);
-    return PMPI_Alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,
                             comm);
+    add_time(F_ALLTOALLW, t0_);
+    return rc_;
 }
 
 /* ---- allgather ---- */
@@ -272,13 +353,19 @@ int MPI_Alltoallw_c(const void *sendbuf, const MPI_Count sendcounts[], const MPI
 int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
                   MPI_Datatype recvtype, MPI_Comm comm) {
     count_uniform_all(F_ALLGATHER, recvcount, recvtype, comm);
-    return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    add_time(F_ALLGATHER, t0_);
+    return rc_;
 }
 
 int MPI_Allgather_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype, void *recvbuf,
                     MPI_Count recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
     count_uniform_all(F_ALLGATHER, recvcount, recvtype, comm);
-    return PMPI_Allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    add_time(F_ALLGATHER, t0_);
+    return rc_;
 }
 
 int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
@@ -287,7 +374,10 @@ int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, vo
     long long total = 0;
     SUM_OTHERS(recvcounts, me, tsize(recvtype));
     add(F_ALLGATHERV, total, 0);
-    return PMPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm);
+    add_time(F_ALLGATHERV, t0_);
+    return rc_;
 }
 
 int MPI_Allgatherv_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype, void *recvbuf,
@@ -297,7 +387,10 @@ int MPI_Allgatherv_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype send
     long long total = 0;
     SUM_OTHERS(recvcounts, me, tsize(recvtype));
     add(F_ALLGATHERV, total, 0);
-    return PMPI_Allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm);
+    add_time(F_ALLGATHERV, t0_);
+    return rc_;
 }
 
 /* ---- point to point ---- */
@@ -314,16 +407,22 @@ int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int 
                  void *recvbuf, int recvcount, MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm,
                  MPI_Status *status) {
     count_sendrecv(sendcount, sendtype, dest, recvcount, recvtype, source, comm);
-    return PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source,
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Sendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source,
                          recvtag, comm, status);
+    add_time(F_SENDRECV, t0_);
+    return rc_;
 }
 
 int MPI_Sendrecv_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype, int dest, int sendtag,
                    void *recvbuf, MPI_Count recvcount, MPI_Datatype recvtype, int source, int recvtag,
                    MPI_Comm comm, MPI_Status *status) {
     count_sendrecv(sendcount, sendtype, dest, recvcount, recvtype, source, comm);
-    return PMPI_Sendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source,
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Sendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, recvtype, source,
                            recvtag, comm, status);
+    add_time(F_SENDRECV, t0_);
+    return rc_;
 }
 
 /* Sends receive nothing; their volume goes to the separate "sent" counter. Receives count their whole
@@ -331,48 +430,107 @@ int MPI_Sendrecv_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendty
 
 int MPI_Send(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm) {
     add(F_SEND, 0, dest != MPI_PROC_NULL ? nbytes(count, datatype) : 0);
-    return PMPI_Send(buf, count, datatype, dest, tag, comm);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Send(buf, count, datatype, dest, tag, comm);
+    add_time(F_SEND, t0_);
+    return rc_;
 }
 
 int MPI_Send_c(const void *buf, MPI_Count count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm) {
     add(F_SEND, 0, dest != MPI_PROC_NULL ? nbytes(count, datatype) : 0);
-    return PMPI_Send_c(buf, count, datatype, dest, tag, comm);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Send_c(buf, count, datatype, dest, tag, comm);
+    add_time(F_SEND, t0_);
+    return rc_;
 }
 
 int MPI_Isend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
               MPI_Request *request) {
     add(F_ISEND, 0, dest != MPI_PROC_NULL ? nbytes(count, datatype) : 0);
-    return PMPI_Isend(buf, count, datatype, dest, tag, comm, request);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Isend(buf, count, datatype, dest, tag, comm, request);
+    add_time(F_ISEND, t0_);
+    return rc_;
 }
 
 int MPI_Isend_c(const void *buf, MPI_Count count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
                 MPI_Request *request) {
     add(F_ISEND, 0, dest != MPI_PROC_NULL ? nbytes(count, datatype) : 0);
-    return PMPI_Isend_c(buf, count, datatype, dest, tag, comm, request);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Isend_c(buf, count, datatype, dest, tag, comm, request);
+    add_time(F_ISEND, t0_);
+    return rc_;
 }
 
 int MPI_Recv(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
              MPI_Status *status) {
     add(F_RECV, source != MPI_PROC_NULL ? nbytes(count, datatype) : 0, 0);
-    return PMPI_Recv(buf, count, datatype, source, tag, comm, status);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Recv(buf, count, datatype, source, tag, comm, status);
+    add_time(F_RECV, t0_);
+    return rc_;
 }
 
 int MPI_Recv_c(void *buf, MPI_Count count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
                MPI_Status *status) {
     add(F_RECV, source != MPI_PROC_NULL ? nbytes(count, datatype) : 0, 0);
-    return PMPI_Recv_c(buf, count, datatype, source, tag, comm, status);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Recv_c(buf, count, datatype, source, tag, comm, status);
+    add_time(F_RECV, t0_);
+    return rc_;
 }
 
 int MPI_Irecv(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
               MPI_Request *request) {
     add(F_IRECV, source != MPI_PROC_NULL ? nbytes(count, datatype) : 0, 0);
-    return PMPI_Irecv(buf, count, datatype, source, tag, comm, request);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Irecv(buf, count, datatype, source, tag, comm, request);
+    add_time(F_IRECV, t0_);
+    return rc_;
 }
 
 int MPI_Irecv_c(void *buf, MPI_Count count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
                 MPI_Request *request) {
     add(F_IRECV, source != MPI_PROC_NULL ? nbytes(count, datatype) : 0, 0);
-    return PMPI_Irecv_c(buf, count, datatype, source, tag, comm, request);
+    double t0_ = PMPI_Wtime();
+    int rc_ = PMPI_Irecv_c(buf, count, datatype, source, tag, comm, request);
+    add_time(F_IRECV, t0_);
+    return rc_;
+}
+
+/* ---- completion of the nonblocking calls: timed only ----
+ * MPI_Isend / MPI_Irecv return at once; the waiting for their data happens in MPI_Wait(all/any/some)
+ * (the halo exchange ends with MPI_Waitall). These wrappers add their time to a separate counter
+ * (dp_pmpi_wait_seconds, dp_pmpi_wait_calls) that is part of dp_pmpi_seconds but not of the byte counts,
+ * the call counts or the report lines: they move no data of their own. */
+
+static long long n_wait_calls, n_wait_ns;
+
+static int timed_wait(int rc, double t0) {
+    double dt = PMPI_Wtime() - t0;
+    __atomic_fetch_add(&n_wait_calls, 1, __ATOMIC_RELAXED);
+    if (dt > 0) __atomic_fetch_add(&n_wait_ns, (long long)(dt * 1e9 + 0.5), __ATOMIC_RELAXED);
+    return rc;
+}
+
+int MPI_Wait(MPI_Request *request, MPI_Status *status) {
+    double t0 = PMPI_Wtime();
+    return timed_wait(PMPI_Wait(request, status), t0);
+}
+
+int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[]) {
+    double t0 = PMPI_Wtime();
+    return timed_wait(PMPI_Waitall(count, requests, statuses), t0);
+}
+
+int MPI_Waitany(int count, MPI_Request requests[], int *index, MPI_Status *status) {
+    double t0 = PMPI_Wtime();
+    return timed_wait(PMPI_Waitany(count, requests, index, status), t0);
+}
+
+int MPI_Waitsome(int incount, MPI_Request requests[], int *outcount, int indices[], MPI_Status statuses[]) {
+    double t0 = PMPI_Wtime();
+    return timed_wait(PMPI_Waitsome(incount, requests, outcount, indices, statuses), t0);
 }
 
 /* ---- set-up calls: counted by number, apart from the traffic counters ---- */
@@ -440,7 +598,10 @@ void dp_pmpi_reset(void) {
         __atomic_store_n(&n_calls[f], 0, __ATOMIC_RELAXED);
         __atomic_store_n(&n_bytes[f], 0, __ATOMIC_RELAXED);
         __atomic_store_n(&n_sent[f], 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&n_ns[f], 0, __ATOMIC_RELAXED);
     }
+    __atomic_store_n(&n_wait_calls, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&n_wait_ns, 0, __ATOMIC_RELAXED);
 }
 
 static long long total_of(const long long *v) {
@@ -458,7 +619,16 @@ long long dp_pmpi_sent(void) { return total_of(n_sent); }
 /* Counted MPI calls since the last reset. */
 long long dp_pmpi_calls(void) { return total_of(n_calls); }
 
-/* Writes one "name calls bytes sent" line per function called since the last reset into buf (always
+/* Wall seconds spent inside the wrapped traffic calls and the MPI_Wait* calls since the last reset. */
+double dp_pmpi_seconds(void) {
+    return (double)(total_of(n_ns) + __atomic_load_n(&n_wait_ns, __ATOMIC_RELAXED)) * 1e-9;
+}
+
+/* Of dp_pmpi_seconds, the part inside MPI_Wait, MPI_Waitall, MPI_Waitany and MPI_Waitsome; and their calls. */
+double dp_pmpi_wait_seconds(void) { return (double)__atomic_load_n(&n_wait_ns, __ATOMIC_RELAXED) * 1e-9; }
+long long dp_pmpi_wait_calls(void) { return __atomic_load_n(&n_wait_calls, __ATOMIC_RELAXED); }
+
+/* Writes one "name calls bytes sent seconds" line per function called since the last reset into buf (always
  * NUL-terminated when len > 0). Returns the length the full report needs, excluding the NUL, like
  * snprintf: a caller whose buffer was too small can retry with a larger one. */
 int dp_pmpi_report(char *buf, int len) {
@@ -468,9 +638,10 @@ int dp_pmpi_report(char *buf, int len) {
         if (!c) continue;
         long long b = __atomic_load_n(&n_bytes[f], __ATOMIC_RELAXED);
         long long s = __atomic_load_n(&n_sent[f], __ATOMIC_RELAXED);
+        double t = (double)__atomic_load_n(&n_ns[f], __ATOMIC_RELAXED) * 1e-9;
         int room = len - need;
-        int n = snprintf(room > 0 ? buf + need : NULL, room > 0 ? (size_t)room : 0, "%s %lld %lld %lld\n",
-                         names[f], c, b, s);
+        int n = snprintf(room > 0 ? buf + need : NULL, room > 0 ? (size_t)room : 0, "%s %lld %lld %lld %.9f\n",
+                         names[f], c, b, s, t);
         if (n < 0) return -1;
         need += n;
     }

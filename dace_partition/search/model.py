@@ -253,12 +253,13 @@ class ProgramModel:
         km = plan_kernel(self.sdfg, k, grids, self.solvers, analysis)
         p = Priced(c, self.work(k, km), analysis.size)
         for pm in km.moves:
+            cost = self._levels(pm.move, pm.cost) if pm.cost is not None else None  # a kernel's own moves cross nodes too
             if pm.kind == MoveKind.SCATTER and pm.role == IN:
-                p.reads[pm.array] = (pm.move.dst, pm.cost)
+                p.reads[pm.array] = (pm.move.dst, cost)
             elif pm.kind == MoveKind.SCATTER:
-                p.fills.append(pm.cost)
+                p.fills.append(cost)
             else:
-                p.writes[pm.array] = (pm.move.src, pm.cost)
+                p.writes[pm.array] = (pm.move.src, cost)
         p.memory = _buffer_bytes(self.sdfg, km)
         return p
 
