@@ -14,9 +14,12 @@ everyone); for collectives (an AllReduce), in proportion to the ranks on other n
 (sizes known at run time) fall back to that proportion too.
 """
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
+
+import numpy as np
 
 from .kinds import MoveKind
+from .move import overlaps, volume
 
 
 @dataclass(frozen=True)
@@ -50,66 +53,33 @@ class NodeLayout:
         return NodeLayout(per, source or hierarchy)
 
 
-def _volume(count) -> int:
-    v = 1
-    for c in count:
-        v *= max(int(c), 0)
-    return v
-
-
-def _overlap(a, b) -> int:
-    (sa, ca), (sb, cb) = a, b
-    v = 1
-    for x, n, y, m in zip(sa, ca, sb, cb):
-        lo, hi = max(x, y), min(x + n, y + m)
-        if hi <= lo:
-            return 0
-        v *= hi - lo
-    return v
-
-
-def _uniform(rank: int, world: int, layout: NodeLayout) -> float:
-    """The share of a rank's partners on other nodes, when every other rank is as likely a partner."""
-    if world <= 1:
-        return 0.0
-    same = sum(1 for s in range(world) if s != rank and layout.node(s) == layout.node(rank))
-    return (world - 1 - same) / (world - 1)
-
-
 def off_node_bytes(move, per_rank: Optional[Tuple[int, ...]], layout: NodeLayout) -> Optional[Tuple[int, ...]]:
     """Of the bytes each world rank receives for ``move`` (``per_rank``, a solver's ``Cost.per_rank``), those
-    that come from ranks on other nodes; None where ``per_rank`` is unknown."""
+    that come from ranks on other nodes; None where ``per_rank`` is unknown. Array operations over the
+    pairs of ranks (``ir.move.overlaps``): the search prices moves on up to 1024 ranks."""
     if per_rank is None:
         return None
     world = len(per_rank)
     if layout.nodes(world) <= 1:
         return tuple(0 for _ in per_rank)
     kind = move.kind
+    node = np.arange(world) // layout.per_node
     if kind == MoveKind.SCATTER:
-        return tuple(b if layout.node(r) != layout.node(0) else 0 for r, b in enumerate(per_rank))
-    src = dst = first = None
+        return tuple(b if node[r] != node[0] else 0 for r, b in enumerate(per_rank))
+    other = node[:, None] != node[None, :]  # [s, r]: s and r on different nodes
+    # every other rank an equally likely partner: the share of them on other nodes
+    share = other.sum(axis=0) / (world - 1)
     if kind in (MoveKind.GATHER, MoveKind.REDISTRIBUTE):  # follow the blocks (a collective has none to follow)
         src = move.src.world_blocks(world)
         dst = move.dst.world_blocks(world) if not move.dst.is_root else None
-        first = move.src.first_replicas(world)
-    out: List[int] = []
-    for r, b in enumerate(per_rank):
-        if not b:
-            out.append(0)
-            continue
-        share = None
         if src is not None:
-            weights = []
-            for s, blk in enumerate(src):
-                if s == r or not first[s]:
-                    continue
-                w = _volume(blk[1]) if kind == MoveKind.GATHER or dst is None else _overlap(dst[r], blk)
-                if w:
-                    weights.append((s, w))
-            total = sum(w for _, w in weights)
-            if total:
-                share = sum(w for s, w in weights if layout.node(s) != layout.node(r)) / total
-        if share is None:
-            share = _uniform(r, world, layout)
-        out.append(int(round(b * share)))
-    return tuple(out)
+            if kind == MoveKind.GATHER or dst is None:  # w[s, r]: what s holds of what r needs
+                w = np.repeat(np.array([volume(c) for _, c in src], dtype=np.int64)[:, None], world, axis=1)
+            else:
+                w = overlaps(src, dst)
+            w = w * np.array(move.src.first_replicas(world), dtype=np.int64)[:, None]
+            np.fill_diagonal(w, 0)
+            total = w.sum(axis=0)
+            known = total > 0
+            share = np.where(known, (w * other).sum(axis=0) / np.where(known, total, 1), share)
+    return tuple(int(round(b * float(f))) if b else 0 for b, f in zip(per_rank, share))

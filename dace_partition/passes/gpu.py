@@ -263,7 +263,7 @@ def host_sides_for_mpi(sdfg: SDFG, residency: Residency) -> Residency:
     device_of = dict(residency.device_twins)
     if not device_of:
         return residency
-    seen = set()  # (what a GPU state writes is staged before each MPI read already: stage_communication)
+    seen = set()
     for st in [s for s in all_states(sdfg) if _is_comm_state(s)]:
         for n in st.data_nodes():
             if n.data in device_of and n.data not in residency.gpu_writes and \

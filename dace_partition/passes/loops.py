@@ -331,7 +331,9 @@ class FuseLoops(MovePass):
         dm.implementation = s.implementation if move == s.move() else self.implement(move)
         state.add_edge(state.add_read(move.array), None, dm, "_in",
                        Memlet.from_array(move.array, sdfg.arrays[move.array]))
-        state.add_edge(dm, "_out", state.add_write(local), None, Memlet.from_array(local, sdfg.arrays[local]))
+        written = state.add_write(local)
+        state.add_edge(dm, "_out", written, None, Memlet.from_array(local, sdfg.arrays[local]))
+        return written
 
     def _carry(self, sdfg: SDFG, pre, post, arr, gather, scatters) -> List[Fusion]:
         gst, g = gather
@@ -365,16 +367,16 @@ class FuseLoops(MovePass):
                 first.append((s, local_d))
             reroute(sst, s, move, solver, Memlet.from_array(local_h, sdfg.arrays[local_h]))
             out.append(Fusion(FusionKind.MOVE, arr, h.grid_id, d.grid_id, move, solver))
+        scattered = {}  # reader's buffer -> the node its scatter before the loop writes
         for s, local_d in first:
             m = s.move()
-            self._copy_scatter(sdfg, pre, s, local_d, Move(arr, ROOT, m.dst, m.shape, m.itemsize))
+            scattered[local_d] = self._copy_scatter(sdfg, pre, s, local_d, Move(arr, ROOT, m.dst, m.shape, m.itemsize))
         inside = _inside_a_scattered_block(sdfg, h, local_h, first)
         if inside is None:
             self._copy_scatter(sdfg, pre, g, local_h, Move(arr, ROOT, h, tuple(g.shape), int(g.itemsize)))
         else:  # the written blocks' prior values are inside a reader's block that was just scattered: copy them
             local_d, box = inside
-            src = [n for n in pre.data_nodes() if n.data == local_d and pre.in_degree(n) > 0][-1]
-            pre.add_nedge(src, pre.add_write(local_h), Memlet(data=local_d, subset=box,
+            pre.add_nedge(scattered[local_d], pre.add_write(local_h), Memlet(data=local_d, subset=box,
                                                              other_subset=subsets.Range.from_array(sdfg.arrays[local_h])))
             out.append(Fusion(FusionKind.INSIDE, arr, -1, h.grid_id))
         move = g.move()

@@ -119,8 +119,7 @@ class DeviceArray:
 
     @property
     def __cuda_array_interface__(self):
-        return {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False),
-                "strides": None, "version": 3}
+        return self.view().__cuda_array_interface__
 
     def view(self) -> DeviceView:
         return DeviceView(self, self.ptr, self.shape, self.dtype, self.strides)
@@ -234,6 +233,7 @@ class DeviceCall:
         self.flag = flag
         self._memory = None
         self._kept: Dict[tuple, object] = {}  # (name, shape, dtype) -> a buffer kept across calls
+        self._shapes: Dict[tuple, tuple] = {}  # (array, symbol values) -> (shape, dtype): no sympy per call
 
     @property
     def written(self) -> set:
@@ -278,7 +278,9 @@ class DeviceCall:
 
         ``kwargs`` is the checked call (device arrays as views); ``placeholders``: the arrays are another
         rank's stand-ins (io="root" on ranks other than 0), which hold no data to move."""
-        memory = self.memory if (on_gpu or self.twins) else None
+        if not on_gpu and not self.twins:  # a CPU program called with NumPy: nothing to do
+            return kwargs, _unchanged
+        memory = self.memory
         full = dict(kwargs)
         after = []  # (copy to, copy from, bytes) once the program returned
         template = next((v.owner for v in kwargs.values() if isinstance(v, DeviceView)), None)
@@ -337,9 +339,19 @@ class DeviceCall:
         return full, finish
 
     def _shape(self, name, full):
-        import dace
         from .launch import _syms
-        sdfg = self.compiled.sdfg
-        symbols = {**{k: int(v) for k, v in sdfg.constants.items() if isinstance(v, (int, np.integer))}, **_syms(full)}
-        desc = sdfg.arrays[name]
-        return tuple(int(dace.symbolic.evaluate(s, symbols)) for s in desc.shape), desc.dtype.as_numpy_dtype()
+        symbols = _syms(full)
+        key = (name, tuple(sorted(symbols.items())))
+        found = self._shapes.get(key)
+        if found is None:
+            import dace
+            sdfg = self.compiled.sdfg
+            symbols = {**{k: int(v) for k, v in sdfg.constants.items() if isinstance(v, (int, np.integer))}, **symbols}
+            desc = sdfg.arrays[name]
+            found = self._shapes[key] = (tuple(int(dace.symbolic.evaluate(s, symbols)) for s in desc.shape),
+                                         desc.dtype.as_numpy_dtype())
+        return found
+
+
+def _unchanged(result):
+    return result

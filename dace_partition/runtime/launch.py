@@ -32,7 +32,7 @@ from ..ir import is_lowered, ranks_needed
 from ..ir.record import notes, record_of
 from ..ir.residency import ARGS_ON_GPU
 from ._world_check import RUN_DIR
-from .device_arrays import DeviceArray, DeviceCall, DeviceView, device_view
+from .device_arrays import DeviceArray, DeviceCall, DeviceView
 
 
 class RunError(RuntimeError):
@@ -60,10 +60,7 @@ def bound_values(sdfg: SDFG) -> Dict[str, np.ndarray]:
 
 
 def as_array(value):
-    """NumPy view of an argument (torch tensors included, without importing torch); arrays in GPU memory
-    stay as they are (runtime/device_arrays.py)."""
-    if device_view(value) is not None:
-        return value
+    """NumPy view of an argument (torch tensors included, without importing torch)."""
     if hasattr(value, "detach") and hasattr(value, "numpy"):
         return value.detach().cpu().numpy()
     if isinstance(value, (list, tuple)):
@@ -651,7 +648,8 @@ class Program:
         comm, flag = self.comm, self._flag
         on_gpu = False
         if comm.rank == 0:
-            kwargs, on_gpu = self.device.views(_with_bound(self.bound, kwargs))
+            kwargs, on_gpu = self.device.views(kwargs)  # device arrays first: as_array would copy them to the host
+            kwargs = _with_bound(self.bound, kwargs)
             try:
                 key = self.signature.check(kwargs) + (on_gpu, )
                 flag[0] = self._SAME if key == self._key else self._NEW
@@ -679,7 +677,8 @@ class Program:
         """io="distributed": every rank passes its own tiles and gets its own results back. The arguments
         are checked on every rank, and a mistake on any rank is raised on all of them."""
         lays = self.layouts
-        kwargs, on_gpu = self.device.views({k: as_array(v) for k, v in kwargs.items()})
+        kwargs, on_gpu = self.device.views(kwargs)  # device arrays first: as_array would copy them to the host
+        kwargs = {k: as_array(v) for k, v in kwargs.items()}
         syms = _syms(kwargs)
         for k, v in self.bound.items():  # bound weights are whole arrays: each rank takes its tile
             if k not in kwargs:

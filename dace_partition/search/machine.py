@@ -51,10 +51,14 @@ class Machine:
         """One rank receiving ``bytes_`` in ``messages`` messages, ``off_bytes`` / ``off_messages`` of them from
         other nodes (priced at ``node_alpha`` / ``node_beta`` where those are set)."""
         staging = 2 * bytes_ / self.pcie if self.pcie else 0.0
-        na = self.node_alpha or self.alpha
-        nb = self.node_beta or self.beta
+        na, nb = self.node_link
         return (self.alpha * (messages - off_messages) + self.beta * (bytes_ - off_bytes) + na * off_messages +
                 nb * off_bytes + staging)
+
+    @property
+    def node_link(self) -> Tuple[float, float]:
+        """(alpha, beta) between nodes: ``node_alpha`` / ``node_beta``, or the link inside a node where unset."""
+        return self.node_alpha or self.alpha, self.node_beta or self.beta
 
     @property
     def two_levels(self) -> bool:
@@ -83,8 +87,8 @@ class Machine:
     def __str__(self):
         gpu = (f", {self.gpus} GPU(s) shared by the ranks, PCIe {self.pcie / 1e9:.0f} GB/s, launch "
                f"{self.launch * 1e6:.0f} us") if self.gpus else ""
-        nodes = (f", between nodes alpha {(self.node_alpha or self.alpha) * 1e6:.2f} us, beta "
-                 f"{1 / (self.node_beta or self.beta) / 1e9:.2f} GB/s" +
+        nodes = (f", between nodes alpha {self.node_link[0] * 1e6:.2f} us, beta "
+                 f"{1 / self.node_link[1] / 1e9:.2f} GB/s" +
                  (f", {self.ranks_per_node} rank(s) per node" if self.ranks_per_node else "")) if self.two_levels else ""
         return (f"Machine({self.source}: alpha {self.alpha * 1e6:.2f} us, beta {1 / self.beta / 1e9:.2f} GB/s, "
                 f"BLAS {self.blas_flops / 1e9:.1f} GFlop/s, maps {self.map_ops / 1e9:.2f} Gop/s, "

@@ -72,8 +72,8 @@ class CostModel:
         if not machine.two_levels:
             return cls.default(hierarchy)
         n = len(hierarchy.levels)
-        outer_b, outer_a = 1.0 / (machine.node_beta or machine.beta), machine.node_alpha or machine.alpha
-        return cls(tuple([outer_b] + [1.0 / machine.beta] * (n - 1)), tuple([outer_a] + [machine.alpha] * (n - 1)))
+        outer_a, outer_b = machine.node_link
+        return cls(tuple([1.0 / outer_b] + [1.0 / machine.beta] * (n - 1)), tuple([outer_a] + [machine.alpha] * (n - 1)))
 
     @classmethod
     def from_pingpong(cls, hierarchy: SystemHierarchy, nbytes: int, intra_rtt: float, inter_rtt: float,
