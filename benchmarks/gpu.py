@@ -1,158 +1,210 @@
-"""GPU vs CPU lowering: wall times of the CUDA issue's programs under mpiexec (needs a CUDA GPU).
+"""Per-call time on a GPU, as users compare: our program with device arrays and with NumPy arrays, on 1, 2
+and 4 ranks sharing one GPU, beside CuPy, JAX, PyTorch and NumPy (needs a CUDA GPU).
 
-For each program (broadcast add, row reduction, matmul with its four schedules, fused softmax) and each
-rank count (2 and 4 ranks sharing the node's GPUs; 8 for the (2,2,2) matmul), the script lowers the
-program once with ``device="cpu"`` and once with ``device="gpu"``, builds both, checks the GPU result
-against NumPy, and times ``dp.run`` (median of ``--repeat`` runs, including the mpiexec launch).
-The results go to ``benchmarks/results/gpu_<host>.json``.
+The four workloads of the GPU issue (``benchmarks/_gpu_workloads.py``: a row softmax, a float64 matmul, an
+MLP, a Jacobi time loop written as in NumPy) are lowered with ``device="gpu"``, ``io="distributed"`` and
+their rows split over the ranks, built in parallel (one process per build), then each runs in one
+``mpiexec -n P`` job (``_gpu_worker.py``): every rank loads the library once (``dp.load``; launch, build
+and load are printed beside, not counted), passes its tiles as PyTorch CUDA tensors (``device``) or as
+NumPy arrays (``numpy``), the first call's results are compared with PyTorch's float64 results, then calls
+are timed (all ranks start together, a call ends when every rank has its results).
 
-Without a GPU (``nvidia-smi -L`` lists none) it prints so and exits 0: a CUDA build must not be called
-where there is no GPU.
+The peers run in a separate process under the GPU machine's own Python (``_gpu_peers.py``: NumPy 2, CuPy,
+JAX; DaCe 1.0.2 needs NumPy 1); their JSON is merged here with ``--peers``.
 
-    python benchmarks/gpu.py                  # all programs
-    python benchmarks/gpu.py --repeat 5 --only matmul_2x2x2
-    python benchmarks/gpu.py --only gemm --n 2048   # only the cuBLAS comparison
+    python benchmarks/gpu.py --peers peers.json            # on a GPU machine
+    python benchmarks/gpu.py --small --emulated            # rehearsal without a GPU: small sizes, the GPU
+                                                           # data flow run on the host
 
-The second part (``gemm_*`` rows) multiplies two float64 n x n matrices on 1, 2, 4 and 8 ranks three
-ways: the CPU lowering (GEMMs on the CPU BLAS), the GPU lowering with DaCe's pure GEMM maps
-(``DACE_PARTITION_BLAS=pure`` while lowering) and the GPU lowering on cuBLAS, next to NumPy in this
-process.
+Results: ``benchmarks/results/gpu_calls_<card>.json`` (``--out`` to choose).
 """
 import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(HERE))
 
 
-def _gpu_listed() -> bool:
+def _gpu_name():
     if os.environ.get("DACE_PARTITION_NO_GPU"):
-        return False
+        return None
     try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
-        return False
-    return out.returncode == 0 and "GPU" in out.stdout
+        return None
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+
+
+def build_one(name, ranks, small, emulated):
+    """Lowers and builds one workload (run in its own process); prints one JSON line."""
+    import dace_partition as dp
+    from _gpu_workloads import lowered
+    t0 = time.perf_counter()
+    sdfg = lowered(name, ranks, small)
+    lower_s = time.perf_counter() - t0
+    report = dp.report(sdfg)
+    copies = report.residency.lines() if report.residency is not None else []
+    if emulated:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from test_gpu_residency import on_host
+        on_host(sdfg)
+    t0 = time.perf_counter()
+    folder = dp.runtime.launch.build(sdfg)
+    print(json.dumps({"folder": folder, "lower_s": lower_s, "build_s": time.perf_counter() - t0,
+                      "blas": getattr(report, "blas", None), "residency": copies}))
+
+
+def _builds(cases, args):
+    def one(case):
+        name, ranks = case
+        cmd = [sys.executable, __file__, "--build-one", name, str(ranks)] + (["--small"] if args.small else []) + \
+            (["--emulated"] if args.emulated else [])
+        t0 = time.perf_counter()
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.build_timeout)
+        lines = [ln for ln in res.stdout.splitlines() if ln.startswith("{")]
+        if res.returncode or not lines:
+            return case, {"build_error": (res.stderr or res.stdout)[-1500:]}
+        out = json.loads(lines[-1])
+        out["build_wall_s"] = time.perf_counter() - t0
+        return case, out
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        return dict(pool.map(one, cases))
+
+
+def _run(case, built, args, env):
+    name, ranks = case
+    out = Path(args.scratch) / f"row_{name}_{ranks}.json"
+    out.unlink(missing_ok=True)
+    cmd = ["mpiexec", "-n", str(ranks), sys.executable, "-m", "mpi4py", str(HERE / "_gpu_worker.py"), built["folder"], name,
+           "small" if args.small else "full", str(out), str(args.seconds)] + (["emulated"] if args.emulated else [])
+    t0 = time.perf_counter()
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.run_timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"workload": name, "ranks": ranks, "error": f"timed out after {args.run_timeout} s"}
+    wall = time.perf_counter() - t0
+    if res.returncode or not out.exists():
+        return {"workload": name, "ranks": ranks, "error": (res.stderr + res.stdout)[-2000:]}
+    row = json.loads(out.read_text())
+    row["job_wall_s"] = wall
+    return row
+
+
+def _ms(x):
+    return f"{x * 1e3:.3f}" if isinstance(x, (int, float)) else "-"
+
+
+def _table(rows, peers):
+    lines = ["| workload | ranks | ours, device arrays (best / median ms) | ours, NumPy in/out | correct |"
+             " CuPy device | CuPy NumPy io | JAX device | JAX NumPy io | PyTorch device | NumPy 1 core |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        p = peers.get(r["workload"], {}) if r.get("ranks") == 1 else {}
+
+        def peer(k):
+            return _ms(p[k]["best_s"]) if k in p else "-"
+        ok = "error" not in r and r.get("device_correct") and r.get("numpy_correct")
+        lines.append(f"| {r['workload']} | {r['ranks']} | {_ms(r.get('device_best_s'))} / "
+                     f"{_ms(r.get('device_median_s'))} | {_ms(r.get('numpy_best_s'))} | {'yes' if ok else 'NO'} | "
+                     f"{peer('cupy_device')} | {peer('cupy_numpy_io')} | {peer('jax_device')} | "
+                     f"{peer('jax_numpy_io')} | {peer('torch_device')} | {peer('numpy_1_core')} |")
+    return "\n".join(lines)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--only", default=None, help="run only this case (e.g. matmul_2x2x2)")
-    ap.add_argument("--out", default=None, help="JSON output file")
-    ap.add_argument("--n", type=int, default=2048, help="matrix size of the cuBLAS comparison (gemm_* rows)")
+    ap.add_argument("--build-one", nargs=2, metavar=("WORKLOAD", "RANKS"), help=argparse.SUPPRESS)
+    ap.add_argument("--small", action="store_true", help="small sizes (a rehearsal)")
+    ap.add_argument("--emulated", action="store_true", help="run the GPU data flow on the host (no GPU needed)")
+    ap.add_argument("--only", default=None, help="comma-separated workloads")
+    ap.add_argument("--ranks", default="1,2,4")
+    ap.add_argument("--seconds", type=float, default=2.0, help="timed calls per variant stop after this")
+    ap.add_argument("--jobs", type=int, default=12, help="parallel builds")
+    ap.add_argument("--build-timeout", type=int, default=400)
+    ap.add_argument("--run-timeout", type=int, default=150)
+    ap.add_argument("--build-only", default=None, metavar="FILE", help="build, write the build folders to FILE")
+    ap.add_argument("--built", default=None, metavar="FILE", help="run the builds that --build-only wrote")
+    ap.add_argument("--merge-only", action="store_true", help="only merge --peers into --out and print the table")
+    ap.add_argument("--peers", default=None, help="JSON written by _gpu_peers.py, merged into the result")
+    ap.add_argument("--scratch", default="/tmp")
+    ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.build_one:
+        return build_one(args.build_one[0], int(args.build_one[1]), args.small, args.emulated)
 
-    if not _gpu_listed():  # checked before importing DaCe: never call a CUDA build without a GPU
-        print("no CUDA GPU available (nvidia-smi -L lists none): nothing was run, no results written")
+    if args.merge_only:
+        result = json.loads(Path(args.out).read_text())
+        data = json.loads(Path(args.peers).read_text())
+        result["peers"] = {r["workload"]: r for r in data["rows"]}
+        result["peers_info"] = data["info"]
+        Path(args.out).write_text(json.dumps(result, indent=1))
+        print(_table(result["rows"], result["peers"]))
         return 0
-    from dace_partition.runtime import cuda_build
-    if cuda_build.nvcc_path() is None:
-        print("nvcc not found: the GPU lowering cannot be built, no results written")
+    gpu = _gpu_name()
+    if gpu is None and not args.emulated and not args.build_only:
+        print("no CUDA GPU (nvidia-smi lists none): nothing was run, no results written; --emulated rehearses")
         return 0
-
-    import numpy as np
+    from _gpu_workloads import WORKLOADS
     import dace_partition as dp
-    from test_gpu import CASES, _run_cases
-
-    gpus = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True).stdout.strip().splitlines()
-    rng = np.random.default_rng(0)
+    names = args.only.split(",") if args.only else list(WORKLOADS)
+    cases = [(n, int(p)) for n in names for p in args.ranks.split(",")]
+    if args.built:
+        saved = json.loads(Path(args.built).read_text())
+        built, builds_s = {(c["workload"], c["ranks"]): c for c in saved["builds"]}, saved["builds_s"]
+        cases = [c for c in cases if c in built]
+    else:
+        t0 = time.perf_counter()
+        built = _builds(cases, args)
+        builds_s = time.perf_counter() - t0
+        print(f"built {len(cases)} programs in {builds_s:.0f} s ({args.jobs} at a time)", flush=True)
+    if args.build_only:
+        Path(args.build_only).write_text(json.dumps({"builds_s": builds_s, "builds": [
+            dict(b, workload=c[0], ranks=c[1]) for c, b in built.items()]}, indent=1))
+        return 0
+    env = dp.runtime.launch.mpi_environment()
     rows = []
-    for name, ranks in _run_cases():
-        if args.only and (name != args.only or args.only.startswith("gemm")):
-            continue
-        make, schedule, inputs, reference = CASES[name]
-        data = inputs(rng)
-        row = {"program": name, "ranks": ranks}
-        for device in ("cpu", "gpu"):
-            sdfg = make()
-            sdfg.name = f"bench_{name}_{device}"
-            dp.lower(sdfg, schedule(sdfg), device=device)
-            t0 = time.perf_counter()
-            dp.runtime.launch.build(sdfg)
-            row[f"{device}_build_s"] = time.perf_counter() - t0
-            times = []
-            for _ in range(args.repeat):
-                t0 = time.perf_counter()
-                out = dp.run(sdfg, ranks, **data)
-                times.append(time.perf_counter() - t0)
-            row[f"{device}_run_s"] = statistics.median(times)
-            row[f"{device}_correct"] = bool(np.allclose(out, reference(**data)))
-        rows.append(row)
-        print(f"{name:16s} {ranks} ranks: cpu {row['cpu_run_s']:.3f} s, gpu {row['gpu_run_s']:.3f} s, "
-              f"correct cpu={row['cpu_correct']} gpu={row['gpu_correct']}")
-
-    if cuda_build.cublas_available() and (not args.only or args.only.startswith("gemm")):
-        rows += _gemm_rows(args, dp, np, rng)
-
-    result = {
-        "date": datetime.now(timezone.utc).isoformat(),
-        "host": platform.node(),
-        "gpus": gpus,
-        "cuda_arch": cuda_build.cuda_arch(),
-        "note": "wall time of dp.run (mpiexec launch + library load + run), median of repeats",
-        "cublas": cuda_build.cublas_available(),
-        "rows": rows,
-    }
-    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"gpu_{platform.node()}.json"
+    for case in cases:
+        b = built[case]
+        if "build_error" in b:
+            rows.append({"workload": case[0], "ranks": case[1], "error": "build: " + b["build_error"]})
+        else:
+            row = _run(case, b, args, env)
+            row.update({k: v for k, v in b.items() if k not in ("folder", "workload", "ranks")})
+            rows.append(row)
+        r = rows[-1]
+        print(f"{case[0]:8s} {case[1]} ranks: device {_ms(r.get('device_best_s'))} ms, numpy "
+              f"{_ms(r.get('numpy_best_s'))} ms, correct {r.get('device_correct')}/{r.get('numpy_correct')}"
+              + (f"  ERROR {r['error'][-600:]}" if "error" in r else "")
+              + (f"  {r.get('device_errors') or ''}{r.get('numpy_errors') or ''}"), flush=True)
+    peers, peers_info = {}, None
+    if args.peers and os.path.exists(args.peers):
+        data = json.loads(Path(args.peers).read_text())
+        peers = {r["workload"]: r for r in data["rows"]}
+        peers_info = data["info"]
+    result = {"date": datetime.now(timezone.utc).isoformat(), "host": platform.node(), "gpu": gpu,
+              "emulated": args.emulated, "small": args.small, "builds_s": builds_s,
+              "note": "per call inside one job, seconds: best and median of repeated calls after a checked first "
+                      "call; ranks share the one GPU; peers timed in a separate process in the same session",
+              "rows": rows, "peers": peers, "peers_info": peers_info}
+    tag = "emulated" if args.emulated else (gpu or "gpu").split()[-1].lower().replace(" ", "_")
+    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"gpu_calls_{tag}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    out.write_text(json.dumps(result, indent=1))
+    print(_table(rows, peers))
     print(f"wrote {out}")
     return 0
-
-
-def _gemm_rows(args, dp, np, rng):
-    """n x n matmul on 1, 2, 4, 8 ranks: CPU BLAS, pure GPU maps and cuBLAS (see the module docstring)."""
-    import programs
-    a, b = rng.random((args.n, args.n)), rng.random((args.n, args.n))
-    t = []
-    for _ in range(args.repeat):
-        t0 = time.perf_counter()
-        ref = a @ b
-        t.append(time.perf_counter() - t0)
-    numpy_s = min(t)
-    rows = []
-    for grid in ((1, 1, 1), (2, 1, 1), (2, 2, 1), (2, 2, 2)):
-        ranks = max(2, grid[0] * grid[1] * grid[2]) if grid != (1, 1, 1) else 1
-        tag = "x".join(map(str, grid))
-        row = {"program": f"gemm_{args.n}_{tag}", "ranks": ranks, "numpy_1_process_s": numpy_s}
-        for variant in ("cpu", "gpu_pure", "gpu_cublas"):
-            sdfg = programs.matmul_n(args.n).to_sdfg()
-            sdfg.name = f"bench_gemm_{tag}_{variant}"
-            saved = os.environ.get("DACE_PARTITION_BLAS")
-            if variant == "gpu_pure":
-                os.environ["DACE_PARTITION_BLAS"] = "pure"
-            try:
-                dp.lower(sdfg, {"_MatMult_.gemm_map": grid}, device="cpu" if variant == "cpu" else "gpu")
-            finally:
-                if variant == "gpu_pure":
-                    if saved is None:
-                        os.environ.pop("DACE_PARTITION_BLAS", None)
-                    else:
-                        os.environ["DACE_PARTITION_BLAS"] = saved
-            row[f"{variant}_blas"] = dp.report(sdfg).blas
-            dp.runtime.launch.build(sdfg)
-            times = []
-            for _ in range(args.repeat):
-                t0 = time.perf_counter()
-                out = dp.run(sdfg, ranks, a=a, b=b)
-                times.append(time.perf_counter() - t0)
-            row[f"{variant}_run_s"] = min(times)
-            row[f"{variant}_correct"] = bool(np.allclose(out, ref))
-        rows.append(row)
-        print(f"{row['program']:16s} {ranks} ranks: numpy {numpy_s:.3f} s, cpu {row['cpu_run_s']:.3f} s, gpu pure "
-              f"{row['gpu_pure_run_s']:.3f} s, gpu cuBLAS {row['gpu_cublas_run_s']:.3f} s, correct "
-              f"{row['cpu_correct']}/{row['gpu_pure_correct']}/{row['gpu_cublas_correct']}")
-    return rows
 
 
 if __name__ == "__main__":

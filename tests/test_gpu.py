@@ -91,6 +91,35 @@ def test_lowered_structure(name):
     assert dp.runtime.launch.ranks_needed(sdfg) == {"bcast_add": 4, "sum_rows": 4, "matmul_2x2x2": 8}[name]
 
 
+def test_row_reductions_run_as_warp_reductions_without_atomics():
+    """A softmax's row max and row sum run as DaCe's GPU reduction (a warp per row: strided loads into a
+    register, then shuffles), with no write-conflict resolution on GPU memory, i.e. no atomic update per
+    element: that made a float32[8192, 4096] softmax take 58 ms per call on an H200 (JAX: 0.14 ms)."""
+    sdfg = programs_gpu.softmax.to_sdfg()
+    sdfg.name = "tgpu_softmax_warp_reductions"
+    dp.lower(sdfg, programs_gpu.leading_dim_schedule(sdfg), device="gpu")
+    warps = [n for n, _ in sdfg.all_nodes_recursive()
+             if isinstance(n, nodes.MapEntry) and n.map.schedule == dtypes.ScheduleType.GPU_ThreadBlock]
+    assert len(warps) == 2, "the row max and the row sum should each be a warp reduction"
+    assert all(int(w.map.range.size()[0]) == 32 for w in warps)
+    for sd in sdfg.all_sdfgs_recursive():
+        for st in sd.states():
+            for e in st.edges():
+                if e.data.wcr is not None and e.data.data in sd.arrays:
+                    assert sd.arrays[e.data.data].storage != dtypes.StorageType.GPU_Global, \
+                        f"an atomic update of {e.data.data} in GPU memory ({st.label})"
+
+
+def test_reductions_keep_the_pure_expansion_when_asked(monkeypatch):
+    """``DACE_PARTITION_GPU_REDUCTIONS=pure``: the pure expansion (its kernels also run on the host)."""
+    monkeypatch.setenv("DACE_PARTITION_GPU_REDUCTIONS", "pure")
+    sdfg = programs_gpu.softmax.to_sdfg()
+    sdfg.name = "tgpu_softmax_pure_reductions"
+    dp.lower(sdfg, programs_gpu.leading_dim_schedule(sdfg), device="gpu")
+    assert not [n for n, _ in sdfg.all_nodes_recursive()
+                if isinstance(n, nodes.MapEntry) and n.map.schedule == dtypes.ScheduleType.GPU_ThreadBlock]
+
+
 @pytest.mark.parametrize("cublas", [True, False])
 def test_matrix_products_on_cublas_when_the_toolkit_has_it(cublas, monkeypatch):
     monkeypatch.setattr(cuda_build, "cublas_available", lambda: cublas)
@@ -240,3 +269,32 @@ def test_gpu_run(name, ranks, rng):
     args = inputs(rng)
     out = dp.run(sdfg, ranks, **args)
     assert np.allclose(out, reference(**args))
+
+
+def _conformance_gpu_cases():
+    from conformance.programs import CASES as CONFORMANCE
+    return [(name, ranks) for name in sorted(CONFORMANCE) for ranks in (2, 4)]
+
+
+@needs_nvcc
+@needs_gpu
+@pytest.mark.slow
+@pytest.mark.parametrize("name,ranks", _conformance_gpu_cases())
+def test_conformance_programs_run_on_the_gpu(name, ranks):
+    """Every conformance program lowered with ``device="gpu"`` (its usual schedule for P ranks), built with
+    nvcc and run on P ranks sharing the GPU: every output element equals NumPy's. A program the lowering
+    refuses is skipped with its reason (as on the CPU)."""
+    from conformance.harness import compare
+    from conformance.programs import CASES as CONFORMANCE
+    case = CONFORMANCE[name]
+    sdfg = case.program.to_sdfg()
+    sdfg.name = f"tgpu_conf_{name}_{ranks}"
+    try:
+        dp.lower(sdfg, case.schedule(ranks, dp.maps(sdfg)), device="gpu")
+    except (dp.ScheduleError, dp.UnsupportedPattern) as e:
+        pytest.skip(f"refused as on the CPU: {e}")
+    inputs = case.inputs(np.random.default_rng(11))
+    expected = case.reference({k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in inputs.items()})
+    got = dp.run(sdfg, ranks, timeout=300, **inputs)
+    why = compare(expected, got, case.exact)
+    assert why is None, why

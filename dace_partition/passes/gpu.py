@@ -23,7 +23,9 @@ Each rank picks its GPU by node-local rank (``MPI_Comm_split_type(MPI_COMM_TYPE_
 ``cudaSetDevice(local_rank % device_count)``) before DaCe creates its CUDA streams; see
 ``runtime/include/dace_partition_cuda.h``.
 """
+import contextlib
 import copy
+import os
 from dataclasses import replace
 from typing import Dict, List, Optional, Tuple
 
@@ -297,7 +299,8 @@ def stage_communication(sdfg: SDFG, residency: Residency) -> Residency:
         touched = [n for n in st.data_nodes() if n.data in resident or n.data in device_of]
         if not touched:
             continue
-        slabs = _halo_slabs(sdfg, st)  # decided on the device names, before the state is renamed
+        # Decided before the state is renamed; an argument's slabs go with its device twin, which is staged.
+        slabs = {device_of.get(k, k): v for k, v in _halo_slabs(sdfg, st).items()}
         host_of = {}
         for n in touched:
             if n.data in device_of:  # an argument: MPI uses it where it is, its device twin is staged
@@ -366,8 +369,9 @@ def _halo_slabs(sdfg: SDFG, state: SDFGState) -> Dict[str, Tuple[List[Range], Li
     """For a halo exchange in place along the first dimension only (a row split: the tile's rows are
     contiguous, so each slab is one contiguous copy), the rows MPI reads (the edge rows the neighbours
     need) and the rows it writes (the halo): ``{buffer: (read slabs, written slabs)}``. Staging those
-    instead of the whole tile is what makes a stencil's time loop worth a GPU. Anything else (a halo in
-    other dimensions, two buffers, another solver) is staged whole: ``{}``."""
+    instead of the whole tile is what makes a stencil's time loop worth a GPU. Where the blocks differ in
+    height (38 rows over 4 ranks), the last rows are this rank's, an expression in its grid coordinates.
+    Anything else (a halo in other dimensions, two buffers, another solver) is staged whole: ``{}``."""
     from ..solvers.halo import bound_shifts
     out = {}
     for dm in [n for n in state.nodes() if isinstance(n, DistributedMemlet)]:
@@ -384,6 +388,11 @@ def _halo_slabs(sdfg: SDFG, state: SDFGState) -> Dict[str, Tuple[List[Range], Li
             return {}
         lo, hi = shifts[0]
         (sb, se, _), (db, de, _) = src.ranges[0], dst.ranges[0]
+        counts = {count[0] for _, count in src_dist.blocks() or []}
+        if len(counts) != 1:  # blocks of different heights (or known at run time only): this rank's own
+            b0, e0, _ = src_dist.subset[0]  # height, in its grid coordinates (a block fills the tile's top)
+            se = sb + (e0 - b0)
+            de = se + hi
 
         def rows(b, e):  # rows b..e inclusive, every other dimension whole
             return Range([(b, e, 1)] + list(whole.ranges[1:]))
@@ -471,8 +480,79 @@ def _expand_library_nodes(sdfg: SDFG, state: SDFGState, cublas: bool) -> int:
                 n.implementation = "cuBLAS"
                 on_cublas += 1
         keep.extend(_blas_nodes())
-    expand_all(state, keep=tuple(keep))
+    expand_all(state, keep=tuple(keep), skip=warp_reductions(sdfg, state))
     return on_cublas
+
+
+def warp_reductions(sdfg: SDFG, state: SDFGState) -> list:
+    """The state's top-level reductions that DaCe's GPU expansion (``GPUAuto``: a warp per output element
+    with wide loads and shuffles, or a block per 32 outputs across rows) computes, instead of the pure
+    expansion's atomic update per input element: a row max of a float32[8192, 4096] took most of a 58 ms
+    softmax on an H200 that way. They are marked ``GPUAuto`` and expanded after the kernel moved to the
+    GPU (:func:`_expand_warp_reductions`), where their arrays are in GPU memory. Taken only where DaCe's
+    planner accepts the shape and the reduction reads and writes whole arrays (the expansion plans on the
+    arrays, not on the memlets). ``DACE_PARTITION_GPU_REDUCTIONS=pure`` keeps the pure expansion (its
+    kernels also run on the host, which is how the GPU data flow is tested without a GPU)."""
+    from dace.libraries.standard import Reduce
+    from dace.libraries.standard.reduction_planner import get_reduction_schedule
+    if os.environ.get("DACE_PARTITION_GPU_REDUCTIONS", "").lower() == "pure":
+        return []
+    scope = state.scope_dict()
+    out = []
+    for n in state.nodes():
+        if not isinstance(n, Reduce) or scope[n] is not None or n.identity is None or \
+                state.in_degree(n) != 1 or state.out_degree(n) != 1:
+            continue
+        ie, oe = state.in_edges(n)[0], state.out_edges(n)[0]
+        ind, outd = sdfg.arrays[ie.data.data], sdfg.arrays[oe.data.data]
+        if ie.data.subset != Range.from_array(ind) or oe.data.subset != Range.from_array(outd):
+            continue
+        squeezed = copy.deepcopy(ie.data.subset).squeeze()
+        axes = [a for a in (n.axes if n.axes is not None else range(len(ind.shape))) if a in squeezed]
+        if not axes or get_reduction_schedule(ind, list(axes)).error:
+            continue
+        n.implementation = "GPUAuto"
+        out.append(n)
+    return out
+
+
+@contextlib.contextmanager
+def _scalar_loads():
+    """DaCe 1.0.2's GPU reduction with vector loads does not compile for max and min (no ``max`` of its
+    float4 type) and reduces a vector into a scalar through a write-conflict; its planner is asked for
+    scalar loads (a warp still reads 128 contiguous bytes per step) while one reduction expands."""
+    from dace.libraries.standard import reduction_planner
+    plan = reduction_planner.get_reduction_schedule
+
+    def scalar(*args, **kwargs):
+        kwargs["use_vectorization"] = False
+        return plan(*args, **kwargs)
+    reduction_planner.get_reduction_schedule = scalar
+    try:
+        yield
+    finally:
+        reduction_planner.get_reduction_schedule = plan
+
+
+def _expand_warp_reductions(wrapper: SDFG) -> int:
+    """Expands the reductions :func:`warp_reductions` marked, now that their arrays are in GPU memory.
+    Should DaCe fall back to the pure expansion, its top-level map still runs on the GPU."""
+    from dace.libraries.standard import Reduce
+    count = 0
+    while True:
+        todo = [(n, s) for n, s in wrapper.all_nodes_recursive()
+                if isinstance(n, Reduce) and n.implementation == "GPUAuto"]
+        if not todo:
+            return count
+        n, s = todo[0]
+        with _scalar_loads():
+            n.expand(s.sdfg, s)
+        count += 1
+        for st in wrapper.states():
+            for m in st.nodes():
+                if isinstance(m, nodes.MapEntry) and st.entry_node(m) is None and \
+                        m.map.schedule == dtypes.ScheduleType.Default:
+                    m.map.schedule = dtypes.ScheduleType.GPU_Device
 
 
 def _offload_state(sdfg: SDFG, state: SDFGState):
@@ -496,6 +576,7 @@ def _offload_state(sdfg: SDFG, state: SDFGState):
     wrapper = wrapper_node.sdfg
     wrapper.apply_gpu_transformations(validate=False, simplify=False, sequential_innermaps=True,
                                       register_transients=True)
+    _expand_warp_reductions(wrapper)
     _sequential_nested_maps(wrapper)
     choose_block_sizes(wrapper)
     return wrapper

@@ -182,12 +182,13 @@ def _expand_pure(node: nodes.LibraryNode, sdfg: SDFG, state: SDFGState):
     return scratch, st, nested[0]
 
 
-def expand_all(scope, keep=()):
+def expand_all(scope, keep=(), skip=()):
     """Expands every library node under ``scope`` (an SDFG, state or nested SDFG), recursively, to its
-    pure implementation (through ``specialize`` where a node has no pure one). Types in ``keep`` stay."""
+    pure implementation (through ``specialize`` where a node has no pure one). Types in ``keep`` and the
+    nodes in ``skip`` stay."""
     while True:
         libs = [(n, s) for n, s in scope.all_nodes_recursive()
-                if isinstance(n, nodes.LibraryNode) and not isinstance(n, tuple(keep))]
+                if isinstance(n, nodes.LibraryNode) and not isinstance(n, tuple(keep)) and n not in skip]
         if not libs:
             return
         n, s = libs[0]
