@@ -109,6 +109,6 @@ class ProgramBuilder:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         sdfg = dace.program(getattr(module, self.name)).to_sdfg(simplify=simplify)
-        from ..runtime.launch import bind
+        from ..runtime.build import bind
         bind(sdfg, **self.bound)
         return sdfg

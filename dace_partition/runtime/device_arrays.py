@@ -339,7 +339,7 @@ class DeviceCall:
         return full, finish
 
     def _shape(self, name, full):
-        from .launch import _syms
+        from .program import _syms
         symbols = _syms(full)
         key = (name, tuple(sorted(symbols.items())))
         found = self._shapes.get(key)

@@ -64,7 +64,7 @@ class MpiInfo:
     @property
     def mismatch(self) -> Optional[str]:
         """A sentence when the program and mpi4py use different MPI libraries (they must share one)."""
-        from .launch import _flavour_of
+        from .launchers import _flavour_of
         if self.source != "compiled" or not self.mpi4py_version:
             return None
         a, b = _flavour_of(self.version), _flavour_of(self.mpi4py_version)
@@ -111,7 +111,7 @@ def _compiled(mpicc, env):
 
 def mpi_info() -> MpiInfo:
     """The MPI library that programs built in this process link (see the module docstring)."""
-    from .launch import choose_launcher, mpi_environment
+    from .launchers import choose_launcher, mpi_environment
     env = mpi_environment()
     m4_version, m4_library = _from_mpi4py(env)
     try:

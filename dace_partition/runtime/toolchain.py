@@ -246,7 +246,7 @@ def _compiler() -> str:
 
 def info() -> Info:
     """MPI library, BLAS and C++ compiler that a build in this process uses."""
-    from .launch import mpi_environment, mpiexec_command
+    from .launchers import mpi_environment, mpiexec_command
     try:
         from mpi4py import MPI
         version = MPI.Get_library_version().strip().splitlines()[0]

@@ -180,7 +180,7 @@ if c.rank == 0:
 def measure_link(launcher=None) -> Tuple[float, float]:
     """``(alpha, beta)`` of a ping-pong between the two ranks that ``launcher`` starts (seconds per message,
     seconds per byte): 8 bytes 2000 times, 16 MiB 5 times, best of three. Raises RuntimeError if it fails."""
-    from ..runtime.launch import mpi_environment, mpiexec_command
+    from ..runtime.launchers import mpi_environment, mpiexec_command
     cmd = mpiexec_command(2, launcher) + [sys.executable, "-c", _PINGPONG]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=180,
                          env={**mpi_environment(), "OMP_NUM_THREADS": "1"})
