@@ -637,8 +637,21 @@ def candidate_grids(k: Kernel, ranks: int) -> List[Candidate]:
 
 def principal_map(k: Kernel):
     """The map whose grid a kernel is searched over: its own map, or inside a nested SDFG or library node
-    the map with the most parameters (the others share its grid, as ``lower`` derives them)."""
-    return k.maps[0] if k.kind == KernelKind.MAP else max(k.maps, key=lambda m: len(m.params))
+    the map with the most parameters (the others share its grid, as ``lower`` derives them); among those,
+    the one with the most iterations (a reduction's loop over its input, not the loop that initializes
+    its one-element output)."""
+    if k.kind == KernelKind.MAP:
+        return k.maps[0]
+    return max(k.maps, key=lambda m: (len(m.params), _work_rank(m.map)))
+
+
+def _work_rank(m: nodes.Map) -> float:
+    """A map's iteration count with every size symbol at 1000: orders the maps of one kernel by work."""
+    n = m.range.num_elements()
+    try:
+        return float(sympy.sympify(n).subs({s: 1000 for s in sympy.sympify(n).free_symbols}))
+    except (TypeError, ValueError):
+        return 0.0
 
 
 def divisors(n: int) -> List[int]:
