@@ -32,7 +32,9 @@ class Machine:
     rank's GPU and its pinned host memory, crossed twice by every byte MPI moves: to the host at the
     sender, back to the device at the receiver), ``launch`` (seconds per kernel) and ``gpus`` (the GPUs
     the job's ranks share: ranks take GPUs round-robin by node-local rank, so a grid of S ranks runs
-    ``ceil(S / gpus)`` tiles one after another on each GPU)."""
+    ``ceil(S / gpus)`` tiles one after another on each GPU), and ``switch``: seconds per kernel for each
+    further rank on the same GPU (processes time-share a GPU without MPS: a switch between their contexts
+    at every kernel)."""
     alpha: float = 5.0e-6  # seconds per message received
     beta: float = 2.5e-10  # seconds per byte received (4 GB/s)
     blas_flops: float = 3.0e10  # flop/s of a rank-local GEMM
@@ -42,6 +44,7 @@ class Machine:
     gpus: int = 0  # GPUs the ranks share (0: a CPU machine)
     pcie: float = 0.0  # bytes/s host <-> GPU (pinned)
     launch: float = 0.0  # seconds per GPU kernel
+    switch: float = 0.0  # seconds per kernel per further rank sharing its GPU
     # Between nodes (0: as inside a node). alpha and beta above are the link inside a node.
     node_alpha: float = 0.0  # seconds per message from another node
     node_beta: float = 0.0  # seconds per byte from another node
@@ -84,9 +87,16 @@ class Machine:
         """How many of ``ranks`` ranks run on one GPU (1 on a CPU machine: one core each)."""
         return -(-ranks // self.gpus) if self.gpus else 1
 
+    def gpu_time(self, ranks: int, tile: float, kernels: int) -> float:
+        """Seconds of one kernel state on a GPU that ``ranks`` ranks share round-robin: each of the
+        ``sharing`` ranks' tiles (``tile`` seconds) one after another, a launch per kernel, and a context
+        switch per kernel for each further rank."""
+        shared = self.sharing(ranks)
+        return shared * (tile + self.launch * kernels) + (shared - 1) * self.switch * kernels
+
     def __str__(self):
         gpu = (f", {self.gpus} GPU(s) shared by the ranks, PCIe {self.pcie / 1e9:.0f} GB/s, launch "
-               f"{self.launch * 1e6:.0f} us") if self.gpus else ""
+               f"{self.launch * 1e6:.0f} us, switch {self.switch * 1e6:.0f} us") if self.gpus else ""
         nodes = (f", between nodes alpha {self.node_link[0] * 1e6:.2f} us, beta "
                  f"{1 / self.node_link[1] / 1e9:.2f} GB/s" +
                  (f", {self.ranks_per_node} rank(s) per node" if self.ranks_per_node else "")) if self.two_levels else ""
@@ -101,14 +111,18 @@ def gpu_machine(gpus: Optional[int] = None, host: Optional[Machine] = None) -> M
     derated to what kernels reach: 2.5 TB/s of memory traffic, 1e12 map operations/s, 5e13 GEMM flop/s,
     25 GB/s of pinned copies, 10 us per kernel (launch and DaCe's synchronization after each state). MPI
     keeps ``host``'s link (default: :func:`machine`). ``gpus``: the GPUs the job's ranks share (default:
-    the GPUs visible here, else 1). Not measured here: no GPU machine has calibrated it yet."""
+    the GPUs visible here, else 1). One figure is measured (an H200, 2026-11-26, benchmarks/gpu.py): ranks
+    sharing one GPU add about 0.2 ms per kernel for each further rank (softmax, matmul and MLP on 1, 2 and
+    4 ranks: 1.1, 0.3 and 0.7 ms more on two ranks, 2.6, 0.65 and 1.9 ms on four, for 4, 1 and 3
+    kernels). The others are not calibrated on a GPU yet (``docs/gpu.md`` compares them with the
+    measurements)."""
     host = host or machine()
     if gpus is None:
         from ..runtime.cuda_build import gpu_count
         gpus = gpu_count() or 1
     return Machine(alpha=host.alpha, beta=host.beta, blas_flops=5.0e13, map_ops=1.0e12, stream=2.5e12,
                    source=f"GPU: H100 published figures, derated; MPI link: {host.source}", gpus=gpus,
-                   pcie=2.5e10, launch=1.0e-5)
+                   pcie=2.5e10, launch=1.0e-5, switch=2.0e-4)
 
 
 def daint_machine() -> Machine:

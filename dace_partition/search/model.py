@@ -271,7 +271,7 @@ class ProgramModel:
         m = self.machine
         if not m.gpus:
             return t
-        return m.sharing(km.analysis.size if km is not None else 1) * (t + m.launch * max(1, len(k.maps)))
+        return m.gpu_time(km.analysis.size if km is not None else 1, t, max(1, len(k.maps)))
 
     def _tile_work(self, k: Kernel, km: Optional[KernelMoves]) -> float:
         if k.kind == KernelKind.LIBRARY and type(k.node).__name__ in _BLAS:
