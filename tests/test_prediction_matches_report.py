@@ -18,7 +18,6 @@ from conformance.programs import CASES
 # name -> what differs (2 ranks, sizes of the conformance inputs)
 DIFFERS = {
     "fdtd2d": "rank 1: the report 3184 B, the model 2928 B (a time loop over three arrays; not traced yet)",
-    "gemver": "rank 1: the report 2592 B, the model 2544 B (not traced yet)",
     "jacobi1d_time": "maps as written in a time loop: the lowering scatters each of A's three readers' blocks "
                      "once before the loop (56 + 48 + 48 B to rank 1), the model only the one its writer's "
                      "blocks do not cover",

@@ -21,6 +21,7 @@ from enum import Enum
 from typing import List, Optional
 
 import dace
+import sympy
 from dace.memlet import Memlet
 from dace.sdfg import SDFG, SDFGState
 
@@ -152,15 +153,43 @@ def _covers(src, dst) -> bool:
     from ..ir.distribution import _rename
     names = {bc: ac for (_, ac), (_, bc) in zip(ga, gb) if ac and bc}
     coords = {c for c in src.coords + dst.coords if c}
-    for (sb, se, _), (db, de, _) in zip(src.subset, _rename(dst.subset, names)):
+    for i, ((sb, se, _), (db, de, _)) in enumerate(zip(src.subset, _rename(dst.subset, names))):
         if dace.symbolic.simplify(sb - db) == 0 and dace.symbolic.simplify(se - de) == 0:
             continue
-        if {str(x) for x in (_free(sb) | _free(se) | _free(db) | _free(de))} & coords:
+        if {str(x) for x in (_free(db) | _free(de))} & coords:
             return False
-        lo, hi = dace.symbolic.simplify(db - sb), dace.symbolic.simplify(se - de)
-        if not (getattr(lo, "is_number", False) and getattr(hi, "is_number", False) and lo >= 0 and hi >= 0):
+        if {str(x) for x in (_free(sb) | _free(se))} & coords:
+            span = _tiled_span(src, i)  # a whole range read from blocks that tile it: their union
+            if span is None:
+                return False
+            sb, se = span
+        lo, hi = _number(db - sb), _number(se - de)
+        if lo is None or hi is None or lo < 0 or hi < 0:
             return False
     return True
+
+
+def _tiled_span(d, dim: int):
+    """(first, last) element of the union of ``d``'s blocks along ``dim`` where the block at grid
+    coordinate c + 1 starts right after the one at c (the tiles of a map), else None."""
+    j = d.splits[dim]
+    if j is None or not d.coords[j]:
+        return None
+    c = dace.symbolic.pystr_to_symbolic(d.coords[j])
+    b, e, _ = d.subset[dim]
+    if _number(b.subs(c, c + 1) - e - 1) != 0:
+        return None
+    return b.subs(c, 0), e.subs(c, d.grid[j] - 1)
+
+
+def _number(x):
+    """``x`` as a number where it is one for every value of its size symbols (``int_ceil(2*N, 2) - N`` is 0:
+    symbols are integers), else None."""
+    x = dace.symbolic.simplify(x)
+    if not getattr(x, "is_number", False):
+        x = sympy.simplify(x.replace(lambda f: getattr(getattr(f, "func", None), "__name__", "") == "int_ceil",
+                                     lambda f: sympy.ceiling(f.args[0] / f.args[1])))
+    return x if getattr(x, "is_number", False) else None
 
 
 def _free(x) -> set:
