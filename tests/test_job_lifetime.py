@@ -108,3 +108,35 @@ def test_a_rank_that_dies_is_named_with_the_signal_that_ended_it():
     text = str(err.value)
     assert f"rank 1 (pid {pid}" in text and "SIGKILL" in text, text
     _wait_for(lambda: not _ranks(), 10, "no rank left")
+
+
+def test_the_rank_that_ended_first_is_named_when_the_launcher_names_another(tmp_path):
+    """MPICH's mpiexec names one dead process; having already killed the other ranks itself while cleaning
+    up, it can name one of those (seen once in CI: rank 0 named after rank 1 was killed). The launching
+    process watches the ranks' pids and names the one that ended first, while the others still ran."""
+    from dace_partition.runtime.launchers import FirstToEnd, dead_ranks
+    procs = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    try:
+        for rank, p in enumerate(procs):
+            (tmp_path / f"rank{rank}.pid").write_text(str(p.pid))
+        watch = FirstToEnd(str(tmp_path), poll=0.005)
+        time.sleep(0.2)  # both seen running
+        procs[1].kill()
+        procs[1].wait()
+        _wait_for(lambda: watch.first is not None, 5, "the watcher noted the first to end")
+        procs[0].kill()
+        procs[0].wait()
+        watch.stop()
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert watch.first == (1, procs[1].pid)
+    hydra = (f"=   PID {procs[0].pid} RUNNING AT vm\n=   EXIT CODE: 9\n"
+             "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)")
+    lines = dead_ranks(hydra, str(tmp_path), watch.first)
+    assert lines[0] == f"rank 1 (pid {procs[1].pid}) ended first, while the other ranks ran"
+    assert lines[1] == f"rank 0 (pid {procs[0].pid} on vm) was ended by signal 9 (SIGKILL)"
+    # the launcher naming the first one itself: nothing added
+    assert dead_ranks(hydra.replace(str(procs[0].pid), str(procs[1].pid)), str(tmp_path), watch.first) == \
+        [f"rank 1 (pid {procs[1].pid} on vm) was ended by signal 9 (SIGKILL)"]

@@ -19,7 +19,7 @@ from ..errors import ScheduleError
 from ..ir import ranks_needed
 from ._world_check import RUN_DIR
 from .build import _BOUND_FILE, bind, bound_values, build
-from .launchers import (WORLD_CHECK, LaunchCommand, Launcher, MPIFlavour, RunError, _flavour_of, _mpiexec, _srun,
+from .launchers import (WORLD_CHECK, FirstToEnd, LaunchCommand, Launcher, MPIFlavour, RunError, _flavour_of, _mpiexec, _srun,
                         _stop, _tied_to, choose_launcher, dead_ranks, launch_command, launcher_kind,
                         library_flavour, mpi_environment, mpiexec_command)
 from .program import (CallSignature, Program, _syms, _with_bound, as_array, check_layout, compile, conform,
@@ -28,7 +28,7 @@ from .program import (CallSignature, Program, _syms, _with_bound, as_array, chec
 # The runtime's API, for ``from dace_partition.runtime.launch import ...``: building is .build, starting
 # ranks .launchers, a job's program .program; this module runs a program from one process (``run``).
 __all__ = ["_BOUND_FILE", "bind", "bound_values", "build", "WORLD_CHECK", "LaunchCommand", "Launcher", "MPIFlavour",
-           "RunError", "_flavour_of", "_mpiexec", "_srun", "_stop", "_tied_to", "choose_launcher", "dead_ranks",
+           "RunError", "FirstToEnd", "_flavour_of", "_mpiexec", "_srun", "_stop", "_tied_to", "choose_launcher", "dead_ranks",
            "launch_command", "launcher_kind", "library_flavour", "mpi_environment", "mpiexec_command",
            "CallSignature", "Program", "_syms", "_with_bound", "as_array", "check_layout", "compile", "conform",
            "describe_inputs", "load", "written_arguments", "run", "launch", "WRITTEN"]
@@ -115,15 +115,19 @@ def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = "dace_p
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                 start_new_session=True, text=True,
                                 preexec_fn=_tied_to(os.getpid()) if sys.platform.startswith("linux") else None)
+        watch = FirstToEnd(tmp) if lc.kind == Launcher.MPIEXEC else None  # srun's ranks run elsewhere
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             _stop(proc, lc.kind)
             out, err = proc.communicate()
             raise RunError(f"'{sdfg.name}' on {ranks} ranks did not finish within {timeout} s\n{err[-3000:]}")
+        finally:
+            if watch is not None:
+                watch.stop()
         if proc.returncode != 0:
             msgs = [l for l in err.splitlines() if "dace_partition" in l or "Error" in l]
-            dead = dead_ranks(out + "\n" + err, tmp)
+            dead = dead_ranks(out + "\n" + err, tmp, watch.first if watch is not None else None)
             tail = msgs[-20:] or ([] if dead else (err.splitlines() or out.splitlines())[-30:])
             raise RunError(f"'{sdfg.name}' on {ranks} ranks failed (exit {proc.returncode}, launcher {lc}):\n" +
                            "\n".join(dead + tail))

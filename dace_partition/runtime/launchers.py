@@ -12,8 +12,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
-from typing import Dict
+from typing import Dict, Optional, Tuple
 
 
 
@@ -260,9 +261,8 @@ def _signal_name(n: int) -> str:
         return f"signal {n}"
 
 
-def dead_ranks(text: str, tmp: str) -> list:
-    """Which ranks a launcher's output says ended, and how, in words: MPICH's mpiexec names a dead process by
-    its pid (every rank notes its own in ``tmp``: ``_world_check.note_pid``), Open MPI by rank and pid, srun by task."""
+def _rank_pids(tmp: str) -> Dict[int, int]:
+    """{pid: rank} from the pid files the ranks write in ``tmp`` (``_world_check.note_pid``)."""
     pids = {}
     for path in glob.glob(os.path.join(tmp, "rank*.pid")):
         try:
@@ -270,6 +270,55 @@ def dead_ranks(text: str, tmp: str) -> list:
                 pids[int(f.read().strip())] = int(os.path.basename(path)[4:-4])
         except (OSError, ValueError):
             pass
+    return pids
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a process of this machine that has not ended (a zombie has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+class FirstToEnd:
+    """Watches a job's ranks on this machine while its launcher runs and notes the rank that ended first
+    while the others still ran: a launcher names one dead process, not always the first (MPICH's mpiexec
+    can name the rank it killed itself while cleaning up). A pid counts once it was seen running here, so
+    ranks on other hosts are never taken for ended ones."""
+
+    def __init__(self, tmp: str, poll: float = 0.01):
+        self.tmp, self.poll = tmp, poll
+        self.first: Optional[Tuple[int, int]] = None  # (rank, pid)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="dace_partition_first_to_end", daemon=True)
+        self._thread.start()
+
+    def _watch(self):
+        seen: Dict[int, int] = {}
+        while not self._done.is_set():
+            for pid, rank in _rank_pids(self.tmp).items():
+                if pid not in seen and _running(pid):
+                    seen[pid] = rank
+            ended = [(rank, pid) for pid, rank in seen.items() if not _running(pid)]
+            if ended:
+                if len(ended) == 1 and len(seen) > 1:
+                    self.first = ended[0]
+                return
+            self._done.wait(self.poll)
+
+    def stop(self):
+        self._done.set()
+        self._thread.join(timeout=1)
+
+
+def dead_ranks(text: str, tmp: str, first: Optional[Tuple[int, int]] = None) -> list:
+    """Which ranks a launcher's output says ended, and how, in words: MPICH's mpiexec names a dead process by
+    its pid (every rank notes its own in ``tmp``: ``_world_check.note_pid``), Open MPI by rank and pid, srun by
+    task. ``first``: (rank, pid) of the rank seen to end first (:class:`FirstToEnd`), named first when the
+    launcher names another."""
+    pids = _rank_pids(tmp)
     out = []
     for m in _OMPI.finditer(text):
         out.append(f"rank {m.group(1)} (pid {m.group(2)} on {m.group(3)}) was ended by {_signal_name(int(m.group(4)))}")
@@ -290,4 +339,6 @@ def dead_ranks(text: str, tmp: str) -> list:
         else:
             how = f"exited with code {code}"
         out.append(f"{who} (pid {pid} on {m.group(2)}) {how}")
+    if first is not None and not any(f"(pid {first[1]} " in line for line in out):
+        out.insert(0, f"rank {first[0]} (pid {first[1]}) ended first, while the other ranks ran")
     return list(dict.fromkeys(out))
