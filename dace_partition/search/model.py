@@ -647,9 +647,9 @@ def principal_map(k: Kernel):
 
 def _work_rank(m: nodes.Map) -> float:
     """A map's iteration count with every size symbol at 1000: orders the maps of one kernel by work."""
-    n = m.range.num_elements()
+    n = sympy.sympify(m.range.num_elements())
     try:
-        return float(sympy.sympify(n).subs({s: 1000 for s in sympy.sympify(n).free_symbols}))
+        return float(n.subs({s: 1000 for s in n.free_symbols}))
     except (TypeError, ValueError):
         return 0.0
 
