@@ -355,8 +355,9 @@ def two_sums(a: dace.float64[64, 48, 4], b: dace.float64[48, 64]):
 def test_the_schedule_names_the_maps_it_priced(monkeypatch):
     """The search plans on a copy whose states are split, where discovery could name same-label maps in
     another order; its candidates carry the names dp.maps gives (as lower checks them), so every grid it
-    returns fits its map (deriche's automatic schedule used to be refused: its grids went to other maps)."""
-    import dace_partition.search.model as model
+    returns fits its map (deriche's automatic schedule used to be refused: its grids went to other maps).
+    The search and the lowering prepare a program through one function (passes.prepare.split_kernels)."""
+    import dace_partition.passes.prepare as model
     real, calls = model.discover, []
 
     def reordered(sdfg):  # discovery after the split names same-label maps the other way round

@@ -114,6 +114,25 @@ def test_jacobi1d_symbolic_uneven_keeps_arrays_on_the_grid(rng, ranks):
         np.testing.assert_allclose(out["B"], rb, rtol=1e-13, atol=1e-13)
 
 
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_written_blocks_of_unfused_stencils_start_as_a_copy_of_a_read_block(rng, ranks):
+    """The maps as written (``local_optimize=False``): each of ``A``'s readers has its own block, one of
+    them ``A[:-2] + A[1:-1]``'s, which contains the written blocks ``A[1:-1]`` at offset 1. With sizes
+    known only at run time the buffers' shapes are formulas in N; proving the written buffer fits inside
+    that read buffer drops a scatter of ``A`` (and one of ``B``) before the loop: two per array, not three."""
+    sdfg = lower_all(jacobi1d, (ranks, ), f"t_loops_jac1d_unfused_{ranks}", local_optimize=False)
+    rep = dp.report(sdfg)
+    scatters = [t.array for t in rep.traffic if t.move.kind == "scatter"]
+    assert sorted(scatters) == ["A", "A", "B", "B"], rep
+    assert sum("start as a copy from its read block" in n for k in rep.kernels for n in k.notes) == 2, rep
+    for n, T in ((37, 6), (11, 2)):
+        a, b = rng.standard_normal(n), rng.standard_normal(n)
+        out = counted(sdfg, ranks, dict(N=n, T=T), A=a, B=b, T=T, N=n)
+        ra, rb = ref_jacobi1d(a, b, T)
+        np.testing.assert_allclose(out["A"], ra, rtol=1e-13, atol=1e-13)
+        np.testing.assert_allclose(out["B"], rb, rtol=1e-13, atol=1e-13)
+
+
 @pytest.mark.parametrize("grid", [(4, ), (2, 2)], ids=["rows", "rows_and_columns"])
 def test_jacobi2d_on_four_ranks(rng, grid):
     """Rows split (contiguous faces), then rows and columns (strided column faces as derived datatypes)."""

@@ -1,11 +1,12 @@
 """The search's account of the bytes each rank receives against the lowered program's account of them.
 
-For every conformance program on 2 ranks, with its hand schedule and the maps as written
+For every conformance program on 2 ranks (and 4 with the slow suite), with its hand schedule and the maps as written
 (``local_optimize=False``: the search prices the maps the schedule names), ``dp.search.predict`` and
 ``dp.report(lower(...)).bytes_per_rank`` must agree, element by element. The two are still two
-implementations of the same rules (search/model.py mirrors what the passes do); the programs where they
-differ are named below with what differs, and the test also fails when one of them starts to agree, so the
-list only shrinks. Pure Python: nothing is compiled or run.
+implementations of the same rules (search/model.py mirrors what the passes do; the relations between
+distributions they both ask about are one module, ``ir/relations.py``); a program where they differ would be
+named below with what differs, and the test also fails when one of them starts to agree, so the list only
+shrinks. Pure Python: nothing is compiled or run.
 """
 import warnings
 
@@ -15,14 +16,8 @@ import pytest
 import dace_partition as dp
 from conformance.programs import CASES
 
-# name -> what differs (2 ranks, sizes of the conformance inputs)
-DIFFERS = {
-    "fdtd2d": "rank 1: the report 3184 B, the model 2928 B (a time loop over three arrays; not traced yet)",
-    "jacobi1d_time": "maps as written in a time loop: the lowering scatters each of A's three readers' blocks "
-                     "once before the loop (56 + 48 + 48 B to rank 1), the model only the one its writer's "
-                     "blocks do not cover",
-    "jacobi2d_time": "as jacobi1d_time, in two dimensions (rank 1: the report 4400 B, the model 3600 B)",
-}
+# name -> what differs (2 ranks, sizes of the conformance inputs); empty since the time loops agree
+DIFFERS = {}
 RUN_TIME = {"conv3x3_bias", "doitgen"}  # the report's bytes depend on run-time sizes: nothing to compare
 
 
@@ -36,12 +31,13 @@ def _both(name, ranks=2):
     return list(predicted), dp.report(sdfg).bytes_per_rank(**sizes)
 
 
+@pytest.mark.parametrize("ranks", [2, pytest.param(4, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("name", sorted(n for n in CASES if n not in RUN_TIME))
-def test_the_search_predicts_the_bytes_the_lowering_moves(name):
+def test_the_search_predicts_the_bytes_the_lowering_moves(name, ranks):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            predicted, reported = _both(name)
+            predicted, reported = _both(name, ranks)
         except (dp.ScheduleError, dp.UnsupportedPattern) as e:
             pytest.skip(f"refused by the lowering: {e}")
     assert reported is not None

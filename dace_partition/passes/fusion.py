@@ -20,14 +20,12 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import List, Optional
 
-import dace
-import sympy
 from dace.memlet import Memlet
 from dace.sdfg import SDFG, SDFGState
 
 from ..solvers.node import DistributedMemlet
 from ..ir import Move
-from ..ir.move import contains, intersection, volume
+from ..ir.relations import covers
 from ..schedule import ordered_states
 from .graph import (MovePass, destination_buffer, distributed_memlets, drop, rename_data, reroute, source_buffer, uses,
                     writes)
@@ -134,68 +132,6 @@ def _only_source(src: SDFGState, reader: SDFGState, sources) -> bool:
     return hit == {src}
 
 
-def _covers(src, dst) -> bool:
-    """Whether the elements of ``src`` (all ranks' blocks) include every element of ``dst``: per dimension
-    the same range, or ranges free of grid coordinates with ``dst``'s inside ``src``'s; with known sizes,
-    block by block."""
-    if src.same_blocks(dst):
-        return True
-    a, b = src.blocks(), dst.blocks()
-    if a is not None and b is not None:
-        a = [x for x in dict.fromkeys(a) if volume(x[1]) > 0]  # replicas hold the same block
-        disjoint = all(intersection(x, y) == 0 for i, x in enumerate(a) for y in a[i + 1:])
-        return all(any(contains(x, blk) for x in a) or
-                   (disjoint and sum(intersection(x, blk) for x in a) == volume(blk[1])) for blk in b)
-    ga = [(g, c) for g, c in zip(src.grid, src.coords) if g > 1]
-    gb = [(g, c) for g, c in zip(dst.grid, dst.coords) if g > 1]
-    if [g for g, _ in ga] != [g for g, _ in gb]:
-        return False
-    from ..ir.distribution import _rename
-    names = {bc: ac for (_, ac), (_, bc) in zip(ga, gb) if ac and bc}
-    coords = {c for c in src.coords + dst.coords if c}
-    for i, ((sb, se, _), (db, de, _)) in enumerate(zip(src.subset, _rename(dst.subset, names))):
-        if dace.symbolic.simplify(sb - db) == 0 and dace.symbolic.simplify(se - de) == 0:
-            continue
-        if {str(x) for x in (_free(db) | _free(de))} & coords:
-            return False
-        if {str(x) for x in (_free(sb) | _free(se))} & coords:
-            span = _tiled_span(src, i)  # a whole range read from blocks that tile it: their union
-            if span is None:
-                return False
-            sb, se = span
-        lo, hi = _number(db - sb), _number(se - de)
-        if lo is None or hi is None or lo < 0 or hi < 0:
-            return False
-    return True
-
-
-def _tiled_span(d, dim: int):
-    """(first, last) element of the union of ``d``'s blocks along ``dim`` where the block at grid
-    coordinate c + 1 starts right after the one at c (the tiles of a map), else None."""
-    j = d.splits[dim]
-    if j is None or not d.coords[j]:
-        return None
-    c = dace.symbolic.pystr_to_symbolic(d.coords[j])
-    b, e, _ = d.subset[dim]
-    if _number(b.subs(c, c + 1) - e - 1) != 0:
-        return None
-    return b.subs(c, 0), e.subs(c, d.grid[j] - 1)
-
-
-def _number(x):
-    """``x`` as a number where it is one for every value of its size symbols (``int_ceil(2*N, 2) - N`` is 0:
-    symbols are integers), else None."""
-    x = dace.symbolic.simplify(x)
-    if not getattr(x, "is_number", False):
-        x = sympy.simplify(x.replace(lambda f: getattr(getattr(f, "func", None), "__name__", "") == "int_ceil",
-                                     lambda f: sympy.ceiling(f.args[0] / f.args[1])))
-    return x if getattr(x, "is_number", False) else None
-
-
-def _free(x) -> set:
-    return set(getattr(x, "free_symbols", ()))
-
-
 def _reach(start, edges, forward: bool) -> set:
     nxt = {}
     for e in edges:
@@ -260,7 +196,7 @@ class FuseRoundTrips(MovePass):
             last = k == len(readers) - 1 and not kept
             dst = s.distribution("dst")
             if not _only_source(gst, sst, set(gathers) | {gst}) or not self._same(gst, sst, (g, s)) \
-                    or not _covers(src, dst):
+                    or not covers(src, dst):
                 # Another gather (another loop's, or the previous iteration's) may have written what it reads,
                 # or it reads elements this gather did not write (``ccol[:, :, k - 1]`` after a kernel wrote
                 # ``ccol[:, :, k]``), or its blocks name other elements by now: it reads rank 0's copy.

@@ -372,7 +372,7 @@ def _halo_slabs(sdfg: SDFG, state: SDFGState) -> Dict[str, Tuple[List[Range], Li
     instead of the whole tile is what makes a stencil's time loop worth a GPU. Where the blocks differ in
     height (38 rows over 4 ranks), the last rows are this rank's, an expression in its grid coordinates.
     Anything else (a halo in other dimensions, two buffers, another solver) is staged whole: ``{}``."""
-    from ..solvers.halo import bound_shifts
+    from ..ir.relations import bound_shifts
     out = {}
     for dm in [n for n in state.nodes() if isinstance(n, DistributedMemlet)]:
         ins, outs = state.in_edges(dm), state.out_edges(dm)

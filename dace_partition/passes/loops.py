@@ -35,8 +35,7 @@ from dace.memlet import Memlet
 from dace.sdfg import SDFG, SDFGState
 
 from ..ir import ROOT, Move
-from ..ir.move import intersection, volume
-from ..solvers.halo import bound_shifts, disjoint_tiles
+from ..ir.relations import at_most, covers, disjoint_tiles, offset_inside
 from ..solvers.node import DistributedMemlet
 from .fusion import Fusion, FusionKind
 from .graph import MovePass, destination_buffer, distributed_memlets, drop, rename_data, reroute, source_buffer, uses
@@ -174,16 +173,6 @@ def _edge_on(sdfg: SDFG, edge, label: str, before_head: bool) -> SDFGState:
         sdfg.add_edge(edge.src, st, dace.InterstateEdge(condition=cond, assignments=assign))
         sdfg.add_edge(st, edge.dst, dace.InterstateEdge())
     return st
-
-
-def _covered(h, d) -> bool:
-    """Whether every element of every rank's block of ``d`` lies in some block of ``h`` (known sizes only;
-    symbolic blocks count as not covered, which costs one extra scatter before the loop, never a wrong
-    value)."""
-    a, b = h.blocks(), d.blocks()
-    if a is None or b is None:
-        return False
-    return all(sum(intersection(x, blk) for x in a) == volume(blk[1]) for blk in b)
 
 
 def _only_moved(sdfg: SDFG, arr: str, body, moved) -> bool:
@@ -363,7 +352,7 @@ class FuseLoops(MovePass):
                 continue
             move = Move(arr, h, d, tuple(g.shape), int(g.itemsize))
             solver = self.implement(move)
-            if not _covered(h, d):
+            if not covers(h, d):
                 first.append((s, local_d))
             reroute(sst, s, move, solver, Memlet.from_array(local_h, sdfg.arrays[local_h]))
             out.append(Fusion(FusionKind.MOVE, arr, h.grid_id, d.grid_id, move, solver))
@@ -429,34 +418,14 @@ def _inside_a_scattered_block(sdfg: SDFG, h, local_h: str, first) -> Optional[Tu
         if off is None:
             continue
         shape_d = sdfg.arrays[local_d].shape
-        try:
-            fits = all(int(o) + int(n) <= int(m) for o, n, m in zip(off, shape_h, shape_d))
-        except (TypeError, ValueError):  # symbolic buffer shapes: not provably inside
-            fits = False
-        if fits and len(shape_h) == len(shape_d):
+        # symbolic buffer shapes (sizes known at run time) count only where proved for every size
+        if len(shape_h) == len(shape_d) and all(at_most(o + n, m) for o, n, m in zip(off, shape_h, shape_d)):
             return local_d, _box(shape_h, off)
     return None
 
 
 def _box(shape, off):
     return subsets.Range([(o, o + n - 1, 1) for o, n in zip(off, shape)])
-
-
-def offset_inside(h, d) -> Optional[List[int]]:
-    """Per dimension, where every rank's written block starts inside its read block (the same constant on
-    every rank), if every read block contains the written one; else None."""
-    if h.grid != d.grid or h.splits != d.splits or any(s != 1 for _, _, s in h.subset + d.subset):
-        return None
-    shifts = bound_shifts(h, d)
-    if shifts is None or any(b > 0 or e < 0 for b, e in shifts):
-        return None
-    off = [-b for b, _ in shifts]
-    a, b = h.blocks(), d.blocks()
-    if a is not None and b is not None:  # known sizes: checked rank by rank too
-        for (hs_, hn), (ds_, dn) in zip(a, b):
-            if volume(hn) and any(x - y != o for x, y, o in zip(hs_, ds_, off)):
-                return None
-    return off
 
 
 def _write_in_place(sdfg: SDFG, gst, g, local_h: str, scatters):

@@ -34,6 +34,7 @@ from ..errors import UnsupportedPattern
 from ..ir import Distribution, IoMode, Move, MoveKind, ProgramRecord, attach
 from . import FuseRoundTrips, FusionKind, LocalizeArguments
 from .conditions import BroadcastBranchData
+from .prepare import keep_names, split_kernels
 from .graph import RANK, distributed_memlets, guard, has_moves, trips_of
 from ..report import Steps, KernelReport, LoweringReport, entry
 from ..schedule import Kernel, KernelKind, discover, expand_all, ordered_states
@@ -50,12 +51,10 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: st
     ``before_offload(sdfg, report)`` rewrites the rank-local kernels of a ``device="gpu"`` lowering
     before they move to the GPU (the contractions that become cuBLAS GEMMs)."""
     steps = Steps()
-    named = discover(sdfg)  # the names the schedule was checked against (before the states change)
-    _split_states(sdfg)
-    kernels = _same_names(discover(sdfg), named)
+    kernels = split_kernels(sdfg)
     expanded = _expand_uneven_library_nodes(sdfg, kernels, grids)
     if expanded:
-        kernels = _same_names(discover(sdfg), kernels)
+        kernels = keep_names(discover(sdfg), kernels)
     steps.done("prepare and discover kernels")
     planned: List[KernelMoves] = []
     plans = []
@@ -361,21 +360,6 @@ def _uneven(plan: KernelPlan, known=None) -> bool:
     return False
 
 
-def _same_names(kernels: List[Kernel], before: List[Kernel]) -> List[Kernel]:
-    """``kernels`` with the map names of the same kernels in ``before``: names made unique in discovery
-    order would change when the states are split (another order), and the user's grids would go to other
-    maps (a 2-parameter map given a 3-entry grid reads as a replicate() grid). A kernel is the same node,
-    or (a library node replaced by its expansion) a node of the same label in the same state."""
-    by_node = {id(k.node): k for k in before}
-    by_label = {(id(k.state), k.label): k for k in before}
-    for k in kernels:
-        old = by_node.get(id(k.node)) or by_label.get((id(k.state), k.label))
-        if old is not None and len(old.maps) == len(k.maps):
-            for m, o in zip(k.maps, old.maps):
-                m.name = o.name
-    return kernels
-
-
 def _expand_uneven_library_nodes(sdfg: SDFG, kernels: List[Kernel], grids) -> set:
     """A library node on a padded local buffer would compute over the padding too, so where tiles are
     uneven the node is replaced by its pure expansion (whose maps are tiled exactly). Its maps keep their
@@ -410,13 +394,6 @@ def _work_nodes(state: SDFGState):
         n for n in dace.sdfg.utils.dfs_topological_sort(state)
         if scope[n] is None and isinstance(n, (nodes.MapEntry, nodes.NestedSDFG, nodes.LibraryNode, nodes.Tasklet))
     ]
-
-
-def _split_states(sdfg: SDFG):
-    """One work node (kernel or tasklet) per state, so each state can run on its own set of ranks
-    (see :mod:`dace_partition.passes.prepare`, which also turns scalar arguments into arrays)."""
-    from .prepare import split_states
-    split_states(sdfg)
 
 
 def _add_runtime_state(sdfg: SDFG, plans: List[KernelPlan]) -> SDFGState:

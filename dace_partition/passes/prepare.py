@@ -1,4 +1,5 @@
-"""Program preparation before the lowering plans its kernels (called from ``partition._split_states``).
+"""Program preparation before the lowering plans its kernels (``split_kernels``: the lowering and the
+search prepare a program the same way, through it).
 
 - ``scalar_arguments_to_arrays``: scalar arguments read by kernels become one-element arrays, so a
   partitioned kernel receives them like any other block.
@@ -7,6 +8,7 @@
   of a kernel touches exactly what the kernel reads and writes.
 """
 import functools
+from typing import List
 
 import dace
 import numpy as np
@@ -16,7 +18,7 @@ from dace.sdfg import SDFG, SDFGState
 from dace.sdfg.graph import SubgraphView
 from dace.sdfg.utils import dfs_topological_sort
 
-from ..schedule import FreeSymbols, ordered_states
+from ..schedule import FreeSymbols, Kernel, discover, ordered_states
 
 
 def work_nodes(state: SDFGState):
@@ -124,6 +126,31 @@ def _edges_of(state, node):
     for e in state.in_edges(node) + state.out_edges(node):
         other = e.src if e.dst is node else e.dst
         yield e, isinstance(other, nodes.AccessNode) and e.data.data == other.data
+
+
+def split_kernels(sdfg: SDFG) -> List[Kernel]:
+    """Splits ``sdfg``'s states in place (:func:`split_states`) and returns its kernels, with the map names
+    discovery gave them before the split: the names a schedule is written against. The lowering and the
+    search's cost model both prepare a program through this, so they plan the same kernels."""
+    named = discover(sdfg)
+    split_states(sdfg)
+    return keep_names(discover(sdfg), named)
+
+
+def keep_names(kernels: List[Kernel], before: List[Kernel]) -> List[Kernel]:
+    """``kernels`` with the map names of the same kernels in ``before``: names made unique in discovery
+    order would change when the states are split (another order), and the user's grids would go to other
+    maps (a 2-parameter map given a 3-entry grid reads as a replicate() grid). A kernel is the same node,
+    or (a library node replaced by its expansion) a node of the same label in the same state."""
+    by_node = {id(k.node): k for k in before}
+    by_label = {(id(k.state), k.label): k for k in before}
+    for k in kernels:
+        old = by_node.get(id(k.node)) or by_label.get((id(k.state), k.label))
+        if old is not None and len(old.maps) == len(k.maps):
+            for m, o in zip(k.maps, old.maps):
+                m.name = o.name
+    return kernels
+
 
 
 def split_states(sdfg: SDFG):

@@ -39,10 +39,11 @@ from ..analysis.constraints import find_entry
 from ..compat import all_states
 from ..errors import ScheduleError, UnsupportedPattern
 from ..ir import ROOT, Cost, Distribution, Move, MoveKind
+from ..ir.relations import covers, offset_inside
 from ..plan import KernelMoves, analyse_kernel, plan_kernel
 from ..passes.contractions import is_contraction
 from ..plan.lowering import IN
-from ..schedule import Kernel, KernelKind, Replicated, check_grid, discover, ordered_states
+from ..schedule import Kernel, KernelKind, Replicated, check_grid, ordered_states
 from ..solvers.registry import choose
 from .machine import Machine
 
@@ -119,11 +120,9 @@ def prepare_with_rules(sdfg: SDFG, sizes: Optional[Dict[str, int]], solvers
     """:func:`prepare`, and the :class:`LoweringRules` that check a candidate as ``lower`` will: None
     where the search assumed no size (its copy then has the program's own sizes, and pricing a candidate
     runs lower's rules on it already)."""
-    from ..passes.partition import _same_names, _split_states
+    from ..passes.prepare import split_kernels
     work = copy.deepcopy(sdfg)
-    named = discover(work)
-    _split_states(work)
-    kernels = _same_names(discover(work), named)
+    kernels = split_kernels(work)
     values = {}
     for s in sorted(str(x) for x in work.free_symbols):
         if s in work.constants:
@@ -541,7 +540,7 @@ class ProgramModel:
                            if u.read and u.actor >= 0 and arr in chosen[u.actor].reads]
                 # a reader's boundary scatter that contains the written blocks fills them too (FuseLoops)
                 if holder[0] is None and not free_io and \
-                        not any(not _covers(h, d) and offset_inside(h, d) is not None for d in readers):
+                        not any(not covers(h, d) and offset_inside(h, d) is not None for d in readers):
                     _add(per, comm, self.scatter_cost(arr, h, desc), 1, m, "scatter", arr)
                 for u in seg:
                     if u.read and u.actor >= 0 and arr in chosen[u.actor].reads:
@@ -552,7 +551,7 @@ class ProgramModel:
                             _add(per, comm, cost, trips * u.inner, m, "scatter", arr)
                         else:
                             _add(per, comm, mc, trips * u.inner, m, "redistribute", arr)
-                            if not free_io and not _covers(h, dst):
+                            if not free_io and not covers(h, dst):
                                 _add(per, comm, cost, 1, m, "scatter (boundary)", arr)
                 holder[0] = h
                 writer[arr] = w
@@ -663,16 +662,6 @@ def factorizations(n: int, parts: int) -> List[Tuple[int, ...]]:
     if parts == 0:
         return [()] if n == 1 else []
     return [(d, ) + rest for d in divisors(n) for rest in factorizations(n // d, parts - 1)]
-
-
-def _covers(h: Distribution, d: Distribution) -> bool:
-    from ..passes.loops import _covered
-    return _covered(h, d)
-
-
-def offset_inside(h: Distribution, d: Distribution):
-    from ..passes.loops import offset_inside as inside
-    return inside(h, d)
 
 
 def _inner_grid(km: KernelMoves, info) -> Tuple[int, ...]:

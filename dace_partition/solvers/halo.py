@@ -19,10 +19,10 @@ from typing import Optional
 
 import dace.library
 import numpy as np
-import sympy
 
 from ..ir import Cost, Distribution, Move, MoveKind
 from ..ir.move import contains, intersection, overlaps
+from ..ir.relations import bound_shifts, disjoint_tiles
 from ..runtime.environment import DacePartitionMPI
 from .base import Solver
 from .blocks import _arr, _block_fn
@@ -46,56 +46,6 @@ def _coords_of(rank: int, grid) -> tuple:
         out.append(rank % g)
         rank //= g
     return tuple(reversed(out))
-
-
-def _plain(expr, names=None):
-    """``expr`` over plain sympy symbols (dropping DaCe's assumptions, so bounds cancel), with the
-    coordinates in ``names`` renamed."""
-    e = sympy.sympify(expr)
-    names = names or {}
-    return e.subs({f: sympy.Symbol(names.get(str(f), str(f))) for f in e.free_symbols})
-
-
-def bound_shifts(src: Distribution, dst: Distribution) -> Optional[list]:
-    """Per array dimension, ``(dst begin - src begin, dst end - src end)`` when both are the same integer at
-    every grid position (the destination's coordinates named as the source's): the same tiling shifted
-    or widened; else None."""
-    names = {}
-    for (gs, cs), (gd, cd) in zip([(g, c) for g, c in zip(src.grid, src.coords) if g > 1],
-                                  [(g, c) for g, c in zip(dst.grid, dst.coords) if g > 1]):
-        if cs and cd:
-            names[cd] = cs
-    out = []
-    for (b1, e1, _), (b2, e2, _) in zip(src.subset, dst.subset):
-        pair = []
-        for x, y in ((b1, b2), (e1, e2)):
-            diff = sympy.simplify(_plain(y, names) - _plain(x))
-            if diff.free_symbols or not diff.is_integer:
-                return None
-            pair.append(int(diff))
-        out.append(tuple(pair))
-    return out
-
-
-def disjoint_tiles(d: Distribution) -> bool:
-    """Whether no element has two holders: known blocks are checked; symbolic ones must tile each split
-    dimension contiguously (the block at coordinate c + 1 starts right after the one at c, as the tiles of a
-    map do), which is proved symbolically, not sampled."""
-    if d.replicas > 1:
-        return False
-    if d.blocks() is not None:
-        return not d.may_overlap()
-    for (b, e, _), g in zip(d.subset, d.splits):
-        if g is None:
-            continue
-        c = d.coords[g]
-        sym = next((f for f in sympy.sympify(b).free_symbols | sympy.sympify(e).free_symbols if str(f) == c), None)
-        if sym is None:
-            return False
-        gap = sympy.expand(sympy.sympify(b).subs(sym, sym + 1) - sympy.sympify(e) - 1)
-        if gap != 0:
-            return False
-    return True
 
 
 class HaloSolver(Solver):
