@@ -23,8 +23,8 @@ DEFAULT = ["scale", "gemm", "gemver", "jacobi2d_time", "fdtd2d", "prod_cols", "r
            "triangular_scale", "syrk", "softmax", "mlp", "go_fast"]
 
 
-def _check(name, P, ranks=None, auto=False):
-    outs = evaluate(CASES[name], P, ranks, auto)
+def _check(name, P, ranks=None, auto=False, local_optimize=True):
+    outs = evaluate(CASES[name], P, ranks, auto, local_optimize)
     for o in outs:
         assert o.status in ("correct", "refused"), f"{name} P={P} ranks={o.ranks}: {o.status}: {o.reason}"
         if name in EXPECTED_REFUSALS and not auto:
@@ -66,3 +66,13 @@ def test_conformance_auto_schedule_p2(name):
 @pytest.mark.parametrize("name", list(CASES))
 def test_conformance_auto_schedule_all(name, P):
     _check(name, P, auto=True)
+
+
+# The time loops with their maps as written (local_optimize=False): each array has several readers with
+# different blocks, and the written blocks start as a copy of one reader's block-plus-halo buffer (sizes
+# known at run time). tests/test_prediction_matches_report.py prices these same lowerings.
+@pytest.mark.slow
+@pytest.mark.parametrize("P", [2, 4])
+@pytest.mark.parametrize("name", ["jacobi1d_time", "jacobi2d_time", "fdtd2d", "heat3d_time"])
+def test_conformance_time_loops_as_written(name, P):
+    _check(name, P, local_optimize=False)

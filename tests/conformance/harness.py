@@ -74,11 +74,13 @@ def symbol_values(case) -> dict:
             if isinstance(v, (int, np.integer)) and not isinstance(v, bool)}
 
 
-def lower_case(case, P: int, auto: bool = False):
+def lower_case(case, P: int, auto: bool = False, local_optimize: bool = True):
     """(lowered SDFG or None, outcome template). The SDFG is named after the case and P. ``auto``: the
-    schedule comes from ``dp.auto_schedule`` (on :data:`SLOW_COMPUTE`) instead of the case's own."""
+    schedule comes from ``dp.auto_schedule`` (on :data:`SLOW_COMPUTE`) instead of the case's own.
+    ``local_optimize=False``: the maps as written (lower's option of that name)."""
     sdfg = case.program.to_sdfg()
-    sdfg.name = f"conf_{case.name}_p{P}{'_auto' if auto else ''}_{os.getpid()}"  # one build folder per run
+    tag = ("_auto" if auto else "") + ("" if local_optimize else "_as_written")
+    sdfg.name = f"conf_{case.name}_p{P}{tag}_{os.getpid()}"  # one build folder per run
     if auto:
         schedule = dp.auto_schedule(sdfg, P, sizes=symbol_values(case), machine=SLOW_COMPUTE)
     else:
@@ -87,7 +89,7 @@ def lower_case(case, P: int, auto: bool = False):
     out = Outcome(case.name, case.kind, P, P, "", grids=grids)
     t = time.perf_counter()
     try:
-        dp.lower(sdfg, schedule)
+        dp.lower(sdfg, schedule, local_optimize=local_optimize)
     except (dp.ScheduleError, dp.UnsupportedPattern) as e:
         out.lower_s = time.perf_counter() - t
         out.status, out.reason = "refused", f"{type(e).__name__}: {e}"
@@ -121,9 +123,10 @@ def run_case(case, sdfg, template: Outcome, ranks: int, seed: int = 7, timeout: 
     return out
 
 
-def evaluate(case, P: int, ranks: Optional[List[int]] = None, auto: bool = False) -> List[Outcome]:
+def evaluate(case, P: int, ranks: Optional[List[int]] = None, auto: bool = False,
+             local_optimize: bool = True) -> List[Outcome]:
     """Lowers ``case`` for ``P`` ranks once, then builds once and runs it on each of ``ranks`` (default [P])."""
-    sdfg, template = lower_case(case, P, auto)
+    sdfg, template = lower_case(case, P, auto, local_optimize)
     if sdfg is None:
         return [template]
     return [run_case(case, sdfg, template, r) for r in (ranks or [P])]
