@@ -16,13 +16,13 @@ from .report import LoweringReport
 from .runtime.launch import Launcher, Program, RunError, bind, compile, load, run
 from .runtime.mpi_info import MpiInfo, mpi_info
 from .runtime.toolchain import info
-from .schedule import MapInfo, Replicated, maps, replicate
+from .schedule import MapInfo, Replicated, fused_map, maps, replicate
 from .search import Machine, Schedule, auto_schedule, calibrate, gpu_machine, machine
 from .solvers.base import CommSpec, Solver
 from .solvers.registry import register as register_solver
 
 __all__ = [
-    "maps", "replicate", "layout", "scatter", "gather", "Layout", "Replicated", "lower", "compile", "run", "load", "report", "ranks_needed", "MapInfo", "LoweringReport", "Program",
+    "maps", "replicate", "fused_map", "layout", "scatter", "gather", "Layout", "Replicated", "lower", "compile", "run", "load", "report", "ranks_needed", "MapInfo", "LoweringReport", "Program",
     "ScheduleError", "UnsupportedPattern", "FrontendError", "RunError", "Solver", "CommSpec", "register_solver",
     "Move", "Distribution", "Cost", "MoveKind", "ReduceOp",
     "auto_schedule", "Schedule", "calibrate", "machine", "gpu_machine", "Machine",

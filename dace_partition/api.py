@@ -25,7 +25,7 @@ from .ir import IoMode, Layout, is_lowered, layouts_of, notes, ranks_needed
 from .passes.local_optimize import LocalOptimize, LocalStep, steps_of
 from .passes.partition import partition, single_threaded
 from .report import LoweringReport
-from .schedule import discover, resolve
+from .schedule import discover, names_fused_maps, resolve
 from .solvers.registry import resolve_solvers
 
 __all__ = ["lower", "report", "ranks_needed", "is_lowered", "Layout", "layouts", "layout", "scatter", "gather"]
@@ -98,7 +98,7 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
     else:
         from .search import Schedule
         work = copy.deepcopy(sdfg)  # lowered on a copy: every error surfaces before the SDFG changes
-        if isinstance(schedule, Schedule) and getattr(schedule, "fused", False):
+        if getattr(schedule, "fused", False) or names_fused_maps(schedule):  # a fused Schedule, or dict() of one
             if LocalStep.MAP_FUSION not in local.steps:
                 raise ScheduleError("this schedule is auto_schedule's for the fused maps; lower it with "
                                     "local_optimize=True, or call auto_schedule(..., local_optimize=False)")

@@ -388,3 +388,36 @@ def test_calibrate_measures_every_rate_here(monkeypatch):
     default = dp.Machine()
     for rate in ("alpha", "beta", "blas_flops", "map_ops", "stream"):
         assert 0 < getattr(m, rate) < float("inf") and getattr(m, rate) != getattr(default, rate), rate
+
+
+@dace.program
+def exp_chain(x: dace.float64[N], y: dace.float64[N]):
+    y[:] = np.exp(x) * 2.0 + x
+
+
+def test_a_schedule_of_fused_maps_keeps_that_through_dict_and_its_printed_form():
+    """auto_schedule prices the fused maps, and a fused map keeps its first map's name: as plain text the
+    schedule would name the first map as written and lower would leave the rest of the chain on rank 0
+    (a benchmark once did, through dict(schedule)). Its keys carry the fact, so dict(), {**s} and the
+    printed form pasted back lower the same program as the Schedule itself."""
+    s = dp.auto_schedule(exp_chain.to_sdfg(), 2, sizes={"N": 1 << 16}, machine=SLOW)
+    assert s.fused and s, s.explain()
+    printed = repr(dict(s))
+    assert "fused_map(" in printed
+    pasted = eval(printed, {"fused_map": dp.fused_map})  # noqa: S307 - our own repr
+
+    def lowered(schedule):
+        sdfg = exp_chain.to_sdfg()
+        dp.lower(sdfg, schedule)
+        rep = dp.report(sdfg)
+        return [(k.name, k.grid) for k in rep.kernels], rep.bytes_per_rank(N=1 << 16)
+
+    expected = lowered(s)
+    assert all(grid is not None for _, grid in expected[0]), expected  # the whole chain is split
+    for other in (dict(s), {**s}, pasted):
+        assert lowered(other) == expected
+    # As plain strings the same text names the maps as written: only the first map is split.
+    plain = lowered({str(k): v for k, v in s.items()})
+    assert any(grid is None for _, grid in plain[0]), plain
+    with pytest.raises(dp.ScheduleError, match="fused maps"):
+        dp.lower(exp_chain.to_sdfg(), dict(s), local_optimize=False)

@@ -42,6 +42,29 @@ def resolve(kernels: List[Kernel], schedule) -> Dict[str, Tuple[int, ...]]:
     return out
 
 
+class FusedMapName(str):
+    """A map name of the program after ``lower``'s map fusion. A fused map keeps the name of the first map
+    it fuses, so the text alone does not say whether a schedule names the maps as written or the fused
+    ones; ``auto_schedule``'s keys are of this type when it priced the fused maps, so ``dict(schedule)``
+    and ``{**schedule}`` keep that (as plain strings, ``lower`` would read them as the maps as written and
+    leave the rest of each fused chain on rank 0). Printed as ``fused_map('name')``: a printed schedule
+    pasted back into a program keeps it as well."""
+    __slots__ = ()
+
+    def __repr__(self):
+        return f"fused_map({str.__repr__(self)})"
+
+
+def fused_map(name: str) -> FusedMapName:
+    """Schedule key: ``name`` is a map of the program after ``lower``'s map fusion (see :class:`FusedMapName`)."""
+    return FusedMapName(name)
+
+
+def names_fused_maps(schedule) -> bool:
+    """Whether ``schedule``'s keys name the maps after ``lower``'s map fusion."""
+    return any(isinstance(k, FusedMapName) for k in dict(schedule or {}))
+
+
 @dataclass(frozen=True)
 class Replicated:
     """A map grid whose every tile is computed by ``copies`` groups of ranks (see :func:`replicate`)."""

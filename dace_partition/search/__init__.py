@@ -13,7 +13,7 @@ from typing import Dict, List, Optional
 from dace.sdfg import SDFG
 
 from ..errors import ScheduleError, UnsupportedPattern
-from ..schedule import Replicated, check_grid
+from ..schedule import FusedMapName, Replicated, check_grid
 from ..solvers.registry import resolve_solvers
 from .machine import Machine, calibrate, gpu_machine, machine
 from .machine import machine as _default_machine  # ``machine`` is also a parameter name below
@@ -31,10 +31,10 @@ class Schedule(dict):
     def __init__(self, grids, *, ranks: int, predicted: Prediction, lines: List[str], method: str,
                  seconds: float, sizes: Dict[str, int], machine: Optional[Machine] = None, fused: bool = False,
                  machine_: Optional[Machine] = None):
-        super().__init__(grids)
+        super().__init__({FusedMapName(k) if fused else k: v for k, v in dict(grids).items()})
         self.ranks, self.predicted, self.method, self.seconds = ranks, predicted, method, seconds
         self.sizes, self.machine = sizes, _renamed("Schedule", machine, machine_)
-        self.fused = fused  # its names are those of the maps lower() fuses (auto_schedule(local_optimize=True))
+        self.fused = fused  # its names are those of the maps lower() fuses; its keys say so too (FusedMapName)
         self._lines = lines
 
     def explain(self) -> str:
