@@ -421,3 +421,16 @@ def test_a_schedule_of_fused_maps_keeps_that_through_dict_and_its_printed_form()
     assert any(grid is None for _, grid in plain[0]), plain
     with pytest.raises(dp.ScheduleError, match="fused maps"):
         dp.lower(exp_chain.to_sdfg(), dict(s), local_optimize=False)
+
+
+def test_predict_prices_a_fused_schedule_on_the_fused_maps():
+    """predict(auto_schedule's schedule) is what auto_schedule predicted, and the report's bytes: it fuses
+    the maps as lower does before pricing (it priced the maps as written, where only the first map of the
+    chain had a grid)."""
+    sdfg = exp_chain.to_sdfg()
+    s = dp.auto_schedule(sdfg, 2, sizes={"N": 1 << 16}, machine=SLOW)
+    for given in (s, dict(s)):
+        p = dp.search.predict(exp_chain.to_sdfg(), given, 2, sizes={"N": 1 << 16}, machine=SLOW)
+        assert p.bytes_per_rank == s.predicted.bytes_per_rank and p.time == pytest.approx(s.predicted.time)
+    dp.lower(sdfg, s)
+    assert s.predicted.bytes_per_rank == dp.report(sdfg).bytes_per_rank(N=1 << 16)

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional
 from dace.sdfg import SDFG
 
 from ..errors import ScheduleError, UnsupportedPattern
-from ..schedule import FusedMapName, Replicated, check_grid
+from ..schedule import FusedMapName, Replicated, check_grid, names_fused_maps
 from ..solvers.registry import resolve_solvers
 from .machine import Machine, calibrate, gpu_machine, machine
 from .machine import machine as _default_machine  # ``machine`` is also a parameter name below
@@ -139,8 +139,13 @@ def predict(sdfg: SDFG, schedule, ranks: int, *, io: str = "root", sizes: Option
     """What the cost model predicts for a given schedule ({map name: grid}) on ``ranks`` ranks: a hand
     schedule priced the way :func:`auto_schedule` prices its candidates. A kernel is priced on its
     principal map's grid (the map with the most parameters); kernels the schedule leaves out run on rank 0.
-    ``machine``: the rates to price on (default :func:`machine`; ``machine_``, its former name, warns)."""
+    ``machine``: the rates to price on (default :func:`machine`; ``machine_``, its former name, warns).
+    A schedule that names the fused maps (:func:`auto_schedule`'s, or ``dp.fused_map`` keys) is priced on
+    the maps as ``lower`` fuses them, as ``lower`` runs it."""
     machine = _renamed("predict", machine, machine_)
+    if getattr(schedule, "fused", False) or names_fused_maps(schedule):
+        from ..passes.local_optimize import fused_for_search
+        sdfg, _ = fused_for_search(sdfg)
     work, _, kernels = prepare(sdfg, sizes)
     cands = {}
     for k in kernels:
