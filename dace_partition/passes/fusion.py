@@ -257,7 +257,6 @@ class FuseRoundTrips(MovePass):
         return [d.fusion for d in decisions]
 
     def apply_pass(self, sdfg: SDFG, pipeline_results) -> List[Fusion]:
-        """Round trips between consecutive kernels first, then across the iterations of loops."""
-        from .loops import FuseLoops
-        done = self.apply(sdfg, self.decide(sdfg))
-        return done + FuseLoops(self.solvers).apply_pass(sdfg, pipeline_results)
+        """Round trips between consecutive kernels (those across the iterations of a loop are
+        :class:`~dace_partition.passes.loops.FuseLoops`', which runs after this one in the pipeline)."""
+        return self.apply(sdfg, self.decide(sdfg))

@@ -1,6 +1,6 @@
 """Small graph queries and edits that the passes share (public: the passes use each other's pieces
 only through this module)."""
-from typing import List, Sequence, Tuple
+from typing import Iterable, List, Sequence, Set, Tuple
 
 import dace
 from dace import nodes
@@ -20,9 +20,13 @@ class MovePass(ppl.Pass):
     """A pass that rewrites DistributedMemlets and has the solver registry implement the moves it makes."""
     CATEGORY = "dace-partition"
 
-    def __init__(self, solvers: Sequence = ()):
+    def __init__(self, solvers: Sequence = (), after: Iterable[type] = ()):
         super().__init__()
         self.solvers = list(solvers)
+        self.after = frozenset(after)  # the passes of its Pipeline that must run first
+
+    def depends_on(self) -> Set[type]:
+        return set(self.after)
 
     def modifies(self) -> ppl.Modifies:
         return ppl.Modifies.Nodes | ppl.Modifies.Edges | ppl.Modifies.Descriptors

@@ -24,6 +24,7 @@ from dace import nodes
 from dace.memlet import Memlet
 from dace.properties import CodeBlock
 from dace.sdfg import SDFG, SDFGState
+from dace.transformation import pass_pipeline as ppl
 
 from ..analysis.constraints import KernelPlan, known_sizes, plan_nested_kernel
 from ..plan import KernelMoves, analyse_kernel, plan_kernel, role, scatters
@@ -34,6 +35,7 @@ from ..errors import UnsupportedPattern
 from ..ir import Distribution, IoMode, Move, MoveKind, ProgramRecord, attach
 from . import FuseRoundTrips, FusionKind, LocalizeArguments
 from .conditions import BroadcastBranchData
+from .loops import FuseLoops
 from .prepare import keep_names, split_kernels
 from .graph import RANK, distributed_memlets, guard, has_moves, trips_of
 from ..report import Steps, KernelReport, LoweringReport, entry
@@ -98,12 +100,12 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: st
         comm_states |= set(guard(plan.kernel.state, f"__dp{plan.kernel.index}_member == 1"))
     by_kernel = {plan.kernel.index: kr for plan, kr in plans}
     steps.done("partition kernels")
-    if fuse:
-        for f in FuseRoundTrips(solvers).apply_pass(sdfg, {}):
-            _note_fusion(f, by_kernel)
-        steps.done("fusion (kernels and loops)")
+    results = rewrite_moves(solvers, fuse, io).apply_pass(sdfg, {}) or {}
+    for f in results.get(FuseRoundTrips.__name__, []) + results.get(FuseLoops.__name__, []):
+        _note_fusion(f, by_kernel)
+    steps.done("fusion (kernels and loops), rank-local arguments")
     if io == IoMode.DISTRIBUTED:
-        layouts, changes = LocalizeArguments(solvers).apply_pass(sdfg, {})
+        layouts, changes = results[LocalizeArguments.__name__]
         rep.io = str(IoMode.DISTRIBUTED)
         for name, info in changes.items():
             if info.grid_id in by_kernel:
@@ -166,6 +168,19 @@ def _why_unsplit(kernels: List[Kernel], grids) -> str:
     if not any(m.name in grids for k in kernels for m in k.maps):
         return "the schedule names none of the program's maps" + tail
     return "every scheduled map has a grid of one rank" + tail
+
+
+def rewrite_moves(solvers, fuse: bool, io: IoMode) -> ppl.Pipeline:
+    """The passes that rewrite the partitioned program's moves, as one DaCe Pipeline in the order their
+    dependencies declare: round trips through rank 0 between kernels (``fuse``), then across a loop's
+    iterations (``fuse``), then rank-local arguments (``io="distributed"``). Each pass's result is in
+    the Pipeline's results under its class name."""
+    passes = []
+    if fuse:
+        passes += [FuseRoundTrips(solvers), FuseLoops(solvers, after={FuseRoundTrips})]
+    if io == IoMode.DISTRIBUTED:
+        passes.append(LocalizeArguments(solvers, after={type(p) for p in passes}))
+    return ppl.Pipeline(passes)
 
 
 def _every_rank_symbols(sdfg: SDFG, kernel_states) -> set:
