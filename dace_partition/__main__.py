@@ -77,6 +77,8 @@ def main(argv=None):
         sdfg = _load(args.target)
         sizes = _sizes(args.size)
         schedule = dp.auto_schedule(sdfg, args.ranks, io=args.io, memory_per_rank=args.memory_per_rank, sizes=sizes)
+        if schedule.fused:  # the printed keys read fused_map('...'): pasted into a program, they need it
+            print("from dace_partition import fused_map  # names of the maps as lower(...) fuses them")
         print(f"schedule = {dict(schedule)!r}\n")
         lowered = copy.deepcopy(sdfg)
         dp.lower(lowered, schedule, io=args.io)

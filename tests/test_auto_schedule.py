@@ -341,7 +341,8 @@ def test_schedule_command_prints_the_schedule_and_the_report():
     proc = subprocess.run([sys.executable, "-m", "dace_partition", "schedule", f"{__file__}:column_sums", "--ranks", "4"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "schedule = {'Reduce.reduce_output': (1, 4)}" in proc.stdout  # [column, row]: the rows split
+    assert "schedule = {fused_map('Reduce.reduce_output'): (1, 4)}" in proc.stdout  # [column, row]: the rows split
+    assert "from dace_partition import fused_map" in proc.stdout  # the printed schedule pastes as it is
     assert "automatic schedule for 4 rank(s)" in proc.stdout and "MPI_Reduce" in proc.stdout
 
 

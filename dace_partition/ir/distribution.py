@@ -25,6 +25,29 @@ def _expr(x):
     return sympy.sympify(x)
 
 
+def _is_int_ceil(f) -> bool:
+    return getattr(getattr(f, "func", None), "__name__", "") == "int_ceil"
+
+
+def _exact_divisions(x):
+    """``x`` with every ``int_ceil(a, b)`` whose ``a`` has all its coefficients divisible by the integer
+    ``b`` written as ``a / b`` (``int_ceil(600*r + 600, 2)`` is ``300*r + 300`` for every integer ``r``):
+    memlet propagation through a library node's expansion leaves these where the sizes are constants,
+    and the solvers (equal blocks?) and the search (which prices on numbers) must see the same blocks."""
+    if not getattr(x, "has", None) or not x.atoms(sympy.Function):
+        return x
+
+    def exact(f):
+        if len(f.args) != 2 or not f.args[1].is_Integer or f.args[1] == 0:
+            return f
+        q = sympy.expand(f.args[0] / f.args[1])
+        if all(c.is_Integer for c in q.as_coefficients_dict().values()):
+            return q
+        return f
+
+    return x.replace(_is_int_ceil, exact)
+
+
 def _free(x) -> set:
     return {str(f) for f in _expr(x).free_symbols}
 
@@ -42,7 +65,7 @@ class Distribution:
     def on_grid(subset: subsets.Range, grid: Sequence[int], coords: Sequence[Optional[str]], grid_id: int,
                 pending=None) -> "Distribution":
         coords = tuple(c or None for c in coords)
-        rng = tuple((_expr(b), _expr(e), _expr(s)) for b, e, s in subset)
+        rng = tuple((_exact_divisions(_expr(b)), _exact_divisions(_expr(e)), _expr(s)) for b, e, s in subset)
         dist = Distribution(tuple(int(g) for g in grid), coords, rng, int(grid_id), ReduceOp.of(pending))
         if dist.pending is not None and dist.replicas == 1:
             dist = dist.combined()

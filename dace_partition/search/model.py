@@ -486,7 +486,7 @@ class ProgramModel:
         scattered: List[Distribution] = []
         home = self._home(arr, uses, chosen) if free_io else None
 
-        def walk(segment, mult, first):
+        def walk(segment, mult, first, fuse=True):
             for u in segment:
                 if u.actor < 0 or not chosen[u.actor].candidate.partitioned:
                     if u.write:
@@ -517,7 +517,7 @@ class ProgramModel:
                         scattered.append(dst)
                 if u.write and arr in p.writes:
                     src, cost = p.writes[arr]
-                    if fusable:
+                    if fusable and fuse:
                         holder[0] = src
                         writer[arr] = u.actor
                     elif not free_io:
@@ -556,9 +556,12 @@ class ProgramModel:
                 holder[0] = h
                 writer[arr] = w
                 continue
-            walk(seg, 1, True)
+            # an argument that several kernels of a loop write makes its round trip through rank 0 in
+            # every iteration (FuseLoops keeps only one writer's blocks; FuseRoundTrips fuses transients)
+            fuse = lp is None or desc.transient or len(writers) <= 1
+            walk(seg, 1, True, fuse)
             if trips > 1:
-                walk(seg, trips - 1, False)
+                walk(seg, trips - 1, False, fuse)
         if fusable and holder[0] is not None and argument and not free_io:
             _add(per, comm, chosen[writer[arr]].writes[arr][1], 1, m, "gather", arr)
         elif fusable and holder[0] is not None and free_io and holder[0].partial:
