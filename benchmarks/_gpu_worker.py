@@ -21,6 +21,7 @@ from mpi4py import MPI
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dace_partition as dp  # noqa: E402
 from _gpu_workloads import WORKLOADS, numpy_of, reference, torch_of  # noqa: E402
+from dace_partition.runtime.device_arrays import HostBackedDeviceArray  # noqa: E402
 
 folder, name, size, out_path, seconds = sys.argv[1:6]
 emulated = len(sys.argv) > 6 and sys.argv[6] == "emulated"
@@ -33,26 +34,14 @@ import torch  # noqa: E402
 dev = "cpu" if emulated else "cuda"
 
 
-class HostAsDevice:
-    """Host memory presented as a device array (the emulated rehearsal)."""
-
-    def __init__(self, arr):
-        self.host = np.ascontiguousarray(arr)
-
-    @property
-    def __cuda_array_interface__(self):
-        return {"shape": self.host.shape, "typestr": self.host.dtype.str, "data": (self.host.ctypes.data, False),
-                "strides": None, "version": 3}
-
-
 def to_device(a):
-    return HostAsDevice(a) if emulated else torch_of(torch, a).to(dev)
+    return HostBackedDeviceArray(a) if emulated else torch_of(torch, a).to(dev)
 
 
 def to_host(x):
     if isinstance(x, np.ndarray):
         return x
-    if isinstance(x, HostAsDevice):
+    if isinstance(x, HostBackedDeviceArray):
         return x.host
     if hasattr(x, "get"):  # DeviceArray
         return x.get()

@@ -180,6 +180,20 @@ class CudaMemory:
         return view  # DaCe passes __cuda_array_interface__'s pointer for GPU storage
 
 
+class HostBackedDeviceArray:
+    """A host NumPy array presented as a device array (only ``__cuda_array_interface__``): what a caller
+    passes to a program whose GPU data flow is emulated on the host (:class:`HostMemory`), in the tests
+    and in ``benchmarks/gpu.py --emulated``. ``host`` is the array itself (the program updates it)."""
+
+    def __init__(self, arr):
+        self.host = np.ascontiguousarray(arr)
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.host.shape, "typestr": self.host.dtype.str, "data": (self.host.ctypes.data, False),
+                "strides": None, "version": 3}
+
+
 class HostMemory:
     """The same interface on host memory, for programs whose GPU data flow is emulated on the host."""
 

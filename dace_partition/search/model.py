@@ -74,7 +74,9 @@ class Priced:
     ranks: int = 1
     reads: Dict[str, Tuple[Distribution, Cost]] = field(default_factory=dict)  # array -> scatter into "in"
     writes: Dict[str, Tuple[Distribution, Cost]] = field(default_factory=dict)  # array -> gather
-    fills: List[Cost] = field(default_factory=list)  # prior values of writes: paid whenever the kernel runs
+    # array -> prior values of its write scattered into the write's blocks: a read like the others (the
+    # previous writer's blocks may hold them: FuseRoundTrips fuses this scatter as it fuses a read)
+    fills: Dict[str, Tuple[Distribution, Cost]] = field(default_factory=dict)
     memory: int = 0  # bytes of rank-local buffers per rank
 
 
@@ -256,7 +258,7 @@ class ProgramModel:
             if pm.kind == MoveKind.SCATTER and pm.role == IN:
                 p.reads[pm.array] = (pm.move.dst, cost)
             elif pm.kind == MoveKind.SCATTER:
-                p.fills.append(cost)
+                p.fills[pm.array] = (pm.move.dst, cost)
             else:
                 p.writes[pm.array] = (pm.move.src, cost)
         p.memory = _buffer_bytes(self.sdfg, km)
@@ -400,10 +402,6 @@ class ProgramModel:
             comm += seconds
             memory += mem
             _accumulate(per, bytes_, 1)
-            if trace is not None:
-                for c in chosen[k.index].fills:
-                    if c.per_rank is not None:
-                        trace.append((k.label, "prior values", sum(c.per_rank) * self._trips_of(k)))
         for arr, uses in self.uses.items():
             if trace is not None:
                 bytes_, seconds = self._array_cost(arr, uses, chosen, trace)
@@ -444,15 +442,12 @@ class ProgramModel:
 
     def _kernel_part(self, k: int, i: int):
         """(seconds of its own moves, their bytes per rank, seconds of compute, memory) of kernel k on
-        candidate i: its work and the prior values of its writes, times its trip count."""
+        candidate i: its work, times its trip count (the prior values of its writes are the arrays' part)."""
         key = (k, i)
         if key not in self._kernel_parts:
             p = self.priced[k][i]
             trips = self._trips_of(self.kernels[k])
-            per, comm = [0] * self.ranks, [0.0]
-            for c in p.fills:
-                _add_cost(per, comm, c, trips, self.machine)
-            self._kernel_parts[key] = (comm[0], per, p.compute * trips, p.memory)
+            self._kernel_parts[key] = (0.0, [0] * self.ranks, p.compute * trips, p.memory)
         return self._kernel_parts[key]
 
     def _array_part(self, arr: str, choice: Dict[int, int], chosen) -> Tuple[List[int], float]:
@@ -485,6 +480,24 @@ class ProgramModel:
         holder: List[Optional[Distribution]] = [None]
         scattered: List[Distribution] = []
         home = self._home(arr, uses, chosen) if free_io else None
+        fused_gathers: List[Tuple[Cost, int]] = []  # gathers a fused round trip removed, while none is kept
+        kept = [False]  # a reader read rank 0's copy: FuseRoundTrips keeps every gather of the array
+
+        def prior(dst, cost, times, fuse):
+            """A write's prior values: from the last writer's blocks where they cover them (a fused round
+            trip, as FuseRoundTrips fuses the scatter of prior values), else scattered from rank 0."""
+            if fuse and desc.transient and holder[0] is not None and covers(holder[0], dst):
+                mc = self.move_cost(arr, holder[0], dst, desc.shape, desc.dtype.bytes)
+                if mc is None:  # the same blocks on the same ranks: nothing moves
+                    return
+                if mc.per_rank is not None:
+                    _add(per, comm, mc, times, m, "prior values (redistribute)", arr)
+                    return
+            if fuse and desc.transient and holder[0] is not None and not kept[0]:
+                for c, n in fused_gathers:  # read from rank 0's copy: every gather of the array stays
+                    _add(per, comm, c, n, m, "gather (kept)", arr)
+                kept[0] = True
+            _add(per, comm, cost, times, m, "prior values", arr)
 
         def walk(segment, mult, first, fuse=True):
             for u in segment:
@@ -496,7 +509,15 @@ class ProgramModel:
                 rep = mult * u.inner  # moves that follow a write repeat with the loops nested around the use
                 if u.read and arr in p.reads:
                     dst, cost = p.reads[arr]
-                    if holder[0] is not None:
+                    if holder[0] is not None and desc.transient and not covers(holder[0], dst):
+                        # it reads elements the last writer did not write (a triangle, then the whole
+                        # array): from rank 0's copy, and every gather of the array stays (FuseRoundTrips)
+                        if not kept[0]:
+                            for c, times in fused_gathers:
+                                _add(per, comm, c, times, m, "gather (kept)", arr)
+                            kept[0] = True
+                        _add(per, comm, cost, rep, m, "scatter", arr)
+                    elif holder[0] is not None:
                         mc = self.move_cost(arr, holder[0], dst, desc.shape, desc.dtype.bytes)
                         if mc is not None and mc.per_rank is None:  # no solver: through rank 0
                             _add(per, comm, chosen[writer[arr]].writes[arr][1], rep, m, "gather", arr)
@@ -515,11 +536,17 @@ class ProgramModel:
                             _add(per, comm, cost if mc is not None and mc.per_rank is None else mc, rep, m,
                                  "redistribute", arr)
                         scattered.append(dst)
+                if u.write and arr in p.fills:
+                    prior(*p.fills[arr], mult * u.inner, fusable and fuse)
                 if u.write and arr in p.writes:
                     src, cost = p.writes[arr]
                     if fusable and fuse:
                         holder[0] = src
                         writer[arr] = u.actor
+                        if kept[0]:
+                            _add(per, comm, cost, mult * u.inner, m, "gather (kept)", arr)
+                        else:
+                            fused_gathers.append((cost, mult * u.inner))
                     elif not free_io:
                         _add(per, comm, cost, mult * u.inner, m, "gather", arr)
                     elif src.partial:  # every replica gets the combined value (passes.localize_io)
@@ -543,6 +570,8 @@ class ProgramModel:
                         not any(not covers(h, d) and offset_inside(h, d) is not None for d in readers):
                     _add(per, comm, self.scatter_cost(arr, h, desc), 1, m, "scatter", arr)
                 for u in seg:
+                    if u.write and u.actor >= 0 and arr in chosen[u.actor].fills:
+                        _add(per, comm, chosen[u.actor].fills[arr][1], trips * u.inner, m, "prior values", arr)
                     if u.read and u.actor >= 0 and arr in chosen[u.actor].reads:
                         dst, cost = chosen[u.actor].reads[arr]
                         mc = self.move_cost(arr, h, dst, desc.shape, desc.dtype.bytes)

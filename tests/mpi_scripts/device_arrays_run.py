@@ -15,25 +15,13 @@ import numpy as np
 from mpi4py import MPI
 
 import dace_partition as dp
-from dace_partition.runtime.device_arrays import DeviceArray
+from dace_partition.runtime.device_arrays import DeviceArray, HostBackedDeviceArray
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from conformance.programs import CASES  # noqa: E402
 
 comm = MPI.COMM_WORLD
 rank = comm.rank
-
-
-class FakeDeviceArray:
-    """Host memory presented as a device array (only ``__cuda_array_interface__``)."""
-
-    def __init__(self, arr):
-        self.host = np.ascontiguousarray(arr)
-
-    @property
-    def __cuda_array_interface__(self):
-        return {"shape": self.host.shape, "typestr": self.host.dtype.str, "data": (self.host.ctypes.data, False),
-                "strides": None, "version": 3}
 
 
 def expect(cond, what):
@@ -56,7 +44,7 @@ data = jac.inputs(np.random.default_rng(3))
 expected = jac.reference({k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in data.items()})
 prog = dp.load(sys.argv[1], comm)
 syms = {"T": data["T"]}  # N is 12, a constant of the build
-tiles = {k: FakeDeviceArray(prog.layouts[k].scatter(data[k], rank)) for k in ("A", "B")}
+tiles = {k: HostBackedDeviceArray(prog.layouts[k].scatter(data[k], rank)) for k in ("A", "B")}
 before = {k: t.host.ctypes.data for k, t in tiles.items()}
 expect(prog(**tiles, **syms) is None, "jacobi2d_time returns nothing")
 expect(all(tiles[k].host.ctypes.data == before[k] for k in tiles), "a tile was replaced")
@@ -72,7 +60,7 @@ for name in ("A", "B"):
     if rank == 0:
         np.testing.assert_allclose(prog.layouts[name].gather(got), expected[name], rtol=1e-12,
                                    err_msg=f"{name}, NumPy tiles after device tiles")
-wrong = FakeDeviceArray(tiles["A"].host.astype(np.float32))
+wrong = HostBackedDeviceArray(tiles["A"].host.astype(np.float32))
 refused(lambda: prog(A=wrong, B=tiles["B"], **syms), ["'A'", "float32", "float64"])
 
 # root io: rank 0's whole array on the device; the result comes back on the device
@@ -81,7 +69,7 @@ data = sm.inputs(np.random.default_rng(4))
 expected = sm.reference(dict(data))
 prog = dp.load(sys.argv[2], comm)
 sizes = {k: v for k, v in data.items() if not isinstance(v, np.ndarray)}
-out = prog(x=FakeDeviceArray(data["x"]), **sizes) if rank == 0 else prog()
+out = prog(x=HostBackedDeviceArray(data["x"]), **sizes) if rank == 0 else prog()
 if rank == 0:
     expect(isinstance(out, DeviceArray) and not isinstance(out, np.ndarray), f"device in gave {type(out).__name__} out")
     np.testing.assert_allclose(out.get(), expected, rtol=1e-12, err_msg="softmax, device array in")
@@ -90,7 +78,7 @@ if rank == 0:
     expect(isinstance(out2, np.ndarray), f"NumPy in gave {type(out2).__name__} out")
     np.testing.assert_allclose(out2, expected, rtol=1e-12, err_msg="softmax, NumPy in after device in")
     expect(out.ptr != out2.ctypes.data, "two calls share a result")
-short = FakeDeviceArray(data["x"][:-1])
+short = HostBackedDeviceArray(data["x"][:-1])
 refused(lambda: prog(x=short, **sizes) if rank == 0 else prog(), ["'x'", "shape"])
 if rank == 0:
     print("OK")
