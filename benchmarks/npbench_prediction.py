@@ -78,6 +78,7 @@ def one(kernel, npb, ranks):
                     schedule = dp.auto_schedule(sdfg, P, sizes=values)
                     predicted = schedule.predicted.bytes_per_rank
                     dp.lower(sdfg, schedule)
+                row["grids"] = {str(k): str(v) for k, v in schedule.items()}
                 reported = dp.report(sdfg).bytes_per_rank(**values)
                 if reported is None:
                     row["outcome"] = "run_time"
