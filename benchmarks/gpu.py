@@ -50,6 +50,8 @@ def build_one(name, ranks, small, emulated):
     """Lowers and builds one workload (run in its own process); prints one JSON line."""
     import dace_partition as dp
     from _gpu_workloads import lowered
+    if emulated:  # warp reductions are CUDA code: the host runs DaCe's pure expansion (as the tests do)
+        os.environ["DACE_PARTITION_GPU_REDUCTIONS"] = "pure"
     t0 = time.perf_counter()
     sdfg = lowered(name, ranks, small)
     lower_s = time.perf_counter() - t0
