@@ -98,7 +98,7 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
     else:
         from .search import Schedule
         work = copy.deepcopy(sdfg)  # lowered on a copy: every error surfaces before the SDFG changes
-        if getattr(schedule, "fused", False) or names_fused_maps(schedule):  # a fused Schedule, or dict() of one
+        if names_fused_maps(schedule):  # a fused Schedule, or dict() of one
             if LocalStep.MAP_FUSION not in local.steps:
                 raise ScheduleError("this schedule is auto_schedule's for the fused maps; lower it with "
                                     "local_optimize=True, or call auto_schedule(..., local_optimize=False)")

@@ -12,7 +12,7 @@ from typing import List, Optional
 import dace
 import sympy
 
-from .distribution import Distribution, _rename
+from .distribution import Distribution, _is_int_ceil, _rename
 from .move import contains, intersection, volume
 
 
@@ -21,8 +21,7 @@ def number(x):
     symbols are integers), else None."""
     x = dace.symbolic.simplify(x)
     if not getattr(x, "is_number", False):
-        x = sympy.simplify(x.replace(lambda f: getattr(getattr(f, "func", None), "__name__", "") == "int_ceil",
-                                     lambda f: sympy.ceiling(f.args[0] / f.args[1])))
+        x = sympy.simplify(x.replace(_is_int_ceil, lambda f: sympy.ceiling(f.args[0] / f.args[1])))
     return x if getattr(x, "is_number", False) else None
 
 

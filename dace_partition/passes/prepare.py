@@ -152,7 +152,6 @@ def keep_names(kernels: List[Kernel], before: List[Kernel]) -> List[Kernel]:
     return kernels
 
 
-
 def split_states(sdfg: SDFG):
     """One work node per state (see the module docstring), so each state can run on its own ranks."""
     scalar_arguments_to_arrays(sdfg)

@@ -61,8 +61,9 @@ def fused_map(name: str) -> FusedMapName:
 
 
 def names_fused_maps(schedule) -> bool:
-    """Whether ``schedule``'s keys name the maps after ``lower``'s map fusion."""
-    return any(isinstance(k, FusedMapName) for k in dict(schedule or {}))
+    """Whether ``schedule`` names the maps after ``lower``'s map fusion: a fused ``Schedule`` (also an
+    empty one), or a mapping whose keys are :class:`FusedMapName` (``dict()`` of one)."""
+    return bool(getattr(schedule, "fused", False)) or any(isinstance(k, FusedMapName) for k in dict(schedule or {}))
 
 
 @dataclass(frozen=True)

@@ -143,7 +143,7 @@ def predict(sdfg: SDFG, schedule, ranks: int, *, io: str = "root", sizes: Option
     A schedule that names the fused maps (:func:`auto_schedule`'s, or ``dp.fused_map`` keys) is priced on
     the maps as ``lower`` fuses them, as ``lower`` runs it."""
     machine = _renamed("predict", machine, machine_)
-    if getattr(schedule, "fused", False) or names_fused_maps(schedule):
+    if names_fused_maps(schedule):
         from ..passes.local_optimize import fused_for_search
         sdfg, _ = fused_for_search(sdfg)
     work, _, kernels = prepare(sdfg, sizes)

@@ -397,11 +397,9 @@ class ProgramModel:
         memory = 0
         chosen = {k.index: self.priced[k.index][choice.get(k.index, 0)] for k in self.kernels}
         for k in self.kernels:
-            seconds, bytes_, work, mem = self._kernel_part(k.index, choice.get(k.index, 0))
+            work, mem = self._kernel_part(k.index, choice.get(k.index, 0))
             compute += work
-            comm += seconds
             memory += mem
-            _accumulate(per, bytes_, 1)
         for arr, uses in self.uses.items():
             if trace is not None:
                 bytes_, seconds = self._array_cost(arr, uses, chosen, trace)
@@ -419,11 +417,9 @@ class ProgramModel:
             return base
         trial = {**choice, k: i}
         per = list(base.bytes_per_rank)
-        s0, b0, w0, m0 = self._kernel_part(k, old)
-        s1, b1, w1, m1 = self._kernel_part(k, i)
-        compute, comm, memory = base.compute - w0 + w1, base.communication - s0 + s1, base.memory - m0 + m1
-        _accumulate(per, b0, -1)
-        _accumulate(per, b1, 1)
+        w0, m0 = self._kernel_part(k, old)
+        w1, m1 = self._kernel_part(k, i)
+        compute, comm, memory = base.compute - w0 + w1, base.communication, base.memory - m0 + m1
         chosen = None
         for arr in self._arrays_of.get(k, ()):
             b_old, t_old = self._array_part(arr, choice, None)
@@ -441,13 +437,12 @@ class ProgramModel:
         return Prediction(compute + comm, compute, comm, per, memory)
 
     def _kernel_part(self, k: int, i: int):
-        """(seconds of its own moves, their bytes per rank, seconds of compute, memory) of kernel k on
-        candidate i: its work, times its trip count (the prior values of its writes are the arrays' part)."""
+        """(seconds of compute, memory) of kernel k on candidate i: its work times its trip count. Every
+        move, the prior values of its writes included, is its arrays' part (:meth:`_array_cost`)."""
         key = (k, i)
         if key not in self._kernel_parts:
             p = self.priced[k][i]
-            trips = self._trips_of(self.kernels[k])
-            self._kernel_parts[key] = (0.0, [0] * self.ranks, p.compute * trips, p.memory)
+            self._kernel_parts[key] = (p.compute * self._trips_of(self.kernels[k]), p.memory)
         return self._kernel_parts[key]
 
     def _array_part(self, arr: str, choice: Dict[int, int], chosen) -> Tuple[List[int], float]:
@@ -483,6 +478,14 @@ class ProgramModel:
         fused_gathers: List[Tuple[Cost, int]] = []  # gathers a fused round trip removed, while none is kept
         kept = [False]  # a reader read rank 0's copy: FuseRoundTrips keeps every gather of the array
 
+        def keep_gathers():
+            """A reader reads rank 0's copy: FuseRoundTrips keeps every gather of the array, those it
+            would have removed so far included (the later ones are charged as they come)."""
+            if not kept[0]:
+                for c, n in fused_gathers:
+                    _add(per, comm, c, n, m, "gather (kept)", arr)
+                kept[0] = True
+
         def prior(dst, cost, times, fuse):
             """A write's prior values: from the last writer's blocks where they cover them (a fused round
             trip, as FuseRoundTrips fuses the scatter of prior values), else scattered from rank 0."""
@@ -493,10 +496,8 @@ class ProgramModel:
                 if mc.per_rank is not None:
                     _add(per, comm, mc, times, m, "prior values (redistribute)", arr)
                     return
-            if fuse and desc.transient and holder[0] is not None and not kept[0]:
-                for c, n in fused_gathers:  # read from rank 0's copy: every gather of the array stays
-                    _add(per, comm, c, n, m, "gather (kept)", arr)
-                kept[0] = True
+            if fuse and desc.transient and holder[0] is not None:
+                keep_gathers()
             _add(per, comm, cost, times, m, "prior values", arr)
 
         def walk(segment, mult, first, fuse=True):
@@ -512,10 +513,7 @@ class ProgramModel:
                     if holder[0] is not None and desc.transient and not covers(holder[0], dst):
                         # it reads elements the last writer did not write (a triangle, then the whole
                         # array): from rank 0's copy, and every gather of the array stays (FuseRoundTrips)
-                        if not kept[0]:
-                            for c, times in fused_gathers:
-                                _add(per, comm, c, times, m, "gather (kept)", arr)
-                            kept[0] = True
+                        keep_gathers()
                         _add(per, comm, cost, rep, m, "scatter", arr)
                     elif holder[0] is not None:
                         mc = self.move_cost(arr, holder[0], dst, desc.shape, desc.dtype.bytes)
