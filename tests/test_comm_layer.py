@@ -16,7 +16,7 @@ import dace_partition as dp
 import programs as P
 from dace_partition.ir import (ROOT, Distribution, IoMode, Layout, Move, MoveKind, ProgramRecord, ReduceOp,
                                record_of)
-from dace_partition.ir.move import intersection, volume
+from dace_partition.ir.boxes import intersection, volume
 from dace_partition.passes import FuseRoundTrips, FusionKind
 from dace_partition.solvers import registry
 

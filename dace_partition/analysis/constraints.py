@@ -10,7 +10,6 @@ import copy
 import itertools
 import re
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import dace
@@ -23,7 +22,8 @@ from dace.sdfg.propagation import propagate_subset
 
 from ..compat import as_range
 from ..errors import ScheduleError, UnsupportedPattern
-from ..ir import ReduceOp
+from ..ir import Direction, ReduceOp
+from ..ir.distribution import values_on_grid
 from ..schedule import FreeSymbols, Kernel, MapInfo, grid_size, ordered_states
 from .rank_tiling import tile_range
 
@@ -33,15 +33,6 @@ _OPS = {
     dtypes.ReductionType.Min: ReduceOp.MIN,
     dtypes.ReductionType.Max: ReduceOp.MAX,
 }
-
-
-class Direction(str, Enum):
-    """Whether a kernel reads (``IN``) or writes (``OUT``) an array."""
-    IN = "in"
-    OUT = "out"
-
-    def __str__(self):
-        return self.value
 
 
 @dataclass
@@ -148,7 +139,7 @@ def map_accesses(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, rng: subse
         out.append(Access(arr, Direction.OUT, subset, op, accumulates=op is not None))
         if op is None and arr in dynamic:
             # A write that may skip elements: they must keep their prior values.
-            if not any(a.array == arr and a.direction == "in" and same_subset(a.subset, subset) for a in out):
+            if not any(a.array == arr and a.direction == Direction.IN and same_subset(a.subset, subset) for a in out):
                 out.append(Access(arr, Direction.IN, subset, prior=True))
     return out
 
@@ -334,10 +325,10 @@ def refuse_growing_blocks(plan: "KernelPlan", label: str, samples=(7, 97, 1000))
     is then refused before any rank starts. Checked on every grid position, with the program's symbols set
     to a few sample values. Where ``specialize`` fixed the sizes, every block is known and the buffer takes
     the largest (:func:`..solvers.base.block_shape`), so nothing is refused."""
-    import itertools as _it
     coords = [(dace.symbolic.symbol(c, dace.int32), g) for c, g in zip(plan.coords, plan.grid) if c]
     if not coords:
         return
+    extents = {str(c): g for c, g in coords}
     fixed = known_sizes(plan.kernel.state.sdfg)
     for a in plan.accesses:
         for j, (b, e, _) in enumerate(a.subset):
@@ -346,8 +337,7 @@ def refuse_growing_blocks(plan: "KernelPlan", label: str, samples=(7, 97, 1000))
             if known.is_number:
                 continue  # the same block at every grid position
             if not {str(f) for f in known.free_symbols} - {str(c) for c, _ in coords}:
-                at = [int(known.subs(dict(zip([c for c, _ in coords], pos))))
-                      for pos in _it.product(*[range(g) for _, g in coords])]
+                at = values_on_grid(known, extents)  # the origin first
                 if max(at) > at[0]:
                     refuse_overlapping_writes(plan, a, fixed, label)
                 continue  # sizes known (constants or specialized): the buffer takes the largest block
@@ -358,9 +348,8 @@ def refuse_growing_blocks(plan: "KernelPlan", label: str, samples=(7, 97, 1000))
             for sample in samples:
                 w = width.subs({x: sample for x in others})
                 try:
-                    zero = int(w.subs({c: 0 for c, _ in coords}))
-                    grow = max(int(w.subs(dict(zip([c for c, _ in coords], pos))))
-                               for pos in _it.product(*[range(g) for _, g in coords]))
+                    at = values_on_grid(w, extents)
+                    zero, grow = at[0], max(at)
                 except (TypeError, ValueError):
                     break
                 if grow > zero:
@@ -478,7 +467,7 @@ def copies_write_whole_values(plan: KernelPlan) -> List[Access]:
     would hold partial results and copies at once; that is refused."""
     out = []
     for a in plan.accesses:
-        if a.direction != "out" or a.op is None:
+        if a.direction != Direction.OUT or a.op is None:
             out.append(a)
             continue
         used = {str(f) for b, e, _ in a.subset for f in sympy.sympify(b).free_symbols | sympy.sympify(e).free_symbols}
@@ -574,18 +563,18 @@ def plan_nested_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, .
             if a.array not in canonical:
                 canonical[a.array] = a.subset
                 source[a.array] = info.name
-            if a.direction == "out":
+            if a.direction == Direction.OUT:
                 writes.setdefault(a.array, set()).add(a.op)
 
     _check_outside_maps(kernel, canonical, grid)
     plan.body_constraints = canonical
     state = kernel.state
-    for direction, edges in (("in", state.in_edges(kernel.node)), ("out", state.out_edges(kernel.node))):
+    for direction, edges in ((Direction.IN, state.in_edges(kernel.node)), (Direction.OUT, state.out_edges(kernel.node))):
         for e in edges:
             arr = e.data.data
             if arr is None:
                 continue
-            own = e.dst_conn if direction == "in" else e.src_conn
+            own = e.dst_conn if direction == Direction.IN else e.src_conn
             conn = own if own in canonical else kernel.connectors.get((direction, arr))
             if conn not in canonical:
                 raise UnsupportedPattern(arr, e.data.subset, f"'{kernel.label}' uses it (connector {conn}), but "
@@ -598,7 +587,7 @@ def plan_nested_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, .
                 raise UnsupportedPattern(arr, f"{twin.subset}] and [{subset}", f"'{kernel.label}' takes the array on "
                                          "two connectors with different blocks per rank (e.g. A @ A); one rank-local "
                                          "buffer cannot serve both, so leave this kernel out of the schedule")
-            if direction == "in":
+            if direction == Direction.IN:
                 plan.accesses.append(Access(arr, Direction.IN, subset))
                 continue
             ops = writes.get(conn, {None}) - {None}
@@ -606,7 +595,7 @@ def plan_nested_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, .
                 raise UnsupportedPattern(arr, canonical[conn], f"written with different conflict resolutions {ops}")
             op = ops.pop() if ops else None
             # A kernel that also takes the array as input accumulates onto its prior value.
-            accumulates = op is not None and ("in", arr) in kernel.connectors
+            accumulates = op is not None and (Direction.IN, arr) in kernel.connectors
             plan.accesses.append(Access(arr, Direction.OUT, subset, op, accumulates))
     refuse_views(sdfg, plan.accesses, kernel.label)
     refuse_growing_blocks(plan, kernel.label)

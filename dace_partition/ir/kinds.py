@@ -1,5 +1,5 @@
 """Enums of the intermediate representation: what a move does, how partial results combine, where a
-program's arguments live. ``str`` enums, so reports and JSON read as words."""
+program's arguments live, which way a kernel's access goes and which rank-local buffer it uses. ``str`` enums, so reports and JSON read as words."""
 from enum import Enum
 from typing import Optional
 
@@ -44,6 +44,25 @@ _CODES = {ReduceOp.SUM: 1, ReduceOp.PROD: 2, ReduceOp.MIN: 3, ReduceOp.MAX: 4}
 
 def op_code(op: Optional[ReduceOp]) -> int:
     return 0 if op is None else ReduceOp(op).code
+
+
+class Direction(str, Enum):
+    """Whether a kernel reads (``IN``) or writes (``OUT``) an array."""
+    IN = "in"
+    OUT = "out"
+
+    def __str__(self):
+        return self.value
+
+
+class Role(str, Enum):
+    """Which of its two rank-local buffers in one kernel an array's access fills or empties: the reads'
+    (``IN``) or the write's (``OUT``, which also receives the prior values of a write)."""
+    IN = "in"
+    OUT = "out"
+
+    def __str__(self):
+        return self.value
 
 
 class IoMode(str, Enum):

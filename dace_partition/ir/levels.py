@@ -18,8 +18,8 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from .boxes import overlaps, volume
 from .kinds import MoveKind
-from .move import overlaps, volume
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class NodeLayout:
 def off_node_bytes(move, per_rank: Optional[Tuple[int, ...]], layout: NodeLayout) -> Optional[Tuple[int, ...]]:
     """Of the bytes each world rank receives for ``move`` (``per_rank``, a solver's ``Cost.per_rank``), those
     that come from ranks on other nodes; None where ``per_rank`` is unknown. Array operations over the
-    pairs of ranks (``ir.move.overlaps``): the search prices moves on up to 1024 ranks."""
+    pairs of ranks (``ir.boxes.overlaps``): the search prices moves on up to 1024 ranks."""
     if per_rank is None:
         return None
     world = len(per_rank)

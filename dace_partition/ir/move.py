@@ -9,57 +9,9 @@ implement it, what it costs (:class:`Cost`) and its C++ code; the schedule's low
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-import numpy as np
-
+from .boxes import from_others, intersection, overlaps, volume
 from .distribution import Distribution
 from .kinds import MoveKind, ReduceOp
-
-
-def volume(count) -> int:
-    n = 1
-    for c in count:
-        n *= c
-    return n
-
-
-def intersection(a, b) -> int:
-    """Elements two (start, count) boxes share."""
-    n = 1
-    for s1, c1, s2, c2 in zip(a[0], a[1], b[0], b[1]):
-        n *= max(0, min(s1 + c1, s2 + c2) - max(s1, s2))
-    return n
-
-
-def overlaps(src, dst) -> np.ndarray:
-    """``M[q, me]``: elements rank ``q``'s box in ``src`` shares with rank ``me``'s box in ``dst`` (lists of
-    (start, count) boxes, one per rank). One array operation per dimension instead of a Python loop over
-    every pair of ranks: pricing a move on P ranks touches P^2 pairs, which took seconds per move at
-    P = 256 and minutes per search at P = 1024."""
-    if not src or not dst:
-        return np.zeros((len(src), len(dst)), dtype=np.int64)
-    s0 = np.array([b[0] for b in src], dtype=np.int64).reshape(len(src), -1)
-    s1 = s0 + np.array([b[1] for b in src], dtype=np.int64).reshape(len(src), -1)
-    d0 = np.array([b[0] for b in dst], dtype=np.int64).reshape(len(dst), -1)
-    d1 = d0 + np.array([b[1] for b in dst], dtype=np.int64).reshape(len(dst), -1)
-    m = np.ones((len(src), len(dst)), dtype=np.int64)
-    for k in range(s0.shape[1]):
-        m *= np.maximum(0, np.minimum(s1[:, k, None], d1[None, :, k]) - np.maximum(s0[:, k, None], d0[None, :, k]))
-    return m
-
-
-def from_others(m: np.ndarray, senders=None) -> np.ndarray:
-    """Per destination rank, the elements it gets from other ranks (``senders``: which ranks send) under
-    the overlap matrix ``m`` of :func:`overlaps`."""
-    m = m.copy()
-    np.fill_diagonal(m, 0)
-    if senders is not None:
-        m[~np.asarray(senders, dtype=bool), :] = 0
-    return m.sum(axis=0)
-
-
-def contains(outer, inner) -> bool:
-    """Whether the (start, count) box ``outer`` holds all of ``inner`` (an empty ``inner`` always)."""
-    return intersection(outer, inner) == volume(inner[1])
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,14 @@ sampled: with known sizes block by block, with symbolic sizes by arithmetic on i
 where neither proves it the answer is the conservative one (not covered, not inside), which costs a
 move, never a wrong value.
 """
+import functools
 from typing import List, Optional
 
 import dace
 import sympy
 
 from .distribution import Distribution, _is_int_ceil, _rename
-from .move import contains, intersection, volume
+from .boxes import boxes_cover, volume
 
 
 def number(x):
@@ -56,6 +57,7 @@ def tiled_span(d: Distribution, dim: int):
     return b.subs(c, 0), e.subs(c, d.grid[j] - 1)
 
 
+@functools.lru_cache(maxsize=16384)  # the search asks the same pairs for many schedules; P^2 work each
 def covers(src: Distribution, dst: Distribution) -> bool:
     """Whether the elements of ``src`` (all ranks' blocks) include every element of ``dst``: per dimension
     the same range, or ranges free of grid coordinates with ``dst``'s inside ``src``'s (a whole range read
@@ -64,10 +66,7 @@ def covers(src: Distribution, dst: Distribution) -> bool:
         return True
     a, b = src.blocks(), dst.blocks()
     if a is not None and b is not None:
-        a = [x for x in dict.fromkeys(a) if volume(x[1]) > 0]  # replicas hold the same block
-        disjoint = all(intersection(x, y) == 0 for i, x in enumerate(a) for y in a[i + 1:])
-        return all(any(contains(x, blk) for x in a) or
-                   (disjoint and sum(intersection(x, blk) for x in a) == volume(blk[1])) for blk in b)
+        return boxes_cover(a, b)
     ga = [(g, c) for g, c in zip(src.grid, src.coords) if g > 1]
     gb = [(g, c) for g, c in zip(dst.grid, dst.coords) if g > 1]
     if [g for g, _ in ga] != [g for g, _ in gb]:

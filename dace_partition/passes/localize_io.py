@@ -20,7 +20,7 @@ from dace.sdfg import SDFG
 
 from ..errors import UnsupportedPattern
 from ..ir import Layout, Move
-from ..ir.move import contains
+from ..ir.boxes import contains
 from .graph import MovePass, distributed_memlets, drop, local_buffer, rename_data, reroute, uses
 
 

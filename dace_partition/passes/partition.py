@@ -26,13 +26,13 @@ from dace.properties import CodeBlock
 from dace.sdfg import SDFG, SDFGState
 from dace.transformation import pass_pipeline as ppl
 
-from ..analysis.constraints import KernelPlan, known_sizes, plan_nested_kernel
+from ..analysis.constraints import Direction, KernelPlan, known_sizes, plan_nested_kernel
 from ..plan import KernelMoves, analyse_kernel, plan_kernel, role, scatters
 from ..solvers.node import DistributedMemlet
 from ..runtime.environment import ENVIRONMENT
 from ..compat import is_one_element_scalar, rebase_nested_argument, shift_interstate_reads
 from ..errors import UnsupportedPattern
-from ..ir import Distribution, IoMode, Move, MoveKind, ProgramRecord, attach
+from ..ir import Distribution, IoMode, Move, MoveKind, ProgramRecord, Role, attach
 from . import FuseRoundTrips, FusionKind, LocalizeArguments
 from .conditions import BroadcastBranchData
 from .loops import FuseLoops
@@ -468,14 +468,14 @@ def _apply_plan(sdfg: SDFG, km: KernelMoves):
     for a in scatters(plan, buffers):
         local = locals_[(a.array, role(a))]
         pm = km.find(a.array, MoveKind.SCATTER, role(a))
-        dm = DistributedMemlet(f"scatter_{a.array}" + ("" if role(a) == "in" else "_out"), pm.move)
+        dm = DistributedMemlet(f"scatter_{a.array}" + ("" if role(a) == Role.IN else "_out"), pm.move)
         dm.implementation = pm.solver
         pre.add_edge(pre.add_read(a.array), None, dm, "_in", Memlet.from_array(a.array, sdfg.arrays[a.array]))
         pre.add_edge(dm, "_out", pre.add_write(local), None, Memlet.from_array(local, sdfg.arrays[local]))
     for a in plan.accesses:
-        if a.direction == "out":
-            local = locals_[(a.array, "out")]
-            pm = km.find(a.array, MoveKind.GATHER, "out")
+        if a.direction == Direction.OUT:
+            local = locals_[(a.array, Role.OUT)]
+            pm = km.find(a.array, MoveKind.GATHER, Role.OUT)
             dm = DistributedMemlet(f"gather_{a.array}", pm.move)
             dm.implementation = pm.solver
             post.add_edge(post.add_read(local), None, dm, "_in", Memlet.from_array(local, sdfg.arrays[local]))
@@ -499,17 +499,17 @@ def _rewire(sdfg: SDFG, plan: KernelPlan, locals_, buffers):
     subsets_ = {key: subset for key, (_, subset) in buffers.items()}
     if k.kind == KernelKind.MAP:
         entry, exit_ = k.node, state.exit_node(k.node)
-        outer = [(e, "in") for e in state.in_edges(entry)] + [(e, "out") for e in state.out_edges(exit_)]
+        outer = [(e, Role.IN) for e in state.in_edges(entry)] + [(e, Role.OUT) for e in state.out_edges(exit_)]
         inner = state.scope_subgraph(entry, include_entry=True, include_exit=True).edges()
     else:
-        outer = [(e, "in") for e in state.in_edges(k.node)] + [(e, "out") for e in state.out_edges(k.node)]
+        outer = [(e, Role.IN) for e in state.in_edges(k.node)] + [(e, Role.OUT) for e in state.out_edges(k.node)]
         inner = []
-    for e, direction in outer:
+    for e, which in outer:
         arr = e.data.data
-        if (arr, direction) not in locals_:
+        if (arr, which) not in locals_:
             continue
-        local = locals_[(arr, direction)]
-        node = e.src if direction == "in" else e.dst
+        local = locals_[(arr, which)]
+        node = e.src if which == Role.IN else e.dst
         node.data = local
         wcr = e.data.wcr
         e.data = Memlet.from_array(local, sdfg.arrays[local])
@@ -520,11 +520,11 @@ def _rewire(sdfg: SDFG, plan: KernelPlan, locals_, buffers):
         if arr is None:
             continue
         path = state.memlet_path(e)
-        direction = "in" if path[0].dst is k.node else "out"
-        if (arr, direction) not in locals_:
+        which = Role.IN if path[0].dst is k.node else Role.OUT
+        if (arr, which) not in locals_:
             continue
-        local = locals_[(arr, direction)]
-        begin = [b for b, _, _ in subsets_[(arr, direction)]]
+        local = locals_[(arr, which)]
+        begin = [b for b, _, _ in subsets_[(arr, which)]]
         e.data.data = local
         e.data.subset.offset(begin, negative=True)
         for n, conn in ((e.dst, e.dst_conn), (e.src, e.src_conn)):  # DaCe 2: whole arrays into map bodies

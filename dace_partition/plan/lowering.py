@@ -16,25 +16,22 @@ from dace.sdfg import SDFG
 
 from ..analysis.constraints import Access, Direction, KernelPlan, plan_map_kernel, plan_nested_kernel, same_subset
 from ..errors import UnsupportedPattern
-from ..ir import ROOT, Cost, Distribution, Move, MoveKind, ReduceOp
+from ..ir import ROOT, Cost, Distribution, Move, MoveKind, ReduceOp, Role
 from ..schedule import Kernel, KernelKind
 from ..solvers.base import Solver
 from ..solvers.registry import choose
 
-IN, OUT = "in", "out"  # the two rank-local buffers an array may have in one kernel (see role)
-
-
-def role(a: Access) -> str:
-    """Which rank-local buffer of its array an access fills or empties: the reads' (``"in"``) or the
-    write's (``"out"``; prior values of a write go there too)."""
-    return OUT if a.direction == Direction.OUT or a.prior else IN
+def role(a: Access) -> Role:
+    """Which rank-local buffer of its array an access fills or empties: the reads' (``Role.IN``) or the
+    write's (``Role.OUT``; prior values of a write go there too)."""
+    return Role.OUT if a.direction == Direction.OUT or a.prior else Role.IN
 
 
 @dataclass(frozen=True)
 class PlannedMove:
     """One scatter or gather of a kernel: which access and buffer it serves, the solver, its cost."""
     array: str
-    role: str
+    role: Role
     move: Move
     solver: str
     cost: Cost
@@ -48,7 +45,7 @@ class PlannedMove:
 class KernelMoves:
     """One kernel planned on one grid: the analysis, the rank-local buffers and the Moves."""
     analysis: KernelPlan
-    buffers: Tuple[Tuple[Tuple[str, str], Tuple[str, object]], ...]  # ((array, role), (buffer, subset))
+    buffers: Tuple[Tuple[Tuple[str, Role], Tuple[str, object]], ...]  # ((array, role), (buffer, subset))
     moves: Tuple[PlannedMove, ...]
 
     @property
@@ -59,10 +56,10 @@ class KernelMoves:
     def grid(self) -> Tuple[int, ...]:
         return self.analysis.grid
 
-    def buffer_map(self) -> Dict[Tuple[str, str], Tuple[str, object]]:
+    def buffer_map(self) -> Dict[Tuple[str, Role], Tuple[str, object]]:
         return dict(self.buffers)
 
-    def find(self, array: str, kind: MoveKind, role_: str) -> PlannedMove:
+    def find(self, array: str, kind: MoveKind, role_: Role) -> PlannedMove:
         for m in self.moves:
             if m.array == array and m.kind == kind and m.role == role_:
                 return m
@@ -152,7 +149,7 @@ def refuse_loop_sized_buffers(sdfg: SDFG, plan: KernelPlan, buffers):
                                      "when the program starts, so leave this kernel out of the schedule")
 
 
-def local_buffers(plan: KernelPlan) -> Dict[Tuple[str, str], Tuple[str, object]]:
+def local_buffers(plan: KernelPlan) -> Dict[Tuple[str, Role], Tuple[str, object]]:
     """(array, role) -> (rank-local buffer name, its subset in grid coordinates).
 
     The analysis gives at most one read and one write per array (all reads of an array merged into their
@@ -163,7 +160,7 @@ def local_buffers(plan: KernelPlan) -> Dict[Tuple[str, str], Tuple[str, object]]
     k = plan.kernel.index
     out = {}
     for array in dict.fromkeys(a.array for a in plan.accesses):
-        reads = [a for a in plan.accesses if a.array == array and role(a) == IN]
+        reads = [a for a in plan.accesses if a.array == array and role(a) == Role.IN]
         writes = [a for a in plan.accesses if a.array == array and a.direction == Direction.OUT]
         priors = [a for a in plan.accesses if a.array == array and a.prior]
         for what, accs in (("reads", reads), ("writes", writes), ("prior values", priors)):
@@ -176,9 +173,9 @@ def local_buffers(plan: KernelPlan) -> Dict[Tuple[str, str], Tuple[str, object]]
         shared = read is not None and write is not None and same_subset(read.subset, write.subset)
         base = f"__dp{k}_{array}"
         if read is not None:
-            out[(array, IN)] = (base if shared or write is None else base + "_in", read.subset)
+            out[(array, Role.IN)] = (base if shared or write is None else base + "_in", read.subset)
         if write is not None:
-            out[(array, OUT)] = (base if shared or read is None else base + "_out", write.subset)
+            out[(array, Role.OUT)] = (base if shared or read is None else base + "_out", write.subset)
     return out
 
 
@@ -189,7 +186,7 @@ def scatters(plan: KernelPlan, buffers) -> List[Access]:
     for a in plan.accesses:
         if not (a.direction == Direction.IN or a.accumulates):
             continue
-        if a.prior and buffers.get((a.array, IN), (None, ))[0] == buffers[(a.array, OUT)][0]:
+        if a.prior and buffers.get((a.array, Role.IN), (None, ))[0] == buffers[(a.array, Role.OUT)][0]:
             continue
         if any(b.array == a.array and role(b) == role(a) and b.direction == a.direction for b in out):
             continue

@@ -18,6 +18,7 @@ from dace.sdfg.utils import dfs_topological_sort
 
 from ..compat import to_state_machine, whole_array_map_bodies
 from ..errors import ScheduleError
+from ..ir.kinds import Direction
 from .loops import loops_to_maps
 
 
@@ -64,7 +65,7 @@ class Kernel:
     body_node: Optional[nodes.NestedSDFG] = None
     maps: List[MapInfo] = field(default_factory=list)
     # (direction, outer array) -> connector name inside ``body`` (library nodes may have unnamed edges)
-    connectors: Dict[Tuple[str, str], str] = field(default_factory=dict)
+    connectors: Dict[Tuple[Direction, str], str] = field(default_factory=dict)
 
     @property
     def label(self):
@@ -238,10 +239,10 @@ def discover(sdfg: SDFG) -> List[Kernel]:
                     k.body, k.body_node = nested.sdfg, nested
                 for e in owner.in_edges(k.body_node):
                     if e.data.data is not None:
-                        k.connectors[("in", e.data.data)] = e.dst_conn
+                        k.connectors[(Direction.IN, e.data.data)] = e.dst_conn
                 for e in owner.out_edges(k.body_node):
                     if e.data.data is not None:
-                        k.connectors[("out", e.data.data)] = e.src_conn
+                        k.connectors[(Direction.OUT, e.data.data)] = e.src_conn
                 for st in ordered_states(k.body):
                     for inner in top_level_kernels(st):
                         if isinstance(inner, nodes.MapEntry):

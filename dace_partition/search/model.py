@@ -38,11 +38,10 @@ from dace.sdfg import SDFG
 from ..analysis.constraints import find_entry
 from ..compat import all_states
 from ..errors import ScheduleError, UnsupportedPattern
-from ..ir import ROOT, Cost, Distribution, Move, MoveKind
+from ..ir import ROOT, Cost, Distribution, Move, MoveKind, Role
 from ..ir.relations import covers, offset_inside
 from ..plan import KernelMoves, analyse_kernel, plan_kernel
 from ..passes.contractions import is_contraction
-from ..plan.lowering import IN
 from ..schedule import Kernel, KernelKind, Replicated, check_grid, ordered_states
 from ..solvers.registry import choose
 from .machine import Machine
@@ -255,7 +254,7 @@ class ProgramModel:
         p = Priced(c, self.work(k, km), analysis.size)
         for pm in km.moves:
             cost = self._levels(pm.move, pm.cost) if pm.cost is not None else None  # a kernel's own moves cross nodes too
-            if pm.kind == MoveKind.SCATTER and pm.role == IN:
+            if pm.kind == MoveKind.SCATTER and pm.role == Role.IN:
                 p.reads[pm.array] = (pm.move.dst, cost)
             elif pm.kind == MoveKind.SCATTER:
                 p.fills[pm.array] = (pm.move.dst, cost)

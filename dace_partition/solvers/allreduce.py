@@ -6,7 +6,7 @@ from typing import Optional
 from dace.codegen.targets.cpp import sym2cpp
 
 from ..ir import Cost, Move, MoveKind
-from ..ir.move import volume
+from ..ir.boxes import volume
 from .base import Solver
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from dace import subsets
 
 from ..ir import Cost, Distribution, Move, MoveKind
-from ..ir.move import overlaps, volume
+from ..ir.boxes import overlaps, volume
 
 
 @dataclass

@@ -12,7 +12,7 @@ from typing import Optional
 from dace.codegen.targets.cpp import sym2cpp
 
 from ..ir import Cost, Move, MoveKind, op_code
-from ..ir.move import from_others, overlaps, volume
+from ..ir.boxes import from_others, overlaps, volume
 from .base import Solver, messages_between, received, scatter_gather_sizes
 
 

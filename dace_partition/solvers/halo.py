@@ -14,14 +14,13 @@ derived datatype on the rank-local buffer (strided faces are not packed), the pa
 copied locally while the messages are in flight. Set up once per call site. ``cost`` is exactly the
 bytes each rank receives from other ranks (the local part is a copy), which the PMPI counter measures.
 """
-import itertools
 from typing import Optional
 
 import dace.library
 import numpy as np
 
 from ..ir import Cost, Distribution, Move, MoveKind
-from ..ir.move import contains, intersection, overlaps
+from ..ir.boxes import contains, overlaps
 from ..ir.relations import bound_shifts, disjoint_tiles
 from ..runtime.environment import DacePartitionMPI
 from .base import Solver
@@ -82,13 +81,15 @@ class HaloSolver(Solver):
         if src.may_overlap():
             return "source blocks overlap (an element would arrive twice)"
         grid = src.grid
-        for me, q in itertools.product(range(len(b)), range(len(a))):
-            if me == q or not intersection(a[q], b[me]):
-                continue
-            cm, cq = _coords_of(me, grid), _coords_of(q, grid)
-            if any(abs(x - y) > 1 for x, y in zip(cm, cq)):
-                return (f"rank {me} needs elements of rank {q}, which is not its grid neighbour "
-                        f"(coordinates {cm} and {cq})")
+        needs = overlaps(a, b).T > 0  # [me, q]: every pair at once (P^2 pairs)
+        np.fill_diagonal(needs, False)
+        at = np.stack(np.unravel_index(np.arange(len(a)), grid), axis=1)  # row-major grid coordinates
+        far = np.abs(at[:, None, :] - at[None, :, :]).max(axis=2) > 1
+        bad = np.argwhere(needs & far)  # ordered by me, then q
+        if len(bad):
+            me, q = (int(x) for x in bad[0])
+            return (f"rank {me} needs elements of rank {q}, which is not its grid neighbour "
+                    f"(coordinates {_coords_of(me, grid)} and {_coords_of(q, grid)})")
         return None
 
     def cost(self, move: Move) -> Cost:

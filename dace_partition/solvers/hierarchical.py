@@ -38,7 +38,7 @@ from typing import Optional, Tuple
 import dace.library
 
 from ..ir import Cost, Move, MoveKind
-from ..ir.move import volume
+from ..ir.boxes import volume
 from ..runtime.environment import DacePartitionMPI
 from .base import Solver
 from .reduction.api import ReductionChoice, choose_reduction

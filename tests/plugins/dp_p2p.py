@@ -5,7 +5,7 @@ knows the public interface (``dace_partition.Solver``, ``Move``, ``Cost``); test
 from dace.codegen.targets.cpp import sym2cpp
 
 from dace_partition.ir import Cost, Move, MoveKind
-from dace_partition.ir.move import intersection, volume
+from dace_partition.ir.boxes import intersection, volume
 from dace_partition.solvers.base import Solver
 
 
