@@ -23,6 +23,7 @@ from .blocks import BlockSolver
 from .grid_mapped import match_distribution
 from .synthesis import synthesize
 from .synthesis.sdfg_node import DacePartitionRedistribute, emit
+from .synthesis.types import Collective
 
 
 def common_mesh(a: Sequence[int], b: Sequence[int]) -> Optional[List[Tuple[str, int, List[int], List[int]]]]:
@@ -123,11 +124,11 @@ def received_per_rank(plan) -> List[int]:
         for t in s.tile_in:
             tile *= t
         for r in range(n):
-            if s.op == "allgather":
+            if s.op == Collective.ALLGATHER:
                 out[r] += (s.n - 1) * tile * s.itemsize
-            elif s.op == "alltoall":
+            elif s.op == Collective.ALLTOALL:
                 out[r] += (s.n - 1) * (tile // s.n) * s.itemsize
-            elif s.op == "allpermute" and int(s.src_of[r]) != r:
+            elif s.op == Collective.ALLPERMUTE and int(s.src_of[r]) != r:
                 out[r] += tile * s.itemsize
     return out
 
@@ -155,9 +156,9 @@ class SynthesizedSolver(Solver):
         per = tuple(got) + (0, ) * (move.world - len(got))
         msgs = 0
         for st in plan.steps:
-            if st.op in ("allgather", "alltoall"):
+            if st.op in (Collective.ALLGATHER, Collective.ALLTOALL):
                 msgs += (st.n - 1) * plan.mesh.size
-            elif st.op == "allpermute":
+            elif st.op == Collective.ALLPERMUTE:
                 msgs += sum(1 for r in range(plan.mesh.size) if int(st.src_of[r]) != r)
         return Cost(per, msgs, calls)
 

@@ -15,10 +15,10 @@ from .factor_mesh import Assignment, FactorMesh
 from .plan import OPS, Plan, Step
 from .search import WeakOp, WeakSearch
 from .simulate import SimulationError
-from .types import Mesh, format_type, local_shape, normalize_layout, parse_type, prime_factors
+from .types import Collective, Mesh, format_type, local_shape, normalize_layout, parse_type, prime_factors
 
 __all__ = [
-    "synthesize", "naive_plan", "Plan", "Step", "OPS", "Mesh", "parse_type", "format_type",
+    "synthesize", "naive_plan", "Plan", "Step", "OPS", "Collective", "Mesh", "parse_type", "format_type",
     "local_shape", "normalize_layout", "prime_factors", "FactorMesh", "Assignment",
     "WeakOp", "WeakSearch", "SimulationError",
 ]

@@ -9,7 +9,7 @@ from .factor_mesh import Assignment, FactorMesh
 from .lower import Lowering, build_steps, naive_ops
 from .plan import Plan
 from .search import WeakSearch
-from .types import Layout, Mesh, local_shape, normalize_layout, normalize_shape, parse_type, prime_factors
+from .types import Collective, Layout, Mesh, local_shape, normalize_layout, normalize_shape, parse_type, prime_factors
 
 
 def _prepare(mesh, shape, src, dst, itemsize) -> Tuple[Mesh, Tuple[int, ...], Layout, Layout]:
@@ -67,7 +67,7 @@ def synthesize(mesh: Mapping[str, int], shape: Optional[Sequence[int]] = None,
     lowering = Lowering(fm, shape, dst_spec, budget=budget)
     steps = build_steps(start, lowering.lower(start, path), int(itemsize))
     best = (_score(steps), steps)
-    if any(s.op == "allpermute" for s in steps):
+    if any(s.op == Collective.ALLPERMUTE for s in steps):
         # The weak search cannot see the final permutation: lower other paths of
         # the same weak cost and keep the cheapest concrete plan.
         quick = Lowering(fm, shape, dst_spec, budget=max(1, budget // 4))
@@ -78,14 +78,14 @@ def synthesize(mesh: Mapping[str, int], shape: Optional[Sequence[int]] = None,
             score = _score(alt_steps)
             if score < best[0]:
                 best = (score, alt_steps)
-                if not any(s.op == "allpermute" for s in alt_steps):
+                if not any(s.op == Collective.ALLPERMUTE for s in alt_steps):
                     break
     return Plan(mesh, shape, src, dst, int(itemsize), best[1], start, bound)
 
 
 def _score(steps) -> Tuple[int, int, int]:
     """Bytes actually sent (permutations: moving devices only), then permutations, then steps."""
-    return (sum(s.sent_elements for s in steps), sum(s.op == "allpermute" for s in steps), len(steps))
+    return (sum(s.sent_elements for s in steps), sum(s.op == Collective.ALLPERMUTE for s in steps), len(steps))
 
 
 def naive_plan(mesh: Mapping[str, int], shape: Optional[Sequence[int]] = None,

@@ -24,6 +24,7 @@ needs no permutation and no relabelling, or else the best one seen.
 from __future__ import annotations
 
 import itertools
+from enum import Enum
 from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
@@ -31,9 +32,20 @@ import numpy as np
 from .factor_mesh import Assignment, FactorMesh, Spec, match
 from .plan import Step
 from .search import WeakOp, pairings
+from .types import Collective
 
-COp = tuple  # ("relabel", spec) | ("remap", loc) | ("dynslice", i, axes) | ("allgather", i, axes) | ("alltoall", i, j, axes)
-#             | ("allpermute", spec[, loc])
+
+class Rewrite(str, Enum):
+    """An instruction of a lowering that re-describes the placement and moves nothing."""
+    RELABEL = "relabel"  # the same tiles named by another order of mesh axes
+    REMAP = "remap"  # the same tiles on a renumbering of the devices
+
+    def __str__(self):
+        return self.value
+
+
+COp = tuple  # (RELABEL, spec) | (REMAP, loc) | (DYNSLICE, i, axes) | (ALLGATHER, i, axes) | (ALLTOALL, i, j, axes)
+#             | (ALLPERMUTE, spec[, loc])
 
 
 def _set(spec: Spec, i: int, axes) -> Spec:
@@ -70,7 +82,7 @@ class Lowering:
     def candidates(self, op: WeakOp, st: Assignment) -> List[Tuple[tuple, List[COp]]]:
         spec = st.spec
         out = []
-        if op.op == "dynslice":
+        if op.op == Collective.DYNSLICE:
             (i,) = op.dims
             used = {a for axes in spec for a in axes}
             free = [a for a in range(len(self.fm.axes)) if a not in used]
@@ -78,8 +90,8 @@ class Lowering:
                 order = sorted(combo, key=lambda a: (self.place.get(a, (99, 99))[1] if self.place.get(a, (-1,))[0] == i else 99, a))
                 base = len(spec[i])
                 score = sum(self._where(a, i, base + k) for k, a in enumerate(order))
-                out.append(((score, 0), [("dynslice", i, tuple(order))]))
-        elif op.op == "allgather":
+                out.append(((score, 0), [(Collective.DYNSLICE, i, tuple(order))]))
+        elif op.op == Collective.ALLGATHER:
             (i,) = op.dims
             for combo in self._combos(spec[i], op.primes):
                 rest = [a for a in spec[i] if a not in combo]
@@ -87,10 +99,10 @@ class Lowering:
                 bad = sum(3 - self._where(a, i, spec[i].index(a)) for a in combo)
                 ops: List[COp] = []
                 if relabel:
-                    ops.append(("relabel", _set(spec, i, tuple(rest) + combo)))
-                ops.append(("allgather", i, combo))
+                    ops.append((Rewrite.RELABEL, _set(spec, i, tuple(rest) + combo)))
+                ops.append((Collective.ALLGATHER, i, combo))
                 out.append(((bad, int(relabel)), ops))
-        elif op.op == "alltoall" and op.counts:
+        elif op.op == Collective.ALLTOALL and op.counts:
             # fused: choose axes per move (disjoint dims, so choices are independent), relabel once
             # (and which target each move of equal size takes: every pairing reaches the same weak type)
             for variant in pairings(op):
@@ -101,17 +113,17 @@ class Lowering:
                     for (i, j, _), (_, rest, order) in zip(moves, choice):
                         new_spec = _set(new_spec, i, rest + order)
                     relabel = new_spec != spec
-                    ops: List[COp] = [("relabel", new_spec)] if relabel else []
-                    ops += [("alltoall", i, j, order) for (i, j, _), (_, _, order) in zip(moves, choice)]
+                    ops: List[COp] = [(Rewrite.RELABEL, new_spec)] if relabel else []
+                    ops += [(Collective.ALLTOALL, i, j, order) for (i, j, _), (_, _, order) in zip(moves, choice)]
                     out.append(((sum(c[0] for c in choice), int(relabel)), ops))
-        elif op.op == "alltoall":
+        elif op.op == Collective.ALLTOALL:
             i, j = op.dims
             for score, rest, order in self._alltoall_choices(spec, i, j, op.primes):
                 relabel = rest + order != spec[i]
                 ops = []
                 if relabel:
-                    ops.append(("relabel", _set(spec, i, rest + order)))
-                ops.append(("alltoall", i, j, order))
+                    ops.append((Rewrite.RELABEL, _set(spec, i, rest + order)))
+                ops.append((Collective.ALLTOALL, i, j, order))
                 out.append(((score, int(relabel)), ops))
         else:
             raise ValueError(op.op)
@@ -137,24 +149,24 @@ class Lowering:
     @staticmethod
     def apply(st: Assignment, cop: COp) -> Assignment:
         kind = cop[0]
-        if kind == "relabel":
+        if kind == Rewrite.RELABEL:
             return st.relabel(cop[1])
-        if kind == "remap":
+        if kind == Rewrite.REMAP:
             new = Assignment(st.fm, st.shape, st.spec, cop[1])
             assert np.array_equal(new.phys_blocks(), st.phys_blocks()), "remap must not move data"
             return new
-        if kind == "allpermute":
+        if kind == Collective.ALLPERMUTE:
             loc = cop[2] if len(cop) > 2 else np.arange(st.fm.ndev)
             return Assignment(st.fm, st.shape, cop[1], loc)
         spec = st.spec
-        if kind == "dynslice":
+        if kind == Collective.DYNSLICE:
             _, i, axes = cop
             return st.with_spec(_set(spec, i, spec[i] + axes))
-        if kind == "allgather":
+        if kind == Collective.ALLGATHER:
             _, i, axes = cop
             assert spec[i][len(spec[i]) - len(axes):] == axes
             return st.with_spec(_set(spec, i, spec[i][: len(spec[i]) - len(axes)]))
-        if kind == "alltoall":
+        if kind == Collective.ALLTOALL:
             _, i, j, axes = cop
             assert spec[i][len(spec[i]) - len(axes):] == axes
             spec = _set(spec, i, spec[i][: len(spec[i]) - len(axes)])
@@ -167,7 +179,7 @@ class Lowering:
         if not tail:
             if st.same_placement(self.target):
                 return 0, []
-            return permutation_cost(st, self.target), [("allpermute", dst)]
+            return permutation_cost(st, self.target), [(Collective.ALLPERMUTE, dst)]
         # Axes the final gathers remove must be replicated in dst.  Prefer the
         # ones the current placement already has at the minor end of that dim.
         dst_used = {a for axes in dst for a in axes}
@@ -196,16 +208,16 @@ class Lowering:
         cost = 0
         pre_asg = Assignment(self.fm, self.shape, pre_spec, np.arange(self.fm.ndev))
         if not st.same_placement(pre_asg):
-            ops.append(("allpermute", pre_spec))
+            ops.append((Collective.ALLPERMUTE, pre_spec))
             cost = permutation_cost(st, pre_asg)
         for i, combo in chosen:
-            ops.append(("allgather", i, combo))
+            ops.append((Collective.ALLGATHER, i, combo))
         return cost, ops
 
     def lower(self, start: Assignment, path: Sequence[WeakOp]) -> List[COp]:
         path = merge_weak_dynslices(path)
         t = len(path)
-        while t > 0 and path[t - 1].op == "allgather":
+        while t > 0 and path[t - 1].op == Collective.ALLGATHER:
             t -= 1
         prefix, tail = list(path[:t]), list(path[t:])
         best: List = [None]
@@ -223,7 +235,7 @@ class Lowering:
                 s = st
                 for c in cops:
                     s = self.apply(s, c)
-                r = relabels + sum(1 for c in cops if c[0] == "relabel")
+                r = relabels + sum(1 for c in cops if c[0] == Rewrite.RELABEL)
                 if best[0] is not None and (0, r) >= best[0][0]:
                     continue
                 if rec(k + 1, s, ops + cops, r) or budget[0] <= 0:
@@ -270,11 +282,11 @@ def merge_weak_dynslices(path: Sequence[WeakOp]) -> List[WeakOp]:
 
     def flush():
         for i, primes in run.items():
-            out.append(WeakOp("dynslice", (i,), tuple(sorted(primes))))
+            out.append(WeakOp(Collective.DYNSLICE, (i,), tuple(sorted(primes))))
         run.clear()
 
     for op in path:
-        if op.op == "dynslice":
+        if op.op == Collective.DYNSLICE:
             run.setdefault(op.dims[0], []).extend(op.primes)
         else:
             flush()
@@ -286,8 +298,8 @@ def merge_weak_dynslices(path: Sequence[WeakOp]) -> List[WeakOp]:
 def merge_dynslices(ops: List[COp]) -> List[COp]:
     out: List[COp] = []
     for c in ops:
-        if c[0] == "dynslice" and out and out[-1][0] == "dynslice" and out[-1][1] == c[1]:
-            out[-1] = ("dynslice", c[1], out[-1][2] + c[2])
+        if c[0] == Collective.DYNSLICE and out and out[-1][0] == Collective.DYNSLICE and out[-1][1] == c[1]:
+            out[-1] = (Collective.DYNSLICE, c[1], out[-1][2] + c[2])
         else:
             out.append(c)
     return out
@@ -304,12 +316,12 @@ def fuse_alltoalls(ops: List[COp]) -> List[COp]:
     """
     out: List[COp] = []
     for c in ops:
-        if c[0] == "alltoall":
-            c = ("alltoall", ((c[1], c[2], c[3]),))
-            if out and out[-1][0] == "alltoall":
+        if c[0] == Collective.ALLTOALL:
+            c = (Collective.ALLTOALL, ((c[1], c[2], c[3]),))
+            if out and out[-1][0] == Collective.ALLTOALL:
                 used = {d for i, j, _ in out[-1][1] for d in (i, j)}
                 if not used & {c[1][0][0], c[1][0][1]}:
-                    out[-1] = ("alltoall", out[-1][1] + c[1])
+                    out[-1] = (Collective.ALLTOALL, out[-1][1] + c[1])
                     continue
         out.append(c)
     return out
@@ -369,14 +381,14 @@ def place_permutation(start: Assignment, ops: Sequence[COp]) -> List[COp]:
     all do, the permutation is dropped.
     """
     ops = merge_dynslices(list(ops))
-    k = next((n for n, c in enumerate(ops) if c[0] == "allpermute"), None)
+    k = next((n for n, c in enumerate(ops) if c[0] == Collective.ALLPERMUTE), None)
     if k is None:
         return ops
     states = [start]
     for c in ops[:k]:
         states.append(Lowering.apply(states[-1], c))
     run = k
-    while run > 0 and ops[run - 1][0] == "dynslice":
+    while run > 0 and ops[run - 1][0] == Collective.DYNSLICE:
         run -= 1
     fm, shape = start.fm, start.shape
     ndev = fm.ndev
@@ -384,7 +396,7 @@ def place_permutation(start: Assignment, ops: Sequence[COp]) -> List[COp]:
     pre_spec = ops[k][1]
     dst_spec = list(pre_spec)
     for c in ops[k + 1:]:
-        assert c[0] == "allgather"
+        assert c[0] == Collective.ALLGATHER
         _, i, axes = c
         dst_spec[i] = dst_spec[i][: len(dst_spec[i]) - len(axes)]
     dst_blocks = fm.blocks(tuple(dst_spec))
@@ -415,12 +427,12 @@ def place_permutation(start: Assignment, ops: Sequence[COp]) -> List[COp]:
     after = Assignment(fm, shape, pre_spec, loc_pre)
     out = list(ops[:run])
     if loc_d is not None and not np.array_equal(loc_d, states[run].loc):
-        out.append(("remap", loc_d))
+        out.append((Rewrite.REMAP, loc_d))
     out += ops[run:k]
     if not before.same_placement(after):
-        out.append(("allpermute", pre_spec, loc_pre))
+        out.append((Collective.ALLPERMUTE, pre_spec, loc_pre))
     elif before.spec != pre_spec:
-        out.append(("relabel", pre_spec))       # same placement: re-describe it, nothing moves
+        out.append((Rewrite.RELABEL, pre_spec))       # same placement: re-describe it, nothing moves
     out += ops[k + 1:]
     return out
 
@@ -433,7 +445,7 @@ def _key(blocks: np.ndarray, nblocks: Sequence[int]) -> np.ndarray:
 
 
 def _replay(st: Assignment, loc: np.ndarray, ops: Sequence[COp]) -> Assignment:
-    st = Lowering.apply(st, ("remap", loc))
+    st = Lowering.apply(st, (Rewrite.REMAP, loc))
     for c in ops:
         st = Lowering.apply(st, c)
     return st
@@ -446,36 +458,36 @@ def build_steps(start: Assignment, ops: Sequence[COp], itemsize: int) -> List[St
     fm = start.fm
     for cop in fuse_alltoalls(place_permutation(start, ops)):
         kind = cop[0]
-        if kind in ("relabel", "remap"):
+        if kind in (Rewrite.RELABEL, Rewrite.REMAP):
             st = Lowering.apply(st, cop)
             continue
-        if kind == "alltoall":
+        if kind == Collective.ALLTOALL:
             new = st
             for i, j, axes in cop[1]:
-                new = Lowering.apply(new, ("alltoall", i, j, axes))
+                new = Lowering.apply(new, (Collective.ALLTOALL, i, j, axes))
             axes = tuple(a for _, _, ax in cop[1] for a in ax)
             g, m = st.groups(axes)
             dims = tuple(d for i, j, _ in cop[1] for d in (i, j))
             moves = tuple((i, j, fm.prod(ax)) for i, j, ax in cop[1])
-            steps.append(Step("alltoall", dims, fm.names(axes), st.tile, new.tile, st.localsize, itemsize, new, axes,
+            steps.append(Step(Collective.ALLTOALL, dims, fm.names(axes), st.tile, new.tile, st.localsize, itemsize, new, axes,
                               group_of=g, member_of=m, moves=moves, cartesian=st.is_identity()))
             st = new
             continue
         new = Lowering.apply(st, cop)
-        if kind == "dynslice":
+        if kind == Collective.DYNSLICE:
             _, i, axes = cop
-            steps.append(Step("dynslice", (i,), fm.names(axes), st.tile, new.tile, 0, itemsize, new, axes,
+            steps.append(Step(Collective.DYNSLICE, (i,), fm.names(axes), st.tile, new.tile, 0, itemsize, new, axes,
                               chunk_of=fm.radix(axes)[st.loc], cartesian=st.is_identity()))
-        elif kind == "allgather":
+        elif kind == Collective.ALLGATHER:
             axes = cop[-1]
             g, m = st.groups(axes)
             steps.append(Step(kind, (cop[1],), fm.names(axes), st.tile, new.tile, new.localsize, itemsize, new, axes,
                               group_of=g, member_of=m, cartesian=st.is_identity()))
-        elif kind == "allpermute":
+        elif kind == Collective.ALLPERMUTE:
             # src_of[r]: a rank currently holding the block r must hold afterwards
             src_of, dst_of = permutation(st, new)
             movers = int(np.count_nonzero(src_of != np.arange(fm.ndev)))
-            steps.append(Step("allpermute", (), (), st.tile, new.tile, st.localsize, itemsize, new,
+            steps.append(Step(Collective.ALLPERMUTE, (), (), st.tile, new.tile, st.localsize, itemsize, new,
                               src_of=src_of, dst_of=dst_of, cartesian=True,
                               sent=-(-st.localsize * movers // fm.ndev)))
         st = new
@@ -484,6 +496,6 @@ def build_steps(start: Assignment, ops: Sequence[COp], itemsize: int) -> List[St
 
 def naive_ops(src: Spec, dst: Spec) -> List[COp]:
     """Allgather every partitioned dimension, then dynslice into the target (eq. 2 of the paper)."""
-    ops: List[COp] = [("allgather", i, axes) for i, axes in enumerate(src) if axes]
-    ops += [("dynslice", i, axes) for i, axes in enumerate(dst) if axes]
+    ops: List[COp] = [(Collective.ALLGATHER, i, axes) for i, axes in enumerate(src) if axes]
+    ops += [(Collective.DYNSLICE, i, axes) for i, axes in enumerate(dst) if axes]
     return ops

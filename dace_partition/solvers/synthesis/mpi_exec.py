@@ -25,6 +25,7 @@ import numpy as np
 
 from ..communicators import Communicators
 from .simulate import join_chunks, split_chunks
+from .types import Collective
 
 
 def _group(comms: Communicators, step, r):
@@ -46,13 +47,13 @@ def _execute(plan, comms: Communicators, local_tile: np.ndarray) -> np.ndarray:
     if tuple(tile.shape) != tuple(plan.initial.tile):
         raise ValueError(f"rank {r}: local tile has shape {tile.shape}, source layout needs {plan.initial.tile}")
     for step in plan.steps:
-        if step.op == "dynslice":
+        if step.op == Collective.DYNSLICE:
             (d,) = step.dims
             tile = np.ascontiguousarray(np.split(tile, step.n, axis=d)[int(step.chunk_of[r])])
-        elif step.op in ("allgather", "alltoall"):
+        elif step.op in (Collective.ALLGATHER, Collective.ALLTOALL):
             n = step.n
             sub = _group(comms, step, r)
-            if step.op == "allgather":
+            if step.op == Collective.ALLGATHER:
                 (d,) = step.dims
                 recv = np.empty((n,) + tile.shape, dtype=tile.dtype)
                 sub.Allgather(tile, recv)
@@ -62,7 +63,7 @@ def _execute(plan, comms: Communicators, local_tile: np.ndarray) -> np.ndarray:
                 recv = np.empty_like(send)
                 sub.Alltoall(send, recv)
                 tile = np.ascontiguousarray(join_chunks(list(recv), step.moves))
-        elif step.op == "allpermute":
+        elif step.op == Collective.ALLPERMUTE:
             dest, src = int(step.dst_of[r]), int(step.src_of[r])
             if dest != r or src != r:
                 out = np.empty_like(tile)

@@ -14,9 +14,9 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from .factor_mesh import Assignment
-from .types import Layout, Mesh, format_type
+from .types import Collective, Layout, Mesh, format_type
 
-OPS = ("dynslice", "alltoall", "allgather", "allpermute")
+OPS = tuple(Collective)
 
 
 def _fmt_bytes(n: float) -> str:
@@ -46,7 +46,7 @@ class Step:
     derivation with only the moving devices counted); :attr:`bytes` and
     :attr:`Plan.bytes_per_device` use ``sent``.
     """
-    op: str
+    op: Collective
     dims: Tuple[int, ...]
     axes: Tuple[str, ...]
     tile_in: Tuple[int, ...]
@@ -81,9 +81,9 @@ class Step:
     @property
     def movers(self) -> int:
         """Devices that send data in this step (all of them except in a partial permutation)."""
-        if self.op == "dynslice":
+        if self.op == Collective.DYNSLICE:
             return 0
-        if self.op == "allpermute":
+        if self.op == Collective.ALLPERMUTE:
             return int(np.count_nonzero(self.src_of != np.arange(len(self.src_of))))
         return len(self.group_of)
 
@@ -93,15 +93,15 @@ class Step:
         return self.sent_elements * self.itemsize
 
     def __str__(self) -> str:
-        if self.op == "alltoall":
+        if self.op == Collective.ALLTOALL:
             where = ", ".join(f"dim {self.dims[k]} -> dim {self.dims[k + 1]}" for k in range(0, len(self.dims), 2))
-        elif self.op == "allpermute":
+        elif self.op == Collective.ALLPERMUTE:
             where = "all dims"
         else:
             where = f"dim {self.dims[0]}"
-        axes = "(" + ", ".join(self.axes) + ")" if self.op != "allpermute" else "-"
+        axes = "(" + ", ".join(self.axes) + ")" if self.op != Collective.ALLPERMUTE else "-"
         note = "" if self.cartesian else "  [device-map relabelled]"
-        if self.op == "allpermute":
+        if self.op == Collective.ALLPERMUTE:
             note += f"  [{self.movers} of {len(self.src_of)} devices move]"
         return (f"{self.op:<10} {where:<15} axes {axes:<12} tile {list(self.tile_in)} -> {list(self.tile_out)}"
                 f"  sends {_fmt_bytes(self.bytes)}/device{note}")

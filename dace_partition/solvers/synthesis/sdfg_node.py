@@ -32,6 +32,7 @@ from dace.transformation.transformation import ExpandTransformation
 from ...runtime.environment import DacePartitionMPI
 from .api import synthesize
 from .plan import Plan
+from .types import Collective
 
 
 
@@ -74,13 +75,13 @@ def emit(plan: Plan) -> str:
         rank = len(s.tile_in)
         code.append(f"    {{  // step {k}: {s.op} dims {s.dims} axes {s.axes}")
         code.append(f"        static const long shape[{rank}] = {_ints(s.tile_in)};")
-        if s.op == "dynslice":
+        if s.op == Collective.DYNSLICE:
             code.append(f"        static const int chunk[{ndev}] = {_ints(s.chunk_of)};")
             code.append(f"        {ns}::dynslice(__cur, __tmp, {rank}, shape, {s.dims[0]}, {s.n}, chunk[__me], __e);")
-        elif s.op in ("allgather", "alltoall"):
+        elif s.op in (Collective.ALLGATHER, Collective.ALLTOALL):
             code.append(f"        static const int colour[{ndev}] = {_ints(s.group_of)};")
             code.append(f"        static const int key[{ndev}] = {_ints(s.member_of)};")
-            if s.op == "allgather":
+            if s.op == Collective.ALLGATHER:
                 code.append(f"        {ns}::allgather(__cur, __tmp, {rank}, shape, {s.dims[0]}, {s.n}, "
                             "colour, key, __e);")
             else:
@@ -90,7 +91,7 @@ def emit(plan: Plan) -> str:
                 code.append(f"        static const int mn[{m}] = {_ints(n for _, _, n in s.moves)};")
                 code.append(f"        {ns}::alltoall(__cur, __tmp, {rank}, shape, {m}, mi, mj, mn, "
                             "colour, key, __e);")
-        elif s.op == "allpermute":
+        elif s.op == Collective.ALLPERMUTE:
             code.append(f"        static const int dest[{ndev}] = {_ints(s.dst_of)};")
             code.append(f"        static const int source[{ndev}] = {_ints(s.src_of)};")
             code.append(f"        {ns}::permute(__cur, __tmp, (long){int(s.after.localsize)} * (long)__e, "

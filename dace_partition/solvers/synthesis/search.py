@@ -31,7 +31,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Dict, List, Sequence, Tuple
 
-from .types import prime_factors
+from .types import Collective, prime_factors
 
 Local = Tuple[int, ...]
 
@@ -45,7 +45,7 @@ class WeakOp:
     ``counts[k]`` primes belonging to move ``k``; :attr:`moves` splits them.
     Single-move ops leave ``counts`` empty.
     """
-    op: str                  # "dynslice" | "allgather" | "alltoall"
+    op: Collective           # DYNSLICE | ALLGATHER | ALLTOALL
     dims: Tuple[int, ...]    # (i,) or (src_dim, dst_dim, ...) for alltoall
     primes: Tuple[int, ...]  # sorted prime sizes of the axes acted on (per move for a fused alltoall)
     counts: Tuple[int, ...] = ()
@@ -72,8 +72,8 @@ def fused_alltoall(moves: Sequence[Tuple[int, int, Tuple[int, ...]]]) -> WeakOp:
     moves = sorted(moves)
     if len(moves) == 1:
         i, j, p = moves[0]
-        return WeakOp("alltoall", (i, j), tuple(p))
-    return WeakOp("alltoall", tuple(d for i, j, _ in moves for d in (i, j)),
+        return WeakOp(Collective.ALLTOALL, (i, j), tuple(p))
+    return WeakOp(Collective.ALLTOALL, tuple(d for i, j, _ in moves for d in (i, j)),
                   tuple(q for _, _, p in moves for q in p), tuple(len(p) for _, _, p in moves))
 
 
@@ -143,7 +143,7 @@ class WeakSearch:
             for p in sorted(q for q, k in free.items() if k > 0):
                 if local[i] % p == 0:
                     new = local[:i] + (local[i] // p,) + local[i + 1:]
-                    out.append((WeakOp("dynslice", (i,), (p,)), new, 0))
+                    out.append((WeakOp(Collective.DYNSLICE, (i,), (p,)), new, 0))
             if not used[i]:
                 continue
             for sub in self.subsets(used[i]):
@@ -151,7 +151,7 @@ class WeakSearch:
                 # allgather
                 if size * n <= self.bound:
                     new = local[:i] + (local[i] * n,) + local[i + 1:]
-                    out.append((WeakOp("allgather", (i,), sub), new, size * n))
+                    out.append((WeakOp(Collective.ALLGATHER, (i,), sub), new, size * n))
                 # alltoall i -> j
                 for j in range(rank):
                     if j != i and local[j] % n == 0:
@@ -159,7 +159,7 @@ class WeakSearch:
                         new[i] *= n
                         new[j] //= n
                         singles.append((i, j, sub, n, (1 << i) | (1 << j)))
-                        out.append((WeakOp("alltoall", (i, j), sub), tuple(new), size))
+                        out.append((WeakOp(Collective.ALLTOALL, (i, j), sub), tuple(new), size))
         if self.fused and len(singles) > 1:
             self._fused(local, size, singles, out)
         return out
@@ -228,7 +228,7 @@ class WeakSearch:
             if node == dst:
                 break
             for op, new, c in self.edges(node):
-                key = (cost + c, ncomm + (op.op != "dynslice"), nsteps + 1)
+                key = (cost + c, ncomm + (op.op != Collective.DYNSLICE), nsteps + 1)
                 old = best.get(new)
                 if old is None or key < old:
                     best[new] = key
@@ -291,7 +291,7 @@ class WeakSearch:
             r = memo.get(v)
             if r is None:
                 memo[v] = (1 << 30, 1 << 30)
-                r = min(((rank(u)[0] + (op.op != "dynslice"), rank(u)[1] + 1) for u, op in preds.get(v, ())),
+                r = min(((rank(u)[0] + (op.op != Collective.DYNSLICE), rank(u)[1] + 1) for u, op in preds.get(v, ())),
                         default=(1 << 30, 1 << 30))
                 memo[v] = r
             return r
@@ -312,7 +312,7 @@ class WeakSearch:
                     seen.add(key)
                     out.append(path)
                 return
-            for u, op in sorted(preds.get(v, ()), key=lambda t: (rank(t[0])[0] + (t[1].op != "dynslice"), rank(t[0])[1])):
+            for u, op in sorted(preds.get(v, ()), key=lambda t: (rank(t[0])[0] + (t[1].op != Collective.DYNSLICE), rank(t[0])[1])):
                 walk(u, suffix + [op])
 
         walk(dst, [])

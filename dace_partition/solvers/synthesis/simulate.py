@@ -11,6 +11,7 @@ from typing import List
 import numpy as np
 
 from .factor_mesh import Assignment
+from .types import Collective
 
 
 class SimulationError(AssertionError):
@@ -62,11 +63,11 @@ def simulate(plan, global_array: np.ndarray, check_each: bool = True, check: boo
     tiles = [t.copy() for t in tiles_of(plan.initial, global_array)]
     ndev = len(tiles)
     for k, step in enumerate(plan.steps):
-        if step.op == "dynslice":
+        if step.op == Collective.DYNSLICE:
             (d,) = step.dims
             n = step.n
             tiles = [np.split(t, n, axis=d)[int(step.chunk_of[r])].copy() for r, t in enumerate(tiles)]
-        elif step.op == "allgather":
+        elif step.op == Collective.ALLGATHER:
             (d,) = step.dims
             new = [None] * ndev
             for g in np.unique(step.group_of):
@@ -76,7 +77,7 @@ def simulate(plan, global_array: np.ndarray, check_each: bool = True, check: boo
                 for r in ranks:
                     new[r] = full.copy()
             tiles = new
-        elif step.op == "alltoall":
+        elif step.op == Collective.ALLTOALL:
             new = [None] * ndev
             for g in np.unique(step.group_of):
                 ranks = np.nonzero(step.group_of == g)[0]
@@ -85,7 +86,7 @@ def simulate(plan, global_array: np.ndarray, check_each: bool = True, check: boo
                 for k2, r in enumerate(ranks):
                     new[r] = join_chunks([chunks[m][k2] for m in range(len(ranks))], step.moves)
             tiles = new
-        elif step.op == "allpermute":
+        elif step.op == Collective.ALLPERMUTE:
             tiles = [tiles[int(step.src_of[r])].copy() for r in range(ndev)]
         else:
             raise ValueError(step.op)

@@ -18,7 +18,20 @@ i.e. ``PartitionSpec(("y", "x"), None)``.  :func:`parse_type` and
 from __future__ import annotations
 
 import re
+from enum import Enum
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+
+class Collective(str, Enum):
+    """What one step of a redistribution does (the paper's four collectives)."""
+    DYNSLICE = "dynslice"  # keep one chunk of the local tile: no communication
+    ALLTOALL = "alltoall"  # mesh axes move from one array dimension to another
+    ALLGATHER = "allgather"  # a dimension stops being split along some mesh axes
+    ALLPERMUTE = "allpermute"  # tiles change owner, each whole
+
+    def __str__(self):
+        return self.value
+
 
 Layout = Tuple[Tuple[str, ...], ...]
 LayoutLike = Union[str, Sequence[Union[None, str, Sequence[str]]]]
