@@ -235,7 +235,7 @@ def _blocks(grid, coords, subset) -> Optional[List[Block]]:
     # a bound names one or two coordinates: evaluated once per value of those, not once per rank
     exprs = [x for pair in bounds for x in pair]
     uses = [tuple(sorted({dims[str(f)] for f in x.free_symbols})) for x in exprs]
-    fast = [_evaluator(x, dims, u) for x, u in zip(exprs, uses)]
+    fast = [_evaluator(x, dims, u, grid) for x, u in zip(exprs, uses)]
     memo = [dict() for _ in uses]
     out = []
     for q in itertools.product(*[range(g) for g in grid]):
@@ -263,7 +263,7 @@ def values_on_grid(expr, extents: Dict[str, int]) -> List[int]:
         raise TypeError(f"{expr} names symbols other than grid coordinates")
     dims = {n: i for i, n in enumerate(named)}
     uses = tuple(range(len(named)))
-    f = _evaluator(expr, dims, uses)
+    f = _evaluator(expr, dims, uses, [extents[n] for n in named])
     out = []
     for q in itertools.product(*[range(extents[n]) for n in named]):
         v = _integer(f, q) if f is not None else None
@@ -279,19 +279,26 @@ def _int_floor(a, b):
     return a // b
 
 
-def _evaluator(expr, dims: Dict[str, int], uses):
-    """``expr`` as a Python function of the coordinates it names, in the order of ``uses`` (a bound is
-    evaluated once per grid position: sympy's substitution took seconds per distribution at P = 1024); None
-    where it cannot be, and then :func:`_at` evaluates it. The first position is checked against ``_at``."""
-    if not uses:
+def _evaluator(expr, dims: Dict[str, int], uses, extents):
+    """``expr`` as a Python function of the coordinates it names, in the order of ``uses``, where it takes
+    many values (sympy's substitution per grid position took seconds per distribution at P = 1024); None
+    where sympy is as quick (a few positions) or where it cannot be compiled: then :func:`_at` evaluates it."""
+    positions = 1
+    for d in uses:
+        positions *= extents[d]
+    if positions < 16:
         return None
-    names = sorted(expr.free_symbols, key=lambda f: dims[str(f)])
-    if len(names) != len(uses):
-        return None
+    names = tuple(sorted(expr.free_symbols, key=lambda f: dims[str(f)]))
+    return _compiled(expr, names) if len(names) == len(uses) else None
+
+
+@functools.lru_cache(maxsize=4096)  # the same bounds recur in every candidate grid of a kernel
+def _compiled(expr, names):
+    """``expr`` compiled to a Python function of ``names``; None where that fails, or where it disagrees
+    with sympy at the origin."""
     try:
         f = sympy.lambdify(names, expr, modules=[{"int_ceil": _int_ceil, "int_floor": _int_floor}, "math"])
-        zero = tuple(0 for _ in uses)
-        if _integer(f, zero) != _at(expr, dims, [0] * (max(uses) + 1)):
+        if _integer(f, tuple(0 for _ in names)) != int(expr.xreplace({n: sympy.Integer(0) for n in names})):
             return None
     except Exception:  # noqa: BLE001 (a function the printer does not know: sympy evaluates it)
         return None
