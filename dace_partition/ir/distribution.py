@@ -231,23 +231,16 @@ def _blocks(grid, coords, subset) -> Optional[List[Block]]:
         if (_free(b) | _free(e)) - known:
             return None
     dims = {str(s): d for s, d in syms.items()}
-    bounds = [(_expr(b), _expr(e)) for b, e, _ in subset]
     # a bound names one or two coordinates: evaluated once per value of those, not once per rank
-    exprs = [x for pair in bounds for x in pair]
-    uses = [tuple(sorted({dims[str(f)] for f in x.free_symbols})) for x in exprs]
-    fast = [_evaluator(x, dims, u, grid) for x, u in zip(exprs, uses)]
-    memo = [dict() for _ in uses]
+    tables = []
+    for x in (_expr(x) for b, e, _ in subset for x in (b, e)):
+        named = sorted({str(f) for f in x.free_symbols}, key=dims.get)
+        at = [dims[n] for n in named]
+        positions = itertools.product(*[range(grid[d]) for d in at])
+        tables.append((at, dict(zip(positions, _grid_table(x, named, [grid[d] for d in at])))))
     out = []
     for q in itertools.product(*[range(g) for g in grid]):
-        values = []
-        for i, x in enumerate(exprs):
-            key = tuple(q[d] for d in uses[i])
-            v = memo[i].get(key)
-            if v is None:
-                v = memo[i][key] = _integer(fast[i], key) if fast[i] is not None else None
-                if v is None:
-                    v = memo[i][key] = _at(x, dims, q)
-            values.append(v)
+        values = [table[tuple(q[d] for d in at)] for at, table in tables]
         start = tuple(values[0::2])
         out.append((start, tuple(max(0, e - b + 1) for b, e in zip(start, values[1::2]))))
     return out
@@ -261,11 +254,17 @@ def values_on_grid(expr, extents: Dict[str, int]) -> List[int]:
     named = sorted({str(f) for f in expr.free_symbols})
     if any(n not in extents for n in named):
         raise TypeError(f"{expr} names symbols other than grid coordinates")
+    return _grid_table(expr, named, [extents[n] for n in named])
+
+
+def _grid_table(expr, named: Sequence[str], extents: Sequence[int]) -> List[int]:
+    """``expr``'s integer value at every position of the coordinates ``named`` (row-major over their
+    ``extents``, the origin first): compiled where it takes many values (sympy's substitution per grid
+    position took seconds per distribution at P = 1024), by sympy where the compiled value is no integer."""
     dims = {n: i for i, n in enumerate(named)}
-    uses = tuple(range(len(named)))
-    f = _evaluator(expr, dims, uses, [extents[n] for n in named])
+    f = _evaluator(expr, dims, extents)
     out = []
-    for q in itertools.product(*[range(extents[n]) for n in named]):
+    for q in itertools.product(*[range(g) for g in extents]):
         v = _integer(f, q) if f is not None else None
         out.append(_at(expr, dims, q) if v is None else v)
     return out
@@ -279,17 +278,16 @@ def _int_floor(a, b):
     return a // b
 
 
-def _evaluator(expr, dims: Dict[str, int], uses, extents):
-    """``expr`` as a Python function of the coordinates it names, in the order of ``uses``, where it takes
-    many values (sympy's substitution per grid position took seconds per distribution at P = 1024); None
-    where sympy is as quick (a few positions) or where it cannot be compiled: then :func:`_at` evaluates it."""
+def _evaluator(expr, dims: Dict[str, int], extents: Sequence[int]):
+    """``expr`` as a Python function of the coordinates ``dims`` numbers (in that order), where it takes at
+    least 16 values; None where sympy is as quick or where it cannot be compiled."""
     positions = 1
-    for d in uses:
-        positions *= extents[d]
+    for g in extents:
+        positions *= g
     if positions < 16:
         return None
     names = tuple(sorted(expr.free_symbols, key=lambda f: dims[str(f)]))
-    return _compiled(expr, names) if len(names) == len(uses) else None
+    return _compiled(expr, names) if len(names) == len(extents) else None
 
 
 @functools.lru_cache(maxsize=4096)  # the same bounds recur in every candidate grid of a kernel

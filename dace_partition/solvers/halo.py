@@ -39,14 +39,6 @@ def _split_grid(d: Distribution):
     return [g for g in d.grid if g > 1]
 
 
-def _coords_of(rank: int, grid) -> tuple:
-    out = []
-    for g in reversed(grid):
-        out.append(rank % g)
-        rank //= g
-    return tuple(reversed(out))
-
-
 class HaloSolver(Solver):
     name = "halo"
     box_views = True
@@ -80,16 +72,15 @@ class HaloSolver(Solver):
             return None  # a copy on every rank
         if src.may_overlap():
             return "source blocks overlap (an element would arrive twice)"
-        grid = src.grid
         needs = overlaps(a, b).T > 0  # [me, q]: every pair at once (P^2 pairs)
         np.fill_diagonal(needs, False)
-        at = np.stack(np.unravel_index(np.arange(len(a)), grid), axis=1)  # row-major grid coordinates
-        far = np.abs(at[:, None, :] - at[None, :, :]).max(axis=2) > 1
-        bad = np.argwhere(needs & far)  # ordered by me, then q
-        if len(bad):
-            me, q = (int(x) for x in bad[0])
+        pairs = np.argwhere(needs)  # ordered by me, then q
+        at = np.stack(np.unravel_index(np.arange(len(a)), src.grid), axis=1)  # row-major grid coordinates
+        far = pairs[np.abs(at[pairs[:, 0]] - at[pairs[:, 1]]).max(axis=1, initial=0) > 1]
+        if len(far):
+            me, q = (int(x) for x in far[0])
             return (f"rank {me} needs elements of rank {q}, which is not its grid neighbour "
-                    f"(coordinates {_coords_of(me, grid)} and {_coords_of(q, grid)})")
+                    f"(coordinates {tuple(int(x) for x in at[me])} and {tuple(int(x) for x in at[q])})")
         return None
 
     def cost(self, move: Move) -> Cost:
