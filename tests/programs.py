@@ -189,3 +189,25 @@ def _examples():
 
 _examples()
 from attention import head_parallel, mha  # noqa: E402,F401  (Megatron attention, thesis 8.1.4)
+
+
+def keepdims_view_sub():
+    """``x - np.max(x, axis=1, keepdims=True)`` as DaCe 1.0.2's frontend leaves it in some runs: the
+    reduction writes ``red[N]``, a view of the transient ``tmp[N, 1]`` that the next map reads (in other
+    runs its simplification removes the view and the map reads ``red``)."""
+    sdfg = dace.SDFG("keepdims_view_sub")
+    sdfg.add_array("x", [12, 10], dace.float64)
+    sdfg.add_array("__return", [12, 10], dace.float64)
+    sdfg.add_transient("tmp", [12, 1], dace.float64)
+    sdfg.add_view("red", [12], dace.float64)
+    st = sdfg.add_state("main")
+    x, red, tmp = st.add_read("x"), st.add_access("red"), st.add_access("tmp")
+    reduce = st.add_reduce("lambda a, b: max(a, b)", axes=[1], identity=dace.dtypes.min_value(dace.float64))
+    st.add_nedge(x, reduce, dace.Memlet("x[0:12, 0:10]"))
+    st.add_nedge(reduce, red, dace.Memlet("red[0:12]"))
+    st.add_edge(red, "views", tmp, None, dace.Memlet("tmp[0:12, 0]"))
+    st.add_mapped_tasklet("sub", dict(i="0:12", j="0:10"), dict(a=dace.Memlet("x[i, j]"), b=dace.Memlet("tmp[i, 0]")),
+                          "o = a - b", dict(o=dace.Memlet("__return[i, j]")), external_edges=True,
+                          input_nodes=dict(x=x, tmp=tmp))
+    sdfg.validate()
+    return sdfg

@@ -124,6 +124,21 @@ def test_fused_softmax_partitioned_along_three_dims(rng):
     np.testing.assert_allclose(run_counted(sdfg, 8, x=x), e / e.sum(axis=3, keepdims=True), rtol=1e-5, atol=1e-6)
 
 
+def test_a_keepdims_copy_between_two_kernels_is_folded_and_moves_nothing(rng):
+    """``x - x.max(axis=1, keepdims=True)`` with the reduction writing a view of the ``[N, 1]`` array the
+    next map reads (DaCe's simplification leaves that view in some runs only): the copy is folded, so the
+    lowering is the one DaCe gives when it removes the view, with no round trip through rank 0, and the
+    search predicts it."""
+    sdfg = P.keepdims_view_sub()
+    schedule = {m.name: (2, ) + (1, ) * (len(m.params) - 1) for m in dp.maps(sdfg)}
+    predicted = dp.search.predict(sdfg, schedule, 2).bytes_per_rank
+    dp.lower(sdfg, schedule)
+    assert sorted(comm(sdfg)) == [("gather", "__return"), ("scatter", "x")]
+    assert "tmp" not in sdfg.arrays and predicted == dp.report(sdfg).bytes_per_rank() == [480, 480]
+    x = rng.standard_normal((12, 10))
+    np.testing.assert_array_equal(run_counted(sdfg, 2, x=x), x - x.max(axis=1, keepdims=True))
+
+
 @pytest.mark.parametrize("ranks", [pytest.param(2, marks=pytest.mark.slow), 4])  # 4 ranks covers 2
 def test_megatron_attention_one_allreduce(rng, ranks):
     """Multi-head attention split along heads: no communication through the projections, the scaled

@@ -3,6 +3,8 @@ search prepare a program the same way, through it).
 
 - ``scalar_arguments_to_arrays``: scalar arguments read by kernels become one-element arrays, so a
   partitioned kernel receives them like any other block.
+- ``fold_unit_axis_copies``: a transient that only copies another with unit axes added or removed
+  (``keepdims=True``) is replaced by the array it copies.
 - ``split_states``: one work node (map, nested SDFG, library node or tasklet) per state, with the copies
   that feed it in a state of their own before it and those that follow it in one after it, so the state
   of a kernel touches exactly what the kernel reads and writes.
@@ -100,6 +102,115 @@ def materialize_views(sdfg: SDFG):
     return done
 
 
+def fold_unit_axis_copies(sdfg: SDFG) -> List[str]:
+    """Transients that are a copy of another transient with unit axes added or removed are replaced by the
+    array they copy; returns their names.
+
+    ``np.max(x, axis=-1, keepdims=True)`` writes the reduction into ``__tmp1[N, M]``, a view of
+    ``tmp[N, M, 1]``. DaCe 1.0.2's simplification removes that view in some runs and keeps it in others
+    (NPBench's softmax, under different ``PYTHONHASHSEED`` values); kept, :func:`materialize_views` makes
+    it a copy, which runs on rank 0 between two kernels: a gather and a scatter that fusion cannot
+    remove. Folded, the readers index ``__tmp1``
+    with the unit axes dropped, so the lowering is the same in every run and the round trip is gone.
+
+    Folded only where the copy is exact and nothing else can see the difference: both arrays transient
+    and whole on both sides of the copy, the copy the only write of the copy and the source written in
+    one place (the copy's source node), and every read of the copy an element read by a tasklet (a
+    library node or nested SDFG reads axes by position)."""
+    writers: dict = {}
+    for st in ordered_states(sdfg):
+        for n in st.data_nodes():
+            writers.setdefault(n.data, []).extend((st, e) for e in st.in_edges(n))
+    read_elsewhere = set()
+    for e in sdfg.all_interstate_edges():
+        read_elsewhere |= set(e.data.read_symbols())
+    for r in sdfg.all_control_flow_regions():
+        cond = getattr(r, "loop_condition", None)
+        if cond is not None:
+            read_elsewhere |= {str(x) for x in dace.symbolic.pystr_to_symbolic(cond.as_string).free_symbols}
+    done = []
+    for st in ordered_states(sdfg):
+        for e in list(st.edges()):
+            a, b = e.src, e.dst
+            if not (isinstance(a, nodes.AccessNode) and isinstance(b, nodes.AccessNode)) or a.data == b.data:
+                continue
+            if b.data in done or a.data in done:
+                continue
+            da, db = sdfg.arrays.get(a.data), sdfg.arrays.get(b.data)
+            if not (type(da) is dace.data.Array and type(db) is dace.data.Array and da.transient and db.transient):
+                continue
+            sa, sb = ([_constants(sdfg, x) for x in d.shape] for d in (da, db))
+            if sa == sb or _non_unit(sa) != _non_unit(sb):
+                continue
+            if [w[1] for w in writers.get(b.data, [])] != [e] or {id(w[1].dst) for w in writers[a.data]} != {id(a)}:
+                continue
+            if b.data in read_elsewhere or not _whole_copy(sdfg, e.data, a.data, sa, b.data, sb):
+                continue
+            if not all(_element_reads(s2, n) for s2 in ordered_states(sdfg) for n in s2.data_nodes() if n.data == b.data):
+                continue
+            _fold(sdfg, st, e, sa, sb)
+            done.append(b.data)
+    return done
+
+
+def _non_unit(shape) -> tuple:
+    return tuple(str(x) for x in shape if str(x) != "1")
+
+
+def _whole_copy(sdfg: SDFG, memlet: Memlet, src: str, src_shape, dst: str, dst_shape) -> bool:
+    """Whether ``memlet`` copies all of ``src`` onto all of ``dst`` (shapes with the specialized sizes as
+    numbers), element by element in order."""
+    own, other = memlet.subset, memlet.other_subset
+    sides = {memlet.data: own, (dst if memlet.data == src else src): other}
+    for name, shape in ((src, src_shape), (dst, dst_shape)):
+        sub = sides.get(name)
+        if sub is None:
+            continue  # the side the memlet does not name is the whole array
+        if not isinstance(sub, dace.subsets.Range) or len(sub.ranges) != len(shape):
+            return False
+        for (lo, hi, step), size in zip(sub.ranges, shape):
+            lo, hi, step = (_constants(sdfg, x) for x in (lo, hi, step))
+            if lo != 0 or step != 1 or dace.symbolic.simplify(hi + 1 - size) != 0:
+                return False
+    return True
+
+
+def _element_reads(state: SDFGState, node) -> bool:
+    """Whether ``node`` is read only one element at a time by tasklets (through maps or directly)."""
+    for e in state.out_edges(node):
+        for leaf in state.memlet_tree(e).leaves():
+            if not isinstance(leaf.dst, nodes.Tasklet) or leaf.data.subset is None \
+                    or leaf.data.subset.num_elements() != 1 or leaf.data.other_subset is not None:
+                return False
+    return True
+
+
+def _fold(sdfg: SDFG, state: SDFGState, copy_edge, kept_shape, gone_shape):
+    """Readers of the copy's destination read its source: every memlet of the destination names the
+    source's elements (the unit axes of one dropped, those of the other at index 0)."""
+    src, dst = copy_edge.src, copy_edge.dst
+    gone, kept = dst.data, src.data
+    keep_axes = [d for d, x in enumerate(gone_shape) if _non_unit([x])]
+    into = [d for d, x in enumerate(kept_shape) if _non_unit([x])]
+    for st in ordered_states(sdfg):
+        for e in st.edges():
+            if e.data.data != gone:
+                continue
+            rng = [(0, 0, 1)] * len(kept_shape)
+            for d_from, d_to in zip(keep_axes, into):
+                rng[d_to] = e.data.subset.ranges[d_from]
+            e.data.data = kept
+            e.data.subset = dace.subsets.Range(rng)
+    for e in list(state.out_edges(dst)):
+        state.add_edge(src, e.src_conn, e.dst, e.dst_conn, e.data)
+    state.remove_node(dst)
+    for st in ordered_states(sdfg):
+        for n in st.data_nodes():
+            if n.data == gone:
+                n.data = kept
+    del sdfg.arrays[gone]
+
+
 def _constants(sdfg: SDFG, expr):
     """``expr`` with the symbols ``sdfg.specialize`` fixed replaced by their values."""
     consts = {k: v for k, (_, v) in sdfg.constants_prop.items() if isinstance(v, (int, np.integer))}
@@ -156,6 +267,7 @@ def split_states(sdfg: SDFG):
     """One work node per state (see the module docstring), so each state can run on its own ranks."""
     scalar_arguments_to_arrays(sdfg)
     materialize_views(sdfg)
+    fold_unit_axis_copies(sdfg)
     for state in ordered_states(sdfg):
         while True:
             work = work_nodes(state)
