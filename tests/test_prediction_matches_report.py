@@ -10,6 +10,7 @@ shrinks. Pure Python: nothing is compiled or run.
 """
 import warnings
 
+import dace
 import numpy as np
 import pytest
 
@@ -46,3 +47,78 @@ def test_the_search_predicts_the_bytes_the_lowering_moves(name, ranks):
         assert predicted != reported, f"'{name}' now agrees ({predicted}): take it off DIFFERS"
     else:
         assert predicted == reported, f"predicted {predicted} B, the report says {reported} B"
+
+
+@dace.program
+def loop_updates_an_argument(c: dace.float64[40, 8], out: dace.float64[40, 8]):
+    """mandelbrot1's shape: an argument written before a loop, updated where a condition holds inside it
+    (its prior values are the writer's own blocks), read after it."""
+    out[:] = 0.0
+    for t in range(5):
+        for i, j in dace.map[0:40, 0:8]:
+            if out[i, j] < 2.0:
+                out[i, j] = out[i, j] * out[i, j] + c[i, j]
+    out[:] = out + 1.0
+
+
+@dace.program
+def histogram_then_scale(x: dace.int64[64], w: dace.float64[16]):
+    """azimint_hist's shape: every rank accumulates into the whole transient histogram, which the next
+    kernel reads in blocks: the accumulated values meet on rank 0, no grid-to-grid move."""
+    h = np.zeros((16, ), dtype=np.float64)
+    for i in dace.map[0:64]:
+        h[x[i]] += 1.0
+    return h * w
+
+
+@dace.program
+def flip_when_small(pts: dace.float64[6], Y: dace.float64[40, 8], P0: dace.float64[40, 8]):
+    """contour_integral's shape: a branch inside the loop decides on data (``z = pts[idx]``), so every
+    rank receives that data before each decision once a kernel runs on more than rank 0."""
+    for idx in range(6):
+        z = pts[idx]
+        X = Y * 2.0
+        if np.absolute(z) < 0.5:
+            X[:] = -X
+        P0 += X
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("program,split", [(loop_updates_an_argument, ""), (histogram_then_scale, ""),
+                                           (flip_when_small, "augassign")], ids=["loop_updates_an_argument",
+                                                                                 "histogram_then_scale",
+                                                                                 "flip_when_small"])
+def test_the_search_predicts_npbench_shapes(program, split, ranks):
+    """Shapes of NPBench kernels that the search once priced otherwise than the lowering moved them (the
+    maps whose names start with ``split`` on (ranks, 1, ...))."""
+    sdfg = program.to_sdfg()
+    schedule = {m.name: (ranks, ) + (1, ) * (len(m.params) - 1) for m in dp.maps(sdfg) if m.name.startswith(split)}
+    assert schedule
+    predicted = dp.search.predict(program.to_sdfg(), schedule, ranks).bytes_per_rank
+    dp.lower(sdfg, schedule, local_optimize=False)
+    assert list(predicted) == dp.report(sdfg).bytes_per_rank()
+
+
+@dace.program
+def jacobi_time(A: dace.float64[18, 10], B: dace.float64[18, 10]):
+    for t in range(3):
+        B[1:-1, 1:-1] = 0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1])
+        A[1:-1, 1:-1] = 0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1])
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_the_search_predicts_a_time_loop_with_distributed_io(ranks):
+    """io="distributed": a reader's halo outside the written blocks is filled once before the loop by a
+    move from the caller's layout (a halo exchange), not by a scatter; the search counted neither."""
+    from dace.transformation.dataflow import MapFusion
+
+    def fused():  # one block-plus-halo read per sweep, as io="distributed" needs
+        sdfg = jacobi_time.to_sdfg()
+        sdfg.simplify()
+        sdfg.apply_transformations_repeated(MapFusion)
+        return sdfg
+    sdfg = fused()
+    schedule = {m.name: (ranks, 1) for m in dp.maps(sdfg)}
+    predicted = dp.search.predict(fused(), schedule, ranks, io="distributed").bytes_per_rank
+    dp.lower(sdfg, schedule, io="distributed", local_optimize=False)
+    assert len(schedule) == 2 and list(predicted) == dp.report(sdfg).bytes_per_rank()

@@ -12,10 +12,14 @@ lowering's passes would treat them:
   synthesized redistribution), and it is scattered once before and gathered once after;
 * any other array goes through rank 0: gathered after each partitioned write, scattered before each
   partitioned read (an input nobody writes is scattered once per distinct block layout);
+* an accumulation into blocks that several ranks hold (every rank adding into a whole histogram) is not
+  fused: its prior value goes out from, and its sums come back to, rank 0, and so do the reads after it;
 * inside a loop, the uses are walked twice, once for the first iteration and once, multiplied by the trip
   count minus one, for the others (loop-carried values come from the previous iteration's writer; inputs
   the loop does not write are not scattered again); a use inside loops nested in that one counts their
-  trips too;
+  trips too. An array that one kernel of the loop writes and only partitioned kernels touch there stays on
+  that writer's blocks for the whole loop (an argument that code outside the loop also uses: scattered
+  before the loop and gathered after it), unless its values combine (an accumulation or reduction);
 * with ``io="distributed"`` an argument is not scattered nor gathered, but it has one layout (its
   writer's blocks, else its first reader's: ``passes.localize_io``), and a kernel that reads other blocks
   pays the move from it.
@@ -34,6 +38,7 @@ import numpy as np
 import sympy
 from dace import nodes
 from dace.sdfg import SDFG
+from dace.subsets import Range
 
 from ..analysis.constraints import find_entry
 from ..compat import all_states
@@ -77,6 +82,11 @@ class Priced:
     # previous writer's blocks may hold them: FuseRoundTrips fuses this scatter as it fuses a read)
     fills: Dict[str, Tuple[Distribution, Cost]] = field(default_factory=dict)
     memory: int = 0  # bytes of rank-local buffers per rank
+    # arrays this kernel accumulates into blocks that several ranks hold (a histogram's ``hist[b] += 1``
+    # on every rank): the prior value must count once, so FuseRoundTrips leaves such a move to rank 0
+    overlapping: set = field(default_factory=set)
+    # arrays whose moves combine values (an accumulation or a reduction op): FuseLoops leaves them alone
+    combined: set = field(default_factory=set)
 
 
 @dataclass
@@ -86,6 +96,7 @@ class Use:
     write: bool
     loop: Optional[object]  # the outermost loop around it (None outside loops)
     inner: int = 1  # runs per iteration of that loop: the trips of the loops nested in it around the use
+    node: bool = True  # an access node in a state (False: a condition or assignment reads it)
 
 
 @dataclass
@@ -96,6 +107,7 @@ class Prediction:
     communication: float
     bytes_per_rank: List[int]
     memory: int
+    refused: int = 0  # arguments ``lower`` would refuse to keep rank-local (io="distributed"): time is inf
 
     @property
     def total_bytes(self) -> int:
@@ -214,6 +226,9 @@ class ProgramModel:
         self._same: Dict[tuple, bool] = {}
         self._memo: Dict[tuple, Tuple[List[int], float]] = {}
         self._kernel_parts: Dict[tuple, tuple] = {}
+        self._branch: Dict[tuple, Tuple[List[int], float]] = {}  # (world, partitioned kernels) -> part
+        self._symbols: Optional[tuple] = None  # (of transients, of each kernel's state): _branch_part
+        self._branching = False
         self.io, self.memory_per_rank = io, memory_per_rank
         self.kernels: List[Kernel] = kernels  # from prepare(): named as dp.maps names them
         self.refused: Dict[int, List[Tuple[Candidate, str]]] = {}
@@ -260,6 +275,10 @@ class ProgramModel:
                 p.fills[pm.array] = (pm.move.dst, cost)
             else:
                 p.writes[pm.array] = (pm.move.src, cost)
+            if pm.move.accumulates and pm.move.grid_side.may_overlap():
+                p.overlapping.add(pm.array)
+            if pm.move.accumulates or pm.move.op is not None:
+                p.combined.add(pm.array)
         p.memory = _buffer_bytes(self.sdfg, km)
         return p
 
@@ -334,7 +353,7 @@ class ProgramModel:
                     self.uses.setdefault(arr, []).append(Use(k.index if k is not None else -1, r, w, lp, n))
             for e in sdfg.out_edges(st):  # conditions and assignments read data on rank 0
                 for arr in e.data.read_symbols() & set(sdfg.arrays):
-                    self.uses.setdefault(arr, []).append(Use(-1, True, False, lp, n))
+                    self.uses.setdefault(arr, []).append(Use(-1, True, False, lp, n, node=False))
         self.written = {a for a, us in self.uses.items() if any(u.write for u in us)}
         self._actors = {a: sorted({u.actor for u in us if u.actor >= 0}) for a, us in self.uses.items()}
         self._arrays_of: Dict[int, List[str]] = {}
@@ -399,6 +418,10 @@ class ProgramModel:
             work, mem = self._kernel_part(k.index, choice.get(k.index, 0))
             compute += work
             memory += mem
+        refused = sum(self._io_refused(arr, choice) for arr in self.uses)
+        bytes_, seconds = self._branch_part(choice, trace)
+        _accumulate(per, bytes_, 1)
+        comm += seconds
         for arr, uses in self.uses.items():
             if trace is not None:
                 bytes_, seconds = self._array_cost(arr, uses, chosen, trace)
@@ -406,7 +429,7 @@ class ProgramModel:
                 bytes_, seconds = self._array_part(arr, choice, chosen)
             _accumulate(per, bytes_, 1)
             comm += seconds
-        return self._prediction(compute, comm, per, memory)
+        return self._prediction(compute, comm, per, memory, refused)
 
     def change(self, choice: Dict[int, int], base: Prediction, k: int, i: int) -> Prediction:
         """``base`` (the prediction of ``choice``) with kernel ``k`` on candidate ``i`` instead: only the
@@ -420,7 +443,13 @@ class ProgramModel:
         w1, m1 = self._kernel_part(k, i)
         compute, comm, memory = base.compute - w0 + w1, base.communication, base.memory - m0 + m1
         chosen = None
+        refused = base.refused
+        for c, sign in ((choice, -1), (trial, 1)):
+            bytes_, seconds = self._branch_part(c)
+            _accumulate(per, bytes_, sign)
+            comm += sign * seconds
         for arr in self._arrays_of.get(k, ()):
+            refused += self._io_refused(arr, trial) - self._io_refused(arr, choice)
             b_old, t_old = self._array_part(arr, choice, None)
             if chosen is None:
                 chosen = {j.index: self.priced[j.index][trial.get(j.index, 0)] for j in self.kernels}
@@ -428,12 +457,59 @@ class ProgramModel:
             _accumulate(per, b_old, -1)
             _accumulate(per, b_new, 1)
             comm += t_new - t_old
-        return self._prediction(compute, comm, per, memory)
+        return self._prediction(compute, comm, per, memory, refused)
 
-    def _prediction(self, compute, comm, per, memory) -> Prediction:
-        if self.memory_per_rank is not None and memory > self.memory_per_rank:
-            return Prediction(math.inf, compute, comm, per, memory)
+    def _prediction(self, compute, comm, per, memory, refused=0) -> Prediction:
+        if refused or (self.memory_per_rank is not None and memory > self.memory_per_rank):
+            return Prediction(math.inf, compute, comm, per, memory, refused)
         return Prediction(compute + comm, compute, comm, per, memory)
+
+    def _branch_part(self, choice: Dict[int, int], trace: Optional[list] = None) -> Tuple[List[int], float]:
+        """(bytes per rank, seconds) of broadcasting the data that interstate conditions read, from rank 0
+        to every rank the program needs, before each evaluation (``passes.conditions``): nothing while
+        every kernel runs on rank 0. Which data depends on the partitioned kernels: a symbol assigned from
+        data that such a kernel reads must reach every rank too."""
+        from ..passes.conditions import branch_data
+        if self._symbols is None:  # symbols of transients, and of each kernel's state
+            self._symbols = ({str(x) for d in self.sdfg.arrays.values() if d.transient for x in d.free_symbols},
+                             {k.index: {str(x) for x in k.state.free_symbols} for k in self.kernels})
+            every = set(self._symbols[0]).union(*self._symbols[1].values())
+            self._branching = bool(branch_data(self.sdfg, every))  # with every kernel partitioned: the most
+        if not self._branching:
+            return [0] * self.ranks, 0.0
+        chosen = [(k, self.priced[k.index][choice.get(k.index, 0)]) for k in self.kernels]
+        part = frozenset(k.index for k, p in chosen if p.candidate.partitioned)
+        world = max((p.ranks for _, p in chosen if p.candidate.partitioned), default=1)
+        key = (world, part)
+        if key in self._branch and trace is None:
+            return self._branch[key]
+        per, comm = [0] * self.ranks, [0.0]
+        if world > 1:
+            from ..passes.loops import trips
+            every = set(self._symbols[0]).union(*(self._symbols[1][k] for k in part))
+            for st, names in branch_data(self.sdfg, every).items():
+                try:
+                    n = max(_const(trips(self.sdfg, st), {**self.sdfg.constants, **self.sizes}), 1)
+                except (TypeError, ValueError):
+                    n = DEFAULT_TRIPS
+                for name in names:
+                    desc = self.sdfg.arrays[name]
+                    dist = Distribution.on_grid(Range.from_array(desc), (world, ), (None, ), -1)
+                    cost = self.scatter_cost(name, dist, desc)
+                    _add_cost(per, comm, cost, n, self.machine)
+                    if trace is not None and cost is not None and cost.per_rank is not None:
+                        trace.append((name, "broadcast (branch data)", sum(cost.per_rank) * n))
+        self._branch[key] = (per, comm[0])
+        return self._branch[key]
+
+    def _io_refused(self, arr: str, choice: Dict[int, int]) -> int:
+        """1 where ``io="distributed"`` would keep argument ``arr`` rank-local while code on rank 0 (a
+        kernel left there, a copy) also touches it: ``passes.localize_io`` refuses that schedule."""
+        if self.io != "distributed" or self.sdfg.arrays[arr].transient:
+            return 0
+        part = [u.actor >= 0 and self.priced[u.actor][choice.get(u.actor, 0)].candidate.partitioned
+                for u in self.uses[arr] if u.node]
+        return int(any(part) and not all(part))
 
     def _kernel_part(self, k: int, i: int):
         """(seconds of compute, memory) of kernel k on candidate i: its work times its trip count. Every
@@ -472,6 +548,7 @@ class ProgramModel:
         argument = not desc.transient
         free_io = self.io == "distributed" and argument
         holder: List[Optional[Distribution]] = [None]
+        plain = [True]  # the holder's write is not accumulated into overlapping blocks
         scattered: List[Distribution] = []
         home = self._home(arr, uses, chosen) if free_io else None
         fused_gathers: List[Tuple[Cost, int]] = []  # gathers a fused round trip removed, while none is kept
@@ -488,7 +565,7 @@ class ProgramModel:
         def prior(dst, cost, times, fuse):
             """A write's prior values: from the last writer's blocks where they cover them (a fused round
             trip, as FuseRoundTrips fuses the scatter of prior values), else scattered from rank 0."""
-            if fuse and desc.transient and holder[0] is not None and covers(holder[0], dst):
+            if fuse and desc.transient and holder[0] is not None and plain[0] and covers(holder[0], dst):
                 mc = self.move_cost(arr, holder[0], dst, desc.shape, desc.dtype.bytes)
                 if mc is None:  # the same blocks on the same ranks: nothing moves
                     return
@@ -498,6 +575,16 @@ class ProgramModel:
             if fuse and desc.transient and holder[0] is not None:
                 keep_gathers()
             _add(per, comm, cost, times, m, "prior values", arr)
+
+        def from_home(dst, cost, what):
+            """Blocks ``dst`` filled once: scattered from rank 0, or (``io="distributed"``) moved from the
+            layout the caller passes, where that is another (``passes.localize_io``)."""
+            if not free_io:
+                _add(per, comm, cost, 1, m, f"scatter ({what})", arr)
+            elif home is not None and (home.partial or not self.same(home, dst)):
+                mc = self.move_cost(arr, home, dst, desc.shape, desc.dtype.bytes)
+                _add(per, comm, cost if mc is not None and mc.per_rank is None else mc, 1, m, f"redistribute ({what})",
+                     arr)
 
         def walk(segment, mult, first, fuse=True):
             for u in segment:
@@ -509,7 +596,7 @@ class ProgramModel:
                 rep = mult * u.inner  # moves that follow a write repeat with the loops nested around the use
                 if u.read and arr in p.reads:
                     dst, cost = p.reads[arr]
-                    if holder[0] is not None and desc.transient and not covers(holder[0], dst):
+                    if holder[0] is not None and desc.transient and (not plain[0] or not covers(holder[0], dst)):
                         # it reads elements the last writer did not write (a triangle, then the whole
                         # array): from rank 0's copy, and every gather of the array stays (FuseRoundTrips)
                         keep_gathers()
@@ -534,11 +621,12 @@ class ProgramModel:
                                  "redistribute", arr)
                         scattered.append(dst)
                 if u.write and arr in p.fills:
-                    prior(*p.fills[arr], mult * u.inner, fusable and fuse)
+                    prior(*p.fills[arr], mult * u.inner, fusable and fuse and arr not in p.overlapping)
                 if u.write and arr in p.writes:
                     src, cost = p.writes[arr]
                     if fusable and fuse:
                         holder[0] = src
+                        plain[0] = arr not in p.overlapping
                         writer[arr] = u.actor
                         if kept[0]:
                             _add(per, comm, cost, mult * u.inner, m, "gather (kept)", arr)
@@ -555,7 +643,13 @@ class ProgramModel:
             writers = {u.actor for u in seg if u.write}
             trips = self.loop_trips.get(lp, 1) if lp is not None else 1
             carried = not desc.transient or (seg[0].read and not seg[0].write)
-            if lp is not None and fusable and carried and len(writers) == 1 and arr in chosen[min(writers)].writes:
+            # an argument that rank-0 code or another loop also uses: FuseLoops still keeps it on the grid
+            # inside this loop when only partitioned kernels touch it there (scattered before, gathered after)
+            alone = (lp is not None and argument and not fusable and not free_io
+                     and all(u.actor >= 0 and chosen[u.actor].candidate.partitioned for u in seg))
+            if lp is not None and (fusable or alone) and carried and len(writers) == 1 \
+                    and arr in chosen[min(writers)].writes \
+                    and not any(u.actor >= 0 and arr in chosen[u.actor].combined for u in seg):
                 # FuseLoops: scattered once into the writer's blocks H, every reader gets H -> D per
                 # iteration (and its boundary once), gathered once after the loop
                 w = min(writers)
@@ -566,9 +660,7 @@ class ProgramModel:
                 if holder[0] is None and not free_io and \
                         not any(not covers(h, d) and offset_inside(h, d) is not None for d in readers):
                     _add(per, comm, self.scatter_cost(arr, h, desc), 1, m, "scatter", arr)
-                for u in seg:
-                    if u.write and u.actor >= 0 and arr in chosen[u.actor].fills:
-                        _add(per, comm, chosen[u.actor].fills[arr][1], trips * u.inner, m, "prior values", arr)
+                for u in seg:  # the writer's prior values are its own buffer's (FuseLoops drops that scatter)
                     if u.read and u.actor >= 0 and arr in chosen[u.actor].reads:
                         dst, cost = chosen[u.actor].reads[arr]
                         mc = self.move_cost(arr, h, dst, desc.shape, desc.dtype.bytes)
@@ -577,8 +669,11 @@ class ProgramModel:
                             _add(per, comm, cost, trips * u.inner, m, "scatter", arr)
                         else:
                             _add(per, comm, mc, trips * u.inner, m, "redistribute", arr)
-                            if not free_io and not covers(h, dst):
-                                _add(per, comm, cost, 1, m, "scatter (boundary)", arr)
+                            if not covers(h, dst):  # the reader's elements outside H, filled once before
+                                from_home(dst, cost, "boundary")
+                if alone:
+                    _add(per, comm, hcost, 1, m, "gather (after the loop)", arr)
+                    continue
                 holder[0] = h
                 writer[arr] = w
                 continue
