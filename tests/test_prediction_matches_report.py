@@ -83,11 +83,23 @@ def flip_when_small(pts: dace.float64[6], Y: dace.float64[40, 8], P0: dace.float
         P0 += X
 
 
+@dace.program
+def either_branch_reads_x(pts: dace.float64[6], x: dace.float64[40, 8], y: dace.float64[40, 8]):
+    """An input read in two exclusive branches: neither scatter runs on every path to the other, so each
+    branch has its own (both hoisted before the loop), not one reused."""
+    for i in range(6):
+        if pts[i] < 0.5:
+            y[:] = 2.0 * x
+        else:
+            y[:] = x - 1.0
+
+
+SHAPES = {"loop_updates_an_argument": (loop_updates_an_argument, ""), "histogram_then_scale": (histogram_then_scale, ""),
+          "flip_when_small": (flip_when_small, "augassign"), "either_branch_reads_x": (either_branch_reads_x, "")}
+
+
 @pytest.mark.parametrize("ranks", [2, 4])
-@pytest.mark.parametrize("program,split", [(loop_updates_an_argument, ""), (histogram_then_scale, ""),
-                                           (flip_when_small, "augassign")], ids=["loop_updates_an_argument",
-                                                                                 "histogram_then_scale",
-                                                                                 "flip_when_small"])
+@pytest.mark.parametrize("program,split", list(SHAPES.values()), ids=list(SHAPES))
 def test_the_search_predicts_npbench_shapes(program, split, ranks):
     """Shapes of NPBench kernels that the search once priced otherwise than the lowering moved them (the
     maps whose names start with ``split`` on (ranks, 1, ...))."""

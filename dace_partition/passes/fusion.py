@@ -108,7 +108,7 @@ class _SameValues:
         return True
 
 
-def _only_source(src: SDFGState, reader: SDFGState, sources) -> bool:
+def only_source(src: SDFGState, reader: SDFGState, sources) -> bool:
     """Whether every path that reaches ``reader`` (from the program's start, around loops too) last
     passes a state of ``sources`` at ``src``: states are listed breadth-first, not in the order they
     run, so "the gather before it in the list" is not enough (a loop's exit and its body interleave)."""
@@ -195,7 +195,7 @@ class FuseRoundTrips(MovePass):
         for k, (sst, s) in enumerate(readers):
             last = k == len(readers) - 1 and not kept
             dst = s.distribution("dst")
-            if not _only_source(gst, sst, set(gathers) | {gst}) or not self._same(gst, sst, (g, s)) \
+            if not only_source(gst, sst, set(gathers) | {gst}) or not self._same(gst, sst, (g, s)) \
                     or not covers(src, dst):
                 # Another gather (another loop's, or the previous iteration's) may have written what it reads,
                 # or it reads elements this gather did not write (``ccol[:, :, k - 1]`` after a kernel wrote
@@ -224,7 +224,7 @@ class FuseRoundTrips(MovePass):
             local_b = destination_buffer(st, s)
             first = next(((fst, f) for fst, f in firsts if f.array == s.array and f.distribution("dst").same_blocks(dist)
                           and sdfg.arrays[destination_buffer(fst, f)].shape == sdfg.arrays[local_b].shape
-                          and _only_source(fst, st, {fst}) and self._same(fst, st, (f, s))), None)
+                          and only_source(fst, st, {fst}) and self._same(fst, st, (f, s))), None)
             if first is None:
                 firsts.append((st, s))
                 continue

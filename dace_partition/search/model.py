@@ -11,7 +11,8 @@ lowering's passes would treat them:
   would choose (nothing when the blocks are the same, an allreduce of partial sums, a halo exchange, a
   synthesized redistribution), and it is scattered once before and gathered once after;
 * any other array goes through rank 0: gathered after each partitioned write, scattered before each
-  partitioned read (an input nobody writes is scattered once per distinct block layout);
+  partitioned read (an input nobody writes is scattered once per distinct block layout, where that first
+  scatter runs on every path to the later read: two exclusive branches scatter it twice);
 * an accumulation into blocks that several ranks hold (every rank adding into a whole histogram) is not
   fused: its prior value goes out from, and its sums come back to, rank 0, and so do the reads after it;
 * inside a loop, the uses are walked twice, once for the first iteration and once, multiplied by the trip
@@ -47,6 +48,7 @@ from ..ir import ROOT, Cost, Distribution, Move, MoveKind, Role
 from ..ir.relations import covers, offset_inside
 from ..plan import KernelMoves, analyse_kernel, plan_kernel
 from ..passes.contractions import is_contraction
+from ..passes.fusion import only_source
 from ..schedule import Kernel, KernelKind, Replicated, check_grid, ordered_states
 from ..solvers.registry import choose
 from .machine import Machine
@@ -549,7 +551,7 @@ class ProgramModel:
         free_io = self.io == "distributed" and argument
         holder: List[Optional[Distribution]] = [None]
         plain = [True]  # the holder's write is not accumulated into overlapping blocks
-        scattered: List[Distribution] = []
+        scattered: List[Tuple[Distribution, object]] = []  # (blocks, state of the scatter)
         home = self._home(arr, uses, chosen) if free_io else None
         fused_gathers: List[Tuple[Cost, int]] = []  # gathers a fused round trip removed, while none is kept
         kept = [False]  # a reader read rank 0's copy: FuseRoundTrips keeps every gather of the array
@@ -610,8 +612,10 @@ class ProgramModel:
                             _add(per, comm, mc, rep, m, "redistribute", arr)
                     elif (rewritten := u.loop is None or self._written_in(arr, u.loop)) or first:
                         rep = rep if rewritten else mult  # an input the loop does not write: scattered once
-                        if arr not in self.written and any(self.same(d, dst) for d in scattered):
-                            pass  # the first scatter's buffer is reused
+                        state = self.kernels[u.actor].state
+                        if arr not in self.written and any(self.same(d, dst) and only_source(s, state, {s})
+                                                           for d, s in scattered):
+                            pass  # the first scatter's buffer is reused (it runs on every path to this one)
                         elif not free_io:
                             _add(per, comm, cost, rep, m, "scatter", arr)
                         elif home is not None and (home.partial or not self.same(home, dst)):
@@ -619,7 +623,7 @@ class ProgramModel:
                             mc = self.move_cost(arr, home, dst, desc.shape, desc.dtype.bytes)
                             _add(per, comm, cost if mc is not None and mc.per_rank is None else mc, rep, m,
                                  "redistribute", arr)
-                        scattered.append(dst)
+                        scattered.append((dst, state))
                 if u.write and arr in p.fills:
                     prior(*p.fills[arr], mult * u.inner, fusable and fuse and arr not in p.overlapping)
                 if u.write and arr in p.writes:
