@@ -211,3 +211,12 @@ def keepdims_view_sub():
                           input_nodes=dict(x=x, tmp=tmp))
     sdfg.validate()
     return sdfg
+
+
+@dace.program
+def jacobi_time_small(A: dace.float64[18, 10], B: dace.float64[18, 10]):
+    """A 2-D Jacobi time loop (two sweeps of three steps) small enough that the search's default rates
+    leave it on rank 0 unless it must split it."""
+    for t in range(3):
+        B[1:-1, 1:-1] = 0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1])
+        A[1:-1, 1:-1] = 0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1])

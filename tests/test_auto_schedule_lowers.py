@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import dace_partition as dp
+import programs as P
 from conformance.programs import CASES
 from dace_partition.search import predict
 
@@ -138,20 +139,13 @@ def test_a_schedule_is_made_whole_and_keeps_its_attributes_when_copied():
 
 
 @dace.program
-def two_sweeps(A: dace.float64[18, 10], B: dace.float64[18, 10]):
-    for t in range(3):
-        B[1:-1, 1:-1] = 0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1])
-        A[1:-1, 1:-1] = 0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1])
-
-
-@dace.program
 def dot_then_update(x: dace.float64[64], y: dace.float64[64], s: dace.float64[1]):
     s[0] = np.sum(x * y)
     y[:] = x * 2.0 + y
 
 
-@pytest.mark.parametrize("program,machine", [(two_sweeps, None), (dot_then_update, SLOW)],
-                         ids=["two_sweeps", "dot_then_update"])
+@pytest.mark.parametrize("program,machine", [(P.jacobi_time_small, None), (dot_then_update, SLOW)],
+                         ids=["jacobi_time_small", "dot_then_update"])
 def test_with_distributed_io_the_search_keeps_each_argument_off_rank_0_or_wholly_on_it(program, machine):
     """With io="distributed" an argument is rank-local, so ``lower`` refuses a schedule where code left on
     rank 0 also touches it. The search used to leave one cheap kernel there (one sweep of two, or one

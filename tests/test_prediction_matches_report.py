@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import dace_partition as dp
+import programs as P
 from conformance.programs import CASES
 
 # name -> what differs (2 ranks, sizes of the conformance inputs); empty since the time loops agree
@@ -111,13 +112,6 @@ def test_the_search_predicts_npbench_shapes(program, split, ranks):
     assert list(predicted) == dp.report(sdfg).bytes_per_rank()
 
 
-@dace.program
-def jacobi_time(A: dace.float64[18, 10], B: dace.float64[18, 10]):
-    for t in range(3):
-        B[1:-1, 1:-1] = 0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1])
-        A[1:-1, 1:-1] = 0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1])
-
-
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_the_search_predicts_a_time_loop_with_distributed_io(ranks):
     """io="distributed": a reader's halo outside the written blocks is filled once before the loop by a
@@ -125,7 +119,7 @@ def test_the_search_predicts_a_time_loop_with_distributed_io(ranks):
     from dace.transformation.dataflow import MapFusion
 
     def fused():  # one block-plus-halo read per sweep, as io="distributed" needs
-        sdfg = jacobi_time.to_sdfg()
+        sdfg = P.jacobi_time_small.to_sdfg()
         sdfg.simplify()
         sdfg.apply_transformations_repeated(MapFusion)
         return sdfg

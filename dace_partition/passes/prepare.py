@@ -117,10 +117,10 @@ def fold_unit_axis_copies(sdfg: SDFG) -> List[str]:
     and whole on both sides of the copy, the copy the only write of the copy and the source written in
     one place (the copy's source node), and every read of the copy an element read by a tasklet (a
     library node or nested SDFG reads axes by position)."""
-    writers: dict = {}
+    writes: dict = {}  # array -> the edges into its access nodes
     for st in ordered_states(sdfg):
         for n in st.data_nodes():
-            writers.setdefault(n.data, []).extend((st, e) for e in st.in_edges(n))
+            writes.setdefault(n.data, []).extend(st.in_edges(n))
     read_elsewhere = set()
     for e in sdfg.all_interstate_edges():
         read_elsewhere |= set(e.data.read_symbols())
@@ -142,7 +142,7 @@ def fold_unit_axis_copies(sdfg: SDFG) -> List[str]:
             sa, sb = ([_constants(sdfg, x) for x in d.shape] for d in (da, db))
             if sa == sb or _non_unit(sa) != _non_unit(sb):
                 continue
-            if [w[1] for w in writers.get(b.data, [])] != [e] or {id(w[1].dst) for w in writers[a.data]} != {id(a)}:
+            if writes.get(b.data) != [e] or {id(w.dst) for w in writes[a.data]} != {id(a)}:
                 continue
             if b.data in read_elsewhere or not _whole_copy(sdfg, e.data, a.data, sa, b.data, sb):
                 continue
@@ -153,8 +153,12 @@ def fold_unit_axis_copies(sdfg: SDFG) -> List[str]:
     return done
 
 
+def _is_unit(size) -> bool:
+    return str(size) == "1"
+
+
 def _non_unit(shape) -> tuple:
-    return tuple(str(x) for x in shape if str(x) != "1")
+    return tuple(str(x) for x in shape if not _is_unit(x))
 
 
 def _whole_copy(sdfg: SDFG, memlet: Memlet, src: str, src_shape, dst: str, dst_shape) -> bool:
@@ -190,8 +194,8 @@ def _fold(sdfg: SDFG, state: SDFGState, copy_edge, kept_shape, gone_shape):
     source's elements (the unit axes of one dropped, those of the other at index 0)."""
     src, dst = copy_edge.src, copy_edge.dst
     gone, kept = dst.data, src.data
-    keep_axes = [d for d, x in enumerate(gone_shape) if _non_unit([x])]
-    into = [d for d, x in enumerate(kept_shape) if _non_unit([x])]
+    keep_axes = [d for d, x in enumerate(gone_shape) if not _is_unit(x)]
+    into = [d for d, x in enumerate(kept_shape) if not _is_unit(x)]
     for st in ordered_states(sdfg):
         for e in st.edges():
             if e.data.data != gone:

@@ -578,15 +578,16 @@ class ProgramModel:
                 keep_gathers()
             _add(per, comm, cost, times, m, "prior values", arr)
 
-        def from_home(dst, cost, what):
-            """Blocks ``dst`` filled once: scattered from rank 0, or (``io="distributed"``) moved from the
-            layout the caller passes, where that is another (``passes.localize_io``)."""
+        def from_home(dst, cost, times, what=""):
+            """Blocks ``dst`` filled from where the argument is: scattered from rank 0, or (``io="distributed"``)
+            moved from the layout the caller passes, where that is another (``passes.localize_io``)."""
+            label = f" ({what})" if what else ""
             if not free_io:
-                _add(per, comm, cost, 1, m, f"scatter ({what})", arr)
+                _add(per, comm, cost, times, m, "scatter" + label, arr)
             elif home is not None and (home.partial or not self.same(home, dst)):
                 mc = self.move_cost(arr, home, dst, desc.shape, desc.dtype.bytes)
-                _add(per, comm, cost if mc is not None and mc.per_rank is None else mc, 1, m, f"redistribute ({what})",
-                     arr)
+                _add(per, comm, cost if mc is not None and mc.per_rank is None else mc, times, m,
+                     "redistribute" + label, arr)
 
         def walk(segment, mult, first, fuse=True):
             for u in segment:
@@ -616,13 +617,8 @@ class ProgramModel:
                         if arr not in self.written and any(self.same(d, dst) and only_source(s, state, {s})
                                                            for d, s in scattered):
                             pass  # the first scatter's buffer is reused (it runs on every path to this one)
-                        elif not free_io:
-                            _add(per, comm, cost, rep, m, "scatter", arr)
-                        elif home is not None and (home.partial or not self.same(home, dst)):
-                            # io="distributed": the caller's tiles are one layout; other blocks move from it
-                            mc = self.move_cost(arr, home, dst, desc.shape, desc.dtype.bytes)
-                            _add(per, comm, cost if mc is not None and mc.per_rank is None else mc, rep, m,
-                                 "redistribute", arr)
+                        else:  # scattered, or (io="distributed") moved from the caller's one layout
+                            from_home(dst, cost, rep)
                         scattered.append((dst, state))
                 if u.write and arr in p.fills:
                     prior(*p.fills[arr], mult * u.inner, fusable and fuse and arr not in p.overlapping)
@@ -674,7 +670,7 @@ class ProgramModel:
                         else:
                             _add(per, comm, mc, trips * u.inner, m, "redistribute", arr)
                             if not covers(h, dst):  # the reader's elements outside H, filled once before
-                                from_home(dst, cost, "boundary")
+                                from_home(dst, cost, 1, "boundary")
                 if alone:
                     _add(per, comm, hcost, 1, m, "gather (after the loop)", arr)
                     continue
