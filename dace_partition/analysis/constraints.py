@@ -7,6 +7,7 @@ must agree up to a renaming of grid dimensions (schedule consistency, def. 4.6.1
 schedule leaves out get the grid and renaming that make them consistent with the principal map.
 """
 import copy
+import functools
 import itertools
 import re
 from dataclasses import dataclass, field
@@ -86,11 +87,17 @@ def coord_symbols(kernel_index: int, grid: Sequence[int]) -> Tuple[Optional[str]
 def wcr_op(memlet, array) -> Optional[ReduceOp]:
     if memlet.wcr is None:
         return None
-    red = detect_reduction_type(memlet.wcr)
+    red = _reduction_type(str(memlet.wcr))
     if red not in _OPS:
         raise UnsupportedPattern(array, memlet.subset, f"write-conflict resolution {memlet.wcr} is not a sum, "
                                  "product, min or max, so MPI cannot combine partial results")
     return _OPS[red]
+
+
+@functools.lru_cache(maxsize=1024)
+def _reduction_type(wcr: str):
+    """DaCe's reading of a conflict-resolution lambda (it parses the source: slow), once per text."""
+    return detect_reduction_type(wcr)
 
 
 def map_accesses(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, rng: subsets.Range,
@@ -151,9 +158,18 @@ def fills_its_box(subset, params) -> bool:
     the other dimensions do not change with the parameters. A triangular write (``C[i, i:M]``: ``i`` in
     two dimensions) leaves holes in its box, which keep their prior values. False where it cannot tell."""
     try:
-        rng = as_range(subset)
+        ranges = tuple(tuple(r) for r in as_range(subset).ranges)
+        hash(ranges)
+    except (TypeError, AttributeError):
+        return False
+    return _fills_its_box(ranges, tuple(params))
+
+
+@functools.lru_cache(maxsize=4096)
+def _fills_its_box(ranges, params) -> bool:
+    try:
         seen = set()
-        for b, e, st in rng.ranges:
+        for b, e, st in ranges:
             b, e = sympy.sympify(b), sympy.sympify(e)
             used = {str(f) for f in (b.free_symbols | e.free_symbols)} & set(params)
             if not used:
@@ -179,10 +195,10 @@ def _propagate_union(inner, sdfg: SDFG, arr: str, params, rng, entry, positions)
     Each distinct memlet is propagated on its own and the union is taken here: DaCe's own union assumes
     symbols are large and positive, and keeps ``int_ceil(r*9, 2)`` over ``10`` as the upper bound of
     ``A[i]`` and ``A[10]``, which drops the halo of a grid coordinate ``r`` that is small."""
-    distinct = list({str(m.subset): m for m in inner}.values())
+    distinct = list({_exprs(m.subset): m for m in inner}.values())
     if len(distinct) == 1:
-        return _range(_propagate(distinct, sdfg, arr, params, rng, entry).subset, arr)
-    ranges = [_range(_propagate([m], sdfg, arr, params, rng, entry).subset, arr) for m in distinct]
+        return _range(_propagate(distinct, sdfg, arr, params, rng, entry), arr)
+    ranges = [_range(_propagate([m], sdfg, arr, params, rng, entry), arr) for m in distinct]
     return bounding_box(ranges, positions)
 
 
@@ -248,8 +264,18 @@ def _compare(a, b, positions: Dict[str, int]) -> Optional[int]:
     return None
 
 
-_PROPAGATED: Dict[str, tuple] = {}  # key of :func:`_propagate` -> (propagated memlet, its coordinates)
-_COORD = re.compile(r"(?<!\w)__dp(\d+)_r(\d+)(?!\w)")  # a grid coordinate (coord_symbols): kernel, dimension
+_PROPAGATED: Dict[tuple, tuple] = {}  # key of :func:`_propagate` -> (propagated subset, its coordinates)
+_COORD = re.compile(r"__dp(\d+)_r(\d+)")  # a grid coordinate (coord_symbols): kernel, dimension
+
+
+def _exprs(subset) -> tuple:
+    """A subset as a hashable tuple of its bounds (SymPy expressions compare by structure, and symbols of
+    one name with other assumptions differ): a key that needs no printing."""
+    if subset is None:
+        return None
+    if isinstance(subset, subsets.Range):
+        return ("R", tuple(tuple(r) for r in subset.ranges), tuple(subset.tile_sizes))
+    return (type(subset).__name__, tuple(subset.ndrange()))
 
 
 def _side_of(m, arr: str):
@@ -257,53 +283,77 @@ def _side_of(m, arr: str):
     array, and without an other subset in any case (DaCe's propagation picks the source or destination side
     by the memlet's direction, which a copy ``t[i] -> x[0]`` seen from ``x`` gets wrong)."""
     sub = m.other_subset if m.data != arr and m.other_subset is not None else m.subset
-    return Memlet(data=arr, subset=copy.deepcopy(sub), volume=m.volume, dynamic=m.dynamic, wcr=m.wcr)
+    return Memlet(data=arr, subset=_copied(sub), volume=m.volume, dynamic=m.dynamic, wcr=m.wcr)
+
+
+def _copied(subset):
+    """A copy of a subset that shares its (immutable) SymPy bounds: DaCe's ``replace``/``offset`` rebind the
+    entries of its lists, so new lists suffice (a deep copy rebuilds every expression, and cost seconds)."""
+    out = copy.copy(subset)
+    for name, value in vars(subset).items():
+        if isinstance(value, list):
+            setattr(out, name, list(value))
+    return out
 
 
 def _propagate(inner, sdfg: SDFG, arr: str, params, rng, entry):
-    """DaCe's memlet propagation over a tile; its failures become a refusal in words.
+    """DaCe's memlet propagation over a tile (the propagated subset); its failures become a refusal in words.
 
     Propagation simplifies symbolic bounds (``int_ceil`` of grid coordinates) and takes most of the
     lowering time of large programs, whose many maps repeat the same accesses over the same tiles
     (channel_flow's stencils; every candidate grid of the automatic schedule): results are kept per
     distinct (memlets, array shape, parameters, tile). Each kernel names its grid coordinates after its
     index (``__dp6_r0``), so the key names them by grid dimension only: the same access in another kernel
-    (resnet's layers, every reduction of one shape) is a hit, renamed to that kernel's coordinates."""
+    (resnet's layers, every reduction of one shape) is a hit, renamed to that kernel's coordinates. The key
+    holds the expressions themselves, not their text: printing them cost more than most propagations.
+    (Propagating a tile whose size is a symbol, to share one propagation among the grids of a map, was
+    tried: DaCe's simplification is then slower than the propagations it saves.)"""
     desc = sdfg.arrays[arr]
-    inner = [_side_of(m, arr) for m in inner]
-    exprs = [x for m in inner for r in m.subset.ndrange() for x in r] + [x for r in rng for x in r] + list(desc.shape)
-    free = {f for x in exprs for f in getattr(x, "free_symbols", ())}
-    flavours = {(str(f), tuple(sorted(f.assumptions0.items()))) for f in free}
-    # symbols of one name with other assumptions are other symbols to SymPy: they are part of the key
-    key = str((tuple((str(m.subset), str(m.other_subset), str(m.volume), m.dynamic, str(m.wcr)) for m in inner),
-               str(desc.shape), tuple(params),
-               str(rng), tuple(sorted(flavours))))
+    sides = [m.other_subset if m.data != arr and m.other_subset is not None else m.subset for m in inner]
+    key = (tuple((_exprs(sub), m.volume, m.dynamic, str(m.wcr)) for sub, m in zip(sides, inner)),
+           tuple(desc.shape), tuple(params), _exprs(rng))
+    free = {f for x in _flat(key) if isinstance(x, sympy.Basic) for f in x.free_symbols}
     coords = {(found.group(1), found.group(2)): f for f in free for found in [_COORD.fullmatch(str(f))] if found}
     mine = {}
     if len({k for k, _ in coords}) == 1:  # one kernel's coordinates: named by grid dimension in the key
         mine = {d: f for (_, d), f in coords.items()}
-        key = _COORD.sub(r"__dp_r\2", key)
+        canonical = {f: sympy.Symbol(f"__dp_r{d}", **f.assumptions0) for d, f in mine.items()}
+        key = _renamed(key, canonical)
     hit = _PROPAGATED.get(key)
-    if hit is not None:
-        out = copy.deepcopy(hit[0])
-        out.data = inner[0].data  # the same access of another array: the result is this array's
-        rename = {theirs: mine[d] for d, theirs in hit[1].items() if mine[d] != theirs}
-        if rename:
-            out.subset.replace(rename)
-            if hasattr(out.volume, "subs"):
-                out.volume = out.volume.subs(rename)
-        return out
-    if len(_PROPAGATED) > 20000:
-        _PROPAGATED.clear()
-    try:
-        out = propagate_subset(inner, desc, params, rng)
-        _PROPAGATED[key] = (copy.deepcopy(out), mine)
-        return out
-    except Exception as e:  # noqa: BLE001 - DaCe raises IndexError/TypeError/... on memlets it cannot analyse
-        raise UnsupportedPattern(arr, ", ".join(str(m.subset) for m in inner),
-                                 f"DaCe cannot propagate the accesses of map '{entry.map.label}' through a tile "
-                                 f"({type(e).__name__}: {e}), so no per-rank constraint can be derived; leave "
-                                 "this map out of the schedule") from None
+    if hit is None:
+        if len(_PROPAGATED) > 20000:
+            _PROPAGATED.clear()
+        try:
+            out = propagate_subset([_side_of(m, arr) for m in inner], desc, params, rng).subset
+        except Exception as e:  # noqa: BLE001 - DaCe raises IndexError/TypeError/... on memlets it cannot analyse
+            raise UnsupportedPattern(arr, ", ".join(str(m.subset) for m in inner),
+                                     f"DaCe cannot propagate the accesses of map '{entry.map.label}' through a "
+                                     f"tile ({type(e).__name__}: {e}), so no per-rank constraint can be derived; "
+                                     "leave this map out of the schedule") from None
+        hit = _PROPAGATED[key] = (out, mine)
+    out = _copied(hit[0])
+    rename = {theirs: mine[d] for d, theirs in hit[1].items() if mine[d] != theirs}
+    if rename:
+        out.replace(rename)
+    return out
+
+
+def _flat(key):
+    """The leaves of nested tuples."""
+    for x in key:
+        if isinstance(x, tuple):
+            yield from _flat(x)
+        else:
+            yield x
+
+
+def _renamed(key, canonical):
+    """``key`` with the symbols in ``canonical`` replaced (SymPy expressions anywhere in nested tuples)."""
+    if isinstance(key, tuple):
+        return tuple(_renamed(x, canonical) for x in key)
+    if isinstance(key, sympy.Basic):
+        return key.xreplace(canonical)
+    return key
 
 
 def known_sizes(sdfg: SDFG) -> Dict[str, int]:

@@ -132,15 +132,14 @@ def refuse_loop_sized_buffers(sdfg: SDFG, plan: KernelPlan, buffers):
     """Rank-local buffers are allocated when the program starts, so their sizes may use the program's
     symbols but not a variable that a loop assigns (a kernel of ``for i: corr[i, i+1:M] = ...`` whose tile
     has ``M - i - 1`` columns): such a kernel is refused in words before anything is rewritten."""
+    assigned = {x for e in sdfg.all_interstate_edges() for x in e.data.assignments}
+    assigned |= {r.loop_variable for r in sdfg.all_control_flow_regions() if getattr(r, "loop_variable", None)}
+    if not assigned:
+        return  # no loop variable: nothing to find (the buffers' shapes cost more than this)
     sizes = {}
     for (array, _), (name, subset) in buffers.items():
         for x in Distribution.on_grid(subset, plan.grid, plan.coords, 0).local_shape:
             sizes.setdefault(name, (array, subset, set()))[2].update(str(f) for f in sympy.sympify(x).free_symbols)
-    used = set().union(*(s for _, _, s in sizes.values())) if sizes else set()
-    if not used:
-        return
-    assigned = {x for e in sdfg.all_interstate_edges() for x in e.data.assignments}
-    assigned |= {r.loop_variable for r in sdfg.all_control_flow_regions() if getattr(r, "loop_variable", None)}
     for name, (array, subset, syms) in sizes.items():
         stray = sorted(syms & assigned)
         if stray:

@@ -237,7 +237,7 @@ class ProgramModel:
         self.priced: Dict[int, List[Priced]] = {}
         self._moves: Dict[tuple, Optional[Cost]] = {}
         self._layout = False  # the node layout, looked up on first need (None: one node)
-        self._work = {}
+        self._contractions: Dict[int, bool] = {}
         for k in self.kernels:
             cands = candidates[k.index] if candidates and k.index in candidates else candidate_grids(k, ranks)
             self.priced[k.index] = self._price_all(k, cands)
@@ -300,7 +300,7 @@ class ProgramModel:
             grid = _inner_grid(km, info) if km is not None else None
             flops = 2 * _iterations(info.map, grid, self.sdfg.constants)
             return flops / self.machine.blas_flops
-        if k.kind == KernelKind.MAP and is_contraction(k.state, k.node):  # a GEMM after lowering (passes.contractions)
+        if k.kind == KernelKind.MAP and self._contraction(k):  # a GEMM after lowering (passes.contractions)
             grid = km.analysis.grid if km is not None else None
             return 2 * _iterations(k.node.map, grid, self.sdfg.constants) / self.machine.blas_flops
         ops = 0.0
@@ -315,6 +315,12 @@ class ProgramModel:
         t = ops / self.machine.map_ops
         mem = _buffer_bytes(self.sdfg, km) if km is not None else _global_bytes(self.sdfg, k)
         return max(t, mem / self.machine.stream)
+
+    def _contraction(self, k: Kernel) -> bool:
+        """Whether the kernel becomes a BLAS call (asked once per kernel: the answer is the grid's too)."""
+        if k.index not in self._contractions:
+            self._contractions[k.index] = is_contraction(k.state, k.node)
+        return self._contractions[k.index]
 
     # -- data flow -------------------------------------------------------------------------------------
     def _uses(self):
