@@ -208,28 +208,48 @@ def _copy_target(sdfg: SDFG, st: SDFGState):
     return t.data, x.data, [db for db, _, _ in dst]
 
 
+def copy_to_fold(sdfg: SDFG, order: List[SDFGState], st: SDFGState, writer_of) -> Optional[tuple]:
+    """``(writer's state, T, X, offset)`` where state ``st`` of a loop (``order``: the loop's states in
+    program order) only copies all of transient ``T`` into a box of ``X`` starting at ``offset``, and
+    :func:`fold_copies` makes the kernel that writes ``T`` write ``X`` instead: ``T`` is used only there and
+    by the copy, ``writer_of(T)`` (the state whose kernel writes ``T`` plainly: no conflict
+    resolution; None where there is none) runs before the copy in the loop, and nothing touches ``X``
+    between them. None otherwise. The lowering and the search's model ask this of the same states."""
+    found = _copy_target(sdfg, st)
+    if found is None:
+        return None
+    t, x, offset = found
+    if len(uses(sdfg, t)) != 2:
+        return None
+    w = writer_of(t)
+    if w is None or w not in order or order.index(w) > order.index(st):
+        return None
+    if any(n.data == x for s in order[order.index(w) + 1:order.index(st)] for n in s.data_nodes()):
+        return None
+    return w, t, x, offset
+
+
 def fold_copies(sdfg: SDFG, lp: Loop, implement) -> int:
     """Inside a loop, ``gather T to rank 0; X[box] = T`` (a kernel that writes a temporary, copied into
     the array on rank 0) becomes one gather of ``X`` in the shifted blocks, so ``X`` has one writer the
-    loop can keep on the grid. Only where nothing touches ``X`` between the gather and the copy. Returns
-    how many were folded."""
+    loop can keep on the grid (:func:`copy_to_fold` says where). Returns how many were folded."""
     order = [st for st in _ordered(sdfg) if st in lp.body]
     dms = [(st, n) for st, n in distributed_memlets(sdfg) if st in lp.body]
+
+    def gather_of(t):
+        seq = [(gs, g) for gs, g in dms if g.array == t]
+        if len(seq) != 1 or seq[0][1].dst_grid:
+            return None
+        g = seq[0][1]
+        return None if g.accumulates or g.op or g.distribution("src").partial else seq[0]
+
     done = 0
     for st in order:
-        found = _copy_target(sdfg, st)
+        found = copy_to_fold(sdfg, order, st, lambda t: (gather_of(t) or (None, ))[0])
         if found is None:
             continue
-        t, x, offset = found
-        seq = [(gs, g) for gs, g in dms if g.array == t]
-        if len(seq) != 1 or seq[0][1].dst_grid or len(uses(sdfg, t)) != 2:
-            continue
-        gst, g = seq[0]
-        if g.accumulates or g.op or g.distribution("src").partial or order.index(gst) > order.index(st):
-            continue
-        between = order[order.index(gst) + 1:order.index(st)]
-        if any(n.data == x for s in between for n in s.data_nodes()):
-            continue
+        _, t, x, offset = found
+        gst, g = gather_of(t)
         h = g.distribution("src")
         shifted = tuple((b + o, e + o, k) for (b, e, k), o in zip(h.subset, offset))
         move = Move(x, type(h)(h.grid, h.coords, shifted, h.grid_id, h.pending), ROOT,

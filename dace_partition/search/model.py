@@ -21,6 +21,9 @@ lowering's passes would treat them:
   trips too. An array that one kernel of the loop writes and only partitioned kernels touch there stays on
   that writer's blocks for the whole loop (an argument that code outside the loop also uses: scattered
   before the loop and gathered after it), unless its values combine (an accumulation or reduction);
+* inside a loop, a copy ``X[box] = T`` of a kernel's temporary into an array (how DaCe writes
+  ``out[:] = out + z * x``) is folded as the loop pass folds it (``passes.loops.copy_to_fold``): the kernel
+  writes ``X``'s shifted blocks, and the copy moves nothing;
 * with ``io="distributed"`` an argument is not scattered nor gathered, but it has one layout (its
   writer's blocks, else its first reader's: ``passes.localize_io``), and a kernel that reads other blocks
   pays the move from it.
@@ -238,6 +241,7 @@ class ProgramModel:
         self._moves: Dict[tuple, Optional[Cost]] = {}
         self._layout = False  # the node layout, looked up on first need (None: one node)
         self._contractions: Dict[int, bool] = {}
+        self._folds, self._copies = self._copy_folds()
         for k in self.kernels:
             cands = candidates[k.index] if candidates and k.index in candidates else candidate_grids(k, ranks)
             self.priced[k.index] = self._price_all(k, cands)
@@ -281,6 +285,19 @@ class ProgramModel:
                 p.overlapping.add(pm.array)
             if pm.move.accumulates or pm.move.op is not None:
                 p.combined.add(pm.array)
+        for t, x, offset in self._folds.get(k.index, ()):
+            if t in p.writes:  # the loop pass gathers the kernel's blocks of t straight into x's shifted blocks
+                h, cost = p.writes.pop(t)
+                box = tuple((b + o, e + o, s) for (b, e, s), o in zip(h.subset, offset))
+                shifted = Distribution(h.grid, h.coords, box, h.grid_id, h.pending)
+                desc = self.sdfg.arrays[x]
+                move = Move(x, shifted, ROOT, tuple(desc.shape), desc.dtype.bytes)
+                solver, _ = choose(move, self.solvers)
+                p.writes[x] = (shifted, self._levels(move, solver.cost(move)) if solver is not None else cost)
+                for flags in (p.overlapping, p.combined):
+                    if t in flags:
+                        flags.discard(t)
+                        flags.add(x)
         p.memory = _buffer_bytes(self.sdfg, km)
         return p
 
@@ -322,6 +339,32 @@ class ProgramModel:
             self._contractions[k.index] = is_contraction(k.state, k.node)
         return self._contractions[k.index]
 
+    def _copy_folds(self):
+        """``({kernel index: [(T, X, offset)]}, copy states)``: the copies ``X[box] = T`` inside loops that
+        the loop pass folds into the write of the kernel that computes ``T`` (``passes.loops.copy_to_fold``,
+        asked of the same states): that kernel then writes ``X``'s shifted blocks, and the copy moves nothing.
+        Where the kernel stays on rank 0 nothing is folded, and nothing moves either way."""
+        from ..passes.loops import copy_to_fold, find_loops
+        by_state = {k.state: k for k in self.kernels}
+        folds: Dict[int, List[tuple]] = {}
+        copies = set()
+        for lp in find_loops(self.sdfg):  # innermost first, as FuseLoops folds them
+            order = [st for st in ordered_states(self.sdfg) if st in lp.body]
+
+            def writer_of(t):
+                ws = [st for st in order if st in by_state
+                      and any(n.data == t and st.in_degree(n) > 0 for n in st.data_nodes())]
+                plain = len(ws) == 1 and not any(e.data.wcr is not None for n in ws[0].data_nodes() if n.data == t
+                                                 for e in ws[0].in_edges(n))
+                return ws[0] if plain else None
+            for st in order:
+                found = None if st in copies else copy_to_fold(self.sdfg, order, st, writer_of)
+                if found is not None:
+                    w, t, x, offset = found
+                    folds.setdefault(by_state[w].index, []).append((t, x, offset))
+                    copies.add(st)
+        return folds, copies
+
     # -- data flow -------------------------------------------------------------------------------------
     def _uses(self):
         from ..passes.loops import find_loops
@@ -351,8 +394,9 @@ class ProgramModel:
             lp = outer.get(st)
             k = by_state.get(st)
             touched: Dict[str, List[bool]] = {}
-            for n in st.data_nodes():
-                rw = touched.setdefault(n.data, [False, False])
+            folded = {t: x for t, x, _ in self._folds.get(k.index, ())} if k is not None else {}
+            for n in st.data_nodes() if st not in self._copies else ():
+                rw = touched.setdefault(folded.get(n.data, n.data), [False, False])
                 rw[0] |= st.out_degree(n) > 0
                 rw[1] |= st.in_degree(n) > 0
             n = inner(st) if lp is not None else 1
