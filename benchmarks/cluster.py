@@ -2,7 +2,7 @@
 
     tools/cluster-local start 4
     python benchmarks/cluster.py [--workloads jacobi,matmul,softmax] [--npbench atax,gemm | none] [--npb DIR]
-                                 [--ranks 2,4,8,16] [--nodes 1,2,4] [--calls 5] [--runs 1] [--scale 4]
+                                 [--ranks 2,4,8,16] [--nodes 1,2,4] [--calls 5] [--runs 1] [--scale 4] [--sync]
                                  [--out benchmarks/results/cluster.json]
 
 For each workload, P ranks and n emulated nodes (P / n consecutive ranks per node; combinations with fewer
@@ -19,7 +19,8 @@ ranks than nodes or P not a multiple of n are skipped):
   per call) and ``bytes_per_rank``, and the report's ``bytes_between_nodes``; "predicted*" was, in the run of
   2026-11-26, the same schedule with the kernels' own scatters and gathers priced by level too, which the
   model then missed; it does now, so both columns are the model's prediction;
-* **measured**: ``count_run`` under ``srun -N n -O`` with the PMPI counter, calling the program ``--calls``
+* **measured**: ``count_run`` under ``srun -N n -O`` with the PMPI counter (``--sync``: with a barrier
+  before each collective, timed apart, so that a collective's time is its transfer's), calling the program ``--calls``
   times in one launch (``--runs`` launches, interleaved over the configurations): the bytes each rank passed
   to MPI, and the wall seconds each rank spent inside MPI calls (``PMPI_Wtime`` around every wrapped call and
   around ``MPI_Wait*``). The figure compared is the slowest rank's MPI time of a call, best over calls 2..N
@@ -183,16 +184,17 @@ def lower_for(wl, P, n, m):
     return s, sched, pred, fixed, how, rep
 
 
-def measure(s, P, n, inputs, calls, timeout):
+def measure(s, P, n, inputs, calls, timeout, sync=False):
     from dace_partition.runtime.mpi_count import count_run
     t0 = time.perf_counter()
-    res = count_run(s, P, timeout=timeout, repeat=calls, launcher=launcher(n),
+    res = count_run(s, P, timeout=timeout, repeat=calls, launcher=launcher(n), sync=sync,
                     **{k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in inputs.items()})
     per_call = res.get("per_call") or [{"bytes": res["bytes"], "mpi_seconds": res["mpi_seconds"],
                                         "wait_seconds": res["wait_seconds"]}]
     return {"bytes": res["bytes"], "calls": {r: {k: list(v) for k, v in c.items()} for r, c in enumerate(res["calls"])},
             "mpi_s_per_call": [c["mpi_seconds"] for c in per_call],
             "wait_s_per_call": [c["wait_seconds"] for c in per_call],
+            "sync_s_per_call": [c.get("sync_seconds") for c in per_call],
             "seconds_by_call_first": res["seconds_by_call"], "launch_s": round(time.perf_counter() - t0, 2)}
 
 
@@ -277,6 +279,8 @@ def main():
     ap.add_argument("--runs", type=int, default=1, help="launches per configuration, interleaved")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per launch")
     ap.add_argument("--deadline", default=None, help="UTC HH:MM: start no configuration after it")
+    ap.add_argument("--sync", action="store_true", help="a barrier before each collective, outside its timed part "
+                    "(DP_PMPI_SYNC=1): the measured time is the transfers', not the wait for late ranks")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "cluster.json"))
     args = ap.parse_args()
     ranks = [int(x) for x in args.ranks.split(",")]
@@ -307,10 +311,13 @@ def main():
               "links": {"inside": {"alpha_s": ia, "beta_s_per_B": ib}, "between": {"alpha_s": xa, "beta_s_per_B": xb}},
               "compute_rates": str(base), "calls_per_launch": args.calls, "runs": args.runs, "scale": args.scale,
               "tolerance": TOLERANCE, "command": " ".join([os.path.relpath(__file__, os.getcwd())] + sys.argv[1:]),
+              "sync": args.sync,
               "method": "communication alone: the model's communication seconds per call against the slowest rank's "
                         "wall seconds inside MPI calls (PMPI_Wtime around each wrapped call and MPI_Wait*), best over "
-                        "calls 2..N of each launch and over launches; includes waiting for late ranks "
-                        "(oversubscribed compute)", "rows": []}
+                        "calls 2..N of each launch and over launches; " +
+                        ("a barrier before each collective, not timed (--sync): collectives count their transfer "
+                         "only; point-to-point calls (halo exchanges) still include waiting" if args.sync else
+                         "includes waiting for late ranks (oversubscribed compute)"), "rows": []}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
 
     def save():
@@ -361,7 +368,8 @@ def main():
                                      "report_bytes": rep.bytes_per_rank(),
                                      "report_bytes_between_nodes": off,
                                      "lower_s": round(time.perf_counter() - t0, 1), "runs": []}
-                    rows[key]["runs"].append(measure(lowered[key], P, n, wl["inputs"], args.calls, args.timeout))
+                    rows[key]["runs"].append(measure(lowered[key], P, n, wl["inputs"], args.calls, args.timeout,
+                                                     args.sync))
                     summarize(rows[key])
                 except Exception as e:  # noqa: BLE001 - recorded and shown, the sweep goes on
                     rows[key] = {"workload": wl["name"], "ranks": P, "nodes": n,

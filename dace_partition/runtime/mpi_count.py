@@ -24,7 +24,10 @@ Recv, Irecv                count * size (an upper bound); Send, Isend: 0, counte
 
 Each of these calls also adds the wall seconds spent inside it (``PMPI_Wtime`` before and after) to the
 rank's MPI time; ``MPI_Wait``/``Waitall``/``Waitany``/``Waitsome`` are wrapped for their time only (the
-completion of ``Isend``/``Irecv``). A collective's time includes waiting for ranks that reach it late.
+completion of ``Isend``/``Irecv``). A collective's time includes waiting for ranks that reach it late,
+unless the environment variable ``DP_PMPI_SYNC=1`` reaches the ranks: then a barrier on the communicator
+precedes each collective, outside its timed part (its own seconds are ``sync_seconds``), and a collective's
+time is its transfer's. Point-to-point calls are not synchronised.
 
 The large-count variants (``MPI_X_c``) are counted under ``MPI_X``.
 """
@@ -122,7 +125,7 @@ class Counter:
             raise RunError("the PMPI counter is not loaded in this process (LD_PRELOAD missing?)") from None
         for name in ("dp_pmpi_bytes", "dp_pmpi_sent", "dp_pmpi_calls", "dp_pmpi_wait_calls"):
             getattr(lib, name).restype = ctypes.c_longlong
-        for name in ("dp_pmpi_seconds", "dp_pmpi_wait_seconds"):
+        for name in ("dp_pmpi_seconds", "dp_pmpi_wait_seconds", "dp_pmpi_sync_seconds"):
             getattr(lib, name).restype = ctypes.c_double
         self._lib = lib
         lib.dp_pmpi_report.argtypes = [ctypes.c_char_p, ctypes.c_int]
@@ -147,6 +150,10 @@ class Counter:
     def wait_seconds(self) -> float:
         """Of :meth:`seconds`, the part inside MPI_Wait, MPI_Waitall, MPI_Waitany and MPI_Waitsome."""
         return float(self._lib.dp_pmpi_wait_seconds())
+
+    def sync_seconds(self) -> float:
+        """Seconds in the barriers that ``DP_PMPI_SYNC=1`` puts before each collective (in no other total)."""
+        return float(self._lib.dp_pmpi_sync_seconds())
 
     def report_text(self) -> str:
         """The shim's ``name calls bytes sent seconds`` lines."""
@@ -189,10 +196,11 @@ class Counter:
     def snapshot(self) -> dict:
         """All counters at once: read before any other MPI call, so nothing else leaks in."""
         return {"bytes": self.bytes(), "sent": self.sent(), "seconds": self.seconds(),
-                "wait_seconds": self.wait_seconds(), "report": self.report_text()}
+                "wait_seconds": self.wait_seconds(), "sync_seconds": self.sync_seconds(), "report": self.report_text()}
 
 
-def count_run(sdfg, ranks: int, timeout: float = 300, repeat: int = 1, launcher=None, **inputs) -> dict:
+def count_run(sdfg, ranks: int, timeout: float = 300, repeat: int = 1, launcher=None, sync: bool = False,
+              **inputs) -> dict:
     """Runs a lowered SDFG like :func:`dace_partition.run`, counting each rank's MPI traffic and the time
     it spends in MPI.
 
@@ -209,6 +217,10 @@ def count_run(sdfg, ranks: int, timeout: float = 300, repeat: int = 1, launcher=
     ranks, so that a caller can take the best of the later calls (the first one also sets up
     connections). With ``repeat > 1`` the outputs are those after the last call: a program that updates an
     argument in place goes on from the previous call's values. ``launcher``: as ``dace_partition.run``'s.
+
+    ``sync``: a barrier before each collective, outside its timed part (``DP_PMPI_SYNC=1``, module
+    docstring), so that ``mpi_seconds`` holds the transfers and not the waiting for late ranks; the
+    barriers' seconds are ``"sync_seconds"`` (and in ``"per_call"``). The program is slower for it.
     """
     if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
         raise ValueError(f"repeat must be a positive integer, got {repeat!r}")
@@ -220,15 +232,18 @@ def count_run(sdfg, ranks: int, timeout: float = 300, repeat: int = 1, launcher=
 
     # LD_PRELOAD is set per rank through env(1), not on the launcher: mpiexec (or srun) itself then
     # does not load MPI, and the setting survives launchers that do not forward the environment.
-    prefix = ["env", f"LD_PRELOAD={shim}"] + ([f"DP_PMPI_REPEAT={repeat}"] if repeat > 1 else [])
+    prefix = ["env", f"LD_PRELOAD={shim}"] + ([f"DP_PMPI_REPEAT={repeat}"] if repeat > 1 else []) + \
+        (["DP_PMPI_SYNC=1"] if sync else [])
     outputs, counts = launch(sdfg, ranks, timeout, inputs, "dace_partition.runtime._count_worker", prefix, collect,
                              "count_run()", launcher=launcher)
     first = [c[0] for c in counts]
     res = {"bytes": [c["bytes"] for c in first], "sent": [c["sent"] for c in first],
            "calls": [parse_report(c["report"]) for c in first],
            "mpi_seconds": [c["seconds"] for c in first], "wait_seconds": [c["wait_seconds"] for c in first],
-           "seconds_by_call": [parse_seconds(c["report"]) for c in first], "outputs": outputs}
+           "seconds_by_call": [parse_seconds(c["report"]) for c in first], "outputs": outputs,
+           "sync_seconds": [c.get("sync_seconds", 0.0) for c in first]}
     if repeat > 1:
         res["per_call"] = [{"bytes": [c[i]["bytes"] for c in counts], "mpi_seconds": [c[i]["seconds"] for c in counts],
-                            "wait_seconds": [c[i]["wait_seconds"] for c in counts]} for i in range(repeat)]
+                            "wait_seconds": [c[i]["wait_seconds"] for c in counts],
+                            "sync_seconds": [c[i].get("sync_seconds", 0.0) for c in counts]} for i in range(repeat)]
     return res

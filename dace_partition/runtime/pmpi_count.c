@@ -14,13 +14,14 @@
  *
  * Counters are process-wide and updated with atomic adds (OpenMP threads of the program may call MPI).
  * Exports for ctypes: dp_pmpi_reset, dp_pmpi_bytes, dp_pmpi_sent, dp_pmpi_calls, dp_pmpi_report,
- * dp_pmpi_seconds, dp_pmpi_wait_seconds, dp_pmpi_wait_calls.
+ * dp_pmpi_seconds, dp_pmpi_wait_seconds, dp_pmpi_wait_calls, dp_pmpi_sync_seconds.
  *
  * Time: each wrapped traffic call also adds the wall seconds spent inside the real PMPI_* call
  * (PMPI_Wtime before and after; the counting itself is not timed) to a per-function counter, printed as
  * the fifth column of dp_pmpi_report. MPI_Wait, MPI_Waitall, MPI_Waitany and MPI_Waitsome are wrapped for
  * their time only (the completion of MPI_Isend / MPI_Irecv). A collective's time includes waiting for the
- * ranks that reach it late: it is the time this rank spent in MPI, not the time the data took to move.
+ * ranks that reach it late: it is the time this rank spent in MPI, not the time the data took to move,
+ * unless DP_PMPI_SYNC=1 puts a barrier before each collective (see sync_before).
  *
  * Set-up calls (communicator and datatype construction: MPI_Comm_split, MPI_Comm_dup, MPI_Comm_create,
  * MPI_Cart_create, MPI_Cart_sub, MPI_Type_commit) are counted apart, by number only: they move no data
@@ -29,6 +30,7 @@
  */
 #include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum {
@@ -52,6 +54,25 @@ static long long n_ns[F_COUNT];   /* wall nanoseconds spent inside the wrapped c
 static void add_time(int f, double t0) {
     double dt = PMPI_Wtime() - t0;
     if (dt > 0) __atomic_fetch_add(&n_ns[f], (long long)(dt * 1e9 + 0.5), __ATOMIC_RELAXED);
+}
+
+/* DP_PMPI_SYNC=1: a barrier on the communicator before each collective, outside its timed part, so that
+ * its time is the transfer's and not the wait for ranks that arrive late (oversubscribed compute). The
+ * barrier's own time is kept apart (dp_pmpi_sync_seconds) and in no other total. Off by default: it
+ * changes the program's timing, not its results. Point-to-point calls (halo exchanges) are not synced. */
+static int sync_mode = -1;
+static long long n_sync_ns;
+
+static void sync_before(MPI_Comm c) {
+    if (sync_mode < 0) {
+        const char *v = getenv("DP_PMPI_SYNC");
+        sync_mode = v && v[0] == '1';
+    }
+    if (!sync_mode || c == MPI_COMM_NULL) return;
+    double t0 = PMPI_Wtime();
+    PMPI_Barrier(c);
+    double dt = PMPI_Wtime() - t0;
+    if (dt > 0) __atomic_fetch_add(&n_sync_ns, (long long)(dt * 1e9 + 0.5), __ATOMIC_RELAXED);
 }
 
 static void add(int f, long long bytes, long long sent) {
@@ -118,6 +139,7 @@ static void count_uniform_all(int f, long long count, MPI_Datatype t, MPI_Comm c
 int MPI_Scatterv(const void *sendbuf, const int sendcounts[], const int displs[], MPI_Datatype sendtype,
                  void *recvbuf, int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm) {
     count_rooted_in(F_SCATTERV, recvcount, recvtype, root, comm);
+    sync_before(comm);
     double t0_ = PMPI_Wtime();
     int rc_ = PMPI_Scatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm);
     add_time(F_SCATTERV, t0_);
@@ -128,6 +150,7 @@ int MPI_Scatterv_c(const void *sendbuf, const MPI_Count sendcounts[], const MPI_
                    MPI_Datatype sendtype, void *recvbuf, MPI_Count recvcount, MPI_Datatype recvtype, int root,
                    MPI_Comm comm) {
     count_rooted_in(F_SCATTERV, recvcount, recvtype, root, comm);
+    sync_before(comm);
     double t0_ = PMPI_Wtime();
     int rc_ = PMPI_Scatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm);
     add_time(F_SCATTERV, t0_);
@@ -137,6 +160,7 @@ int MPI_Scatterv_c(const void *sendbuf, const MPI_Count sendcounts[], const MPI_
 int MPI_Scatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
                 MPI_Datatype recvtype, int root, MPI_Comm comm) {
     count_rooted_in(F_SCATTER, recvcount, recvtype, root, comm);
+    sync_before(comm);
     double t0_ = PMPI_Wtime();
     int rc_ = PMPI_Scatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
     add_time(F_SCATTER, t0_);
@@ -146,6 +170,7 @@ int MPI_Scatter(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void 
 int MPI_Scatter_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype, void *recvbuf,
                   MPI_Count recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm) {
     count_rooted_in(F_SCATTER, recvcount, recvtype, root, comm);
+    sync_before(comm);
     double t0_ = PMPI_Wtime();
     int rc_ = PMPI_Scatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
     add_time(F_SCATTER, t0_);
@@ -160,6 +185,7 @@ int MPI_Gatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void 
     long long total = 0;
     if (p > 0 && me == root) SUM_OTHERS(recvcounts, root, tsize(recvtype));
     add(F_GATHERV, total, 0);
+    sync_before(comm);
     double t0_ = PMPI_Wtime();
     int rc_ = PMPI_Gatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm);
     add_time(F_GATHERV, t0_);
@@ -173,6 +199,7 @@ int MPI_Gatherv_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtyp
     long long total = 0;
     if (p > 0 && me == root) SUM_OTHERS(recvcounts, root, tsize(recvtype));
     add(F_GATHERV, total, 0);
+    sync_before(comm);
     double t0_ = PMPI_Wtime();
     int rc_ = PMPI_Gatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm);
     add_time(F_GATHERV, t0_);
@@ -183,6 +210,7 @@ int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *
                MPI_Datatype recvtype, int root, MPI_Comm comm) {
     int me, p = comm_info(comm, &me);
     add(F_GATHER, (p > 0 && me == root) ? (long long)(p - 1) * nbytes(recvcount, recvtype) : 0, 0);
+    sync_before(comm);
     double t0_ = PMPI_Wtime();
     int rc_ = PMPI_Gather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
     add_time(F_GATHER, t0_);
@@ -193,6 +221,7 @@ int MPI_Gather_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype
                  MPI_Count recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm) {
     int me, p = comm_info(comm, &me);
     add(F_GATHER, (p > 0 && me == root) ? (long long)(p - 1) * nbytes(recvcount, recvtype) : 0, 0);
+    sync_before(comm);
     double t0_ = PMPI_Wtime();
     int rc_ = PMPI_Gather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm);
     add_time(F_GATHER, t0_);
@@ -203,6 +232,7 @@ int MPI_Gather_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype
 
 int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm) {
     count_rooted_in(F_BCAST, count, datatype, root, comm);
+    sync_before(comm);
     double t0_ = PMPI_Wtime();
     int rc_ = PMPI_Bcast(buffer, count, datatype, root, comm);
     add_time(F_BCAST, t0_);
@@ -211,6 +241,7 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
 
 int MPI_Bcast_c(void *buffer, MPI_Count count, MPI_Datatype datatype, int root, MPI_Comm comm) {
     count_rooted_in(F_BCAST, count, datatype, root, comm);
+    sync_before(comm);
     double t0_ = PMPI_Wtime();
     int rc_ = PMPI_Bcast_c(buffer, count, datatype, root, comm);
     add_time(F_BCAST, t0_);
@@ -222,6 +253,7 @@ int MPI_Bcast_c(void *buffer, MPI_Count count, MPI_Datatype datatype, int root, 
 int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op, int root,
                MPI_Comm comm) {
     count_reduce(count, datatype, root, comm);
+    sync_before(comm);
     double t0_ = PMPI_Wtime();
     int rc_ = PMPI_Reduce(sendbuf, recvbuf, count, datatype, op, root, comm);
     add_time(F_REDUCE, t0_);
@@ -231,6 +263,7 @@ int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datat
 int MPI_Reduce_c(const void *sendbuf, void *recvbuf, MPI_Count count, MPI_Datatype datatype, MPI_Op op,
                  int root, MPI_Comm comm) {
     count_reduce(count, datatype, root, comm);
+    sync_before(comm);
     double t0_ = PMPI_Wtime();
     int rc_ = PMPI_Reduce_c(sendbuf, recvbuf, count, datatype, op, root, comm);
     add_time(F_REDUCE, t0_);
@@ -240,6 +273,7 @@ int MPI_Reduce_c(const void *sendbuf, void *recvbuf, MPI_Count count, MPI_Dataty
 int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
                   MPI_Comm comm) {
     count_allreduce(count, datatype, comm);
+    sync_before(comm);
     double t0_ = PMPI_Wtime();
     int rc_ = PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
     add_time(F_ALLREDUCE, t0_);
@@ -249,6 +283,7 @@ int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype da
 int MPI_Allreduce_c(const void *sendbuf, void *recvbuf, MPI_Count count, MPI_Datatype datatype, MPI_Op op,
                     MPI_Comm comm) {
     count_allreduce(count, datatype, comm);
+    sync_before(comm);
     double t0_ = PMPI_Wtime();
     int rc_ = PMPI_Allreduce_c(sendbuf, recvbuf, count, datatype, op, comm);
     add_time(F_ALLREDUCE, t0_);
@@ -258,6 +293,7 @@ int MPI_Allreduce_c(const void *sendbuf, void *recvbuf, MPI_Count count, MPI_Dat
 int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount, MPI_Datatype datatype,
                              MPI_Op op, MPI_Comm comm) {
     count_uniform_all(F_REDUCE_SCATTER_BLOCK, recvcount, datatype, comm);
+    sync_before(comm);
     double t0_ = PMPI_Wtime();
     int rc_ = PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
     add_time(F_REDUCE_SCATTER_BLOCK, t0_);
@@ -267,6 +303,7 @@ int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount, 
 int MPI_Reduce_scatter_block_c(const void *sendbuf, void *recvbuf, MPI_Count recvcount, MPI_Datatype datatype,
                                MPI_Op op, MPI_Comm comm) {
     count_uniform_all(F_REDUCE_SCATTER_BLOCK, recvcount, datatype, comm);
+    sync_before(comm);
     double t0_ = PMPI_Wtime();
     int rc_ = PMPI_Reduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm);
     add_time(F_REDUCE_SCATTER_BLOCK, t0_);
@@ -278,6 +315,7 @@ int MPI_Reduce_scatter_block_c(const void *sendbuf, void *recvbuf, MPI_Count rec
 int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
                  MPI_Datatype recvtype, MPI_Comm comm) {
     count_uniform_all(F_ALLTOALL, recvcount, recvtype, comm);
+    sync_before(comm);
     double t0_ = PMPI_Wtime();
     int rc_ = PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
     add_time(F_ALLTOALL, t0_);
@@ -287,6 +325,7 @@ int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void
 int MPI_Alltoall_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype, void *recvbuf,
                    MPI_Count recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
     count_uniform_all(F_ALLTOALL, recvcount, recvtype, comm);
+    sync_before(comm);
     double t0_ = PMPI_Wtime();
     int rc_ = PMPI_Alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
     add_time(F_ALLTOALL, t0_);
@@ -300,6 +339,7 @@ int MPI_Alltoallv(const void *sendbuf, const int sendcounts[], const int sdispls
     long long total = 0;
     SUM_OTHERS(recvcounts, me, tsize(recvtype));
     add(F_ALLTOALLV, total, 0);
+    sync_before(comm);
     double t0_ = PMPI_Wtime();
     int rc_ = PMPI_Alltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm);
     add_time(F_ALLTOALLV, t0_);
@@ -313,6 +353,7 @@ int MPI_Alltoallv_c(const void *sendbuf, const MPI_Count sendcounts[], const MPI
     long long total = 0;
     SUM_OTHERS(recvcounts, me, tsize(recvtype));
     add(F_ALLTOALLV, total, 0);
+    sync_before(comm);
     double t0_ = PMPI_Wtime();
     int rc_ = PMPI_Alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype,
                             comm);
@@ -327,6 +368,7 @@ int MPI_Alltoallw(const void *sendbuf, const int sendcounts[], const int sdispls
     long long total = 0;
     SUM_OTHERS(recvcounts, me, tsize(recvtypes[q]));
     add(F_ALLTOALLW, total, 0);
+    sync_before(comm);
     double t0_ = PMPI_Wtime();
     int rc_ = PMPI_Alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,
                           comm);
@@ -341,6 +383,7 @@ int MPI_Alltoallw_c(const void *sendbuf, const MPI_Count sendcounts[], const MPI
     long long total = 0;
     SUM_OTHERS(recvcounts, me, tsize(recvtypes[q]));
     add(F_ALLTOALLW, total, 0);
+    sync_before(comm);
     double t0_ = PMPI_Wtime();
     int rc_ = PMPI_Alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes,
                             comm);
@@ -353,6 +396,7 @@ int MPI_Alltoallw_c(const void *sendbuf, const MPI_Count sendcounts[], const MPI
 int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf, int recvcount,
                   MPI_Datatype recvtype, MPI_Comm comm) {
     count_uniform_all(F_ALLGATHER, recvcount, recvtype, comm);
+    sync_before(comm);
     double t0_ = PMPI_Wtime();
     int rc_ = PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
     add_time(F_ALLGATHER, t0_);
@@ -362,6 +406,7 @@ int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, voi
 int MPI_Allgather_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype, void *recvbuf,
                     MPI_Count recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
     count_uniform_all(F_ALLGATHER, recvcount, recvtype, comm);
+    sync_before(comm);
     double t0_ = PMPI_Wtime();
     int rc_ = PMPI_Allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
     add_time(F_ALLGATHER, t0_);
@@ -374,6 +419,7 @@ int MPI_Allgatherv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, vo
     long long total = 0;
     SUM_OTHERS(recvcounts, me, tsize(recvtype));
     add(F_ALLGATHERV, total, 0);
+    sync_before(comm);
     double t0_ = PMPI_Wtime();
     int rc_ = PMPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm);
     add_time(F_ALLGATHERV, t0_);
@@ -387,6 +433,7 @@ int MPI_Allgatherv_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype send
     long long total = 0;
     SUM_OTHERS(recvcounts, me, tsize(recvtype));
     add(F_ALLGATHERV, total, 0);
+    sync_before(comm);
     double t0_ = PMPI_Wtime();
     int rc_ = PMPI_Allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm);
     add_time(F_ALLGATHERV, t0_);
@@ -602,6 +649,7 @@ void dp_pmpi_reset(void) {
     }
     __atomic_store_n(&n_wait_calls, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&n_wait_ns, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&n_sync_ns, 0, __ATOMIC_RELAXED);
 }
 
 static long long total_of(const long long *v) {
@@ -623,6 +671,9 @@ long long dp_pmpi_calls(void) { return total_of(n_calls); }
 double dp_pmpi_seconds(void) {
     return (double)(total_of(n_ns) + __atomic_load_n(&n_wait_ns, __ATOMIC_RELAXED)) * 1e-9;
 }
+
+/* Seconds in the barriers that DP_PMPI_SYNC=1 puts before collectives (in no other total). */
+double dp_pmpi_sync_seconds(void) { return (double)__atomic_load_n(&n_sync_ns, __ATOMIC_RELAXED) * 1e-9; }
 
 /* Of dp_pmpi_seconds, the part inside MPI_Wait, MPI_Waitall, MPI_Waitany and MPI_Waitsome; and their calls. */
 double dp_pmpi_wait_seconds(void) { return (double)__atomic_load_n(&n_wait_ns, __ATOMIC_RELAXED) * 1e-9; }
