@@ -287,9 +287,8 @@ class FuseLoops(MovePass):
 
     def _loop(self, sdfg: SDFG, lp: Loop) -> List[Fusion]:
         dms = [(st, n) for st, n in distributed_memlets(sdfg) if st in lp.body]
-        kernels = any("_member" in e.data.condition.as_string for e in sdfg.edges() if e.src in lp.body)
-        if not dms and not kernels:
-            return []
+        if not dms:
+            return []  # nothing moves inside the loop: nothing to carry, hoist or fold
         if fold_copies(sdfg, lp, self.implement):
             dms = [(st, n) for st, n in distributed_memlets(sdfg) if st in lp.body]
         if len(lp.entries) != 1 or len(lp.exits) != 1:
