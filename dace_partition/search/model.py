@@ -291,9 +291,8 @@ class ProgramModel:
                 box = tuple((b + o, e + o, s) for (b, e, s), o in zip(h.subset, offset))
                 shifted = Distribution(h.grid, h.coords, box, h.grid_id, h.pending)
                 desc = self.sdfg.arrays[x]
-                move = Move(x, shifted, ROOT, tuple(desc.shape), desc.dtype.bytes)
-                solver, _ = choose(move, self.solvers)
-                p.writes[x] = (shifted, self._levels(move, solver.cost(move)) if solver is not None else cost)
+                mc = self.move_cost(x, shifted, ROOT, desc.shape, desc.dtype.bytes)  # never None: ROOT is no grid
+                p.writes[x] = (shifted, cost if mc.per_rank is None else mc)
                 for flags in (p.overlapping, p.combined):
                     if t in flags:
                         flags.discard(t)
@@ -348,8 +347,9 @@ class ProgramModel:
         by_state = {k.state: k for k in self.kernels}
         folds: Dict[int, List[tuple]] = {}
         copies = set()
+        states = ordered_states(self.sdfg)
         for lp in find_loops(self.sdfg):  # innermost first, as FuseLoops folds them
-            order = [st for st in ordered_states(self.sdfg) if st in lp.body]
+            order = [st for st in states if st in lp.body]
 
             def writer_of(t):
                 ws = [st for st in order if st in by_state
@@ -414,8 +414,9 @@ class ProgramModel:
                 self._arrays_of.setdefault(k, []).append(a)
 
     def move_cost(self, array: str, src: Distribution, dst: Distribution, shape, itemsize) -> Optional[Cost]:
-        """The grid-to-grid move's cost from the first solver that implements it (None: nothing moves; no
-        solver: priced as a gather and a scatter by the caller)."""
+        """The cost of the move ``src -> dst`` (grid to grid, or a gather to ``ROOT``) from the first solver
+        that implements it (None: nothing moves; no solver: a cost without bytes, priced as a gather and a
+        scatter by the caller)."""
         key = (array, src, dst)
         if key not in self._moves:
             if not src.partial and self.same(src, dst):
