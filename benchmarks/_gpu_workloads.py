@@ -8,6 +8,8 @@ same code paths on a machine without a GPU.
 from dataclasses import dataclass
 from typing import Dict, Tuple
 
+import os
+
 import numpy as np
 
 
@@ -20,6 +22,11 @@ class GpuWorkload:
     arrays: Dict[str, Tuple[Tuple[str, ...], str]]  # argument -> (shape in size names, dtype)
     inplace: Tuple[str, ...] = ()  # arguments the program updates (the Jacobi's A and B)
     rtol: float = 1e-4
+    apart: bool = False  # the same program with its kernels kept apart (DACE_PARTITION_GPU_FUSION=0)
+
+    @property
+    def program(self):
+        return self.name[:-len("_apart")] if self.apart else self.name
 
     def shape(self, arg, sizes):
         return tuple(sizes[s] for s in self.arrays[arg][0])
@@ -36,6 +43,8 @@ WORKLOADS = {
     for w in (
         GpuWorkload("softmax", "row softmax float32[8192, 4096]", dict(N=8192, M=4096), dict(N=64, M=48),
                     {"x": (("N", "M"), "float32")}),
+        GpuWorkload("softmax_apart", "row softmax float32[8192, 4096], four kernels (not fused)",
+                    dict(N=8192, M=4096), dict(N=64, M=48), {"x": (("N", "M"), "float32")}, apart=True),
         GpuWorkload("matmul", "matmul float64 4096^2", dict(N=4096), dict(N=64),
                     {"A": (("N", "N"), "float64"), "B": (("N", "N"), "float64")}, rtol=1e-10),
         GpuWorkload("mlp", "MLP float32 x[8192,1024] @ W1[1024,4096], ReLU, @ W2[4096,1024]",
@@ -53,7 +62,9 @@ def lowered(name, ranks, small=False):
     import dace_partition as dp
     w = WORKLOADS[name]
     sizes = w.small if small else w.sizes
-    sdfg = programs()[name].to_sdfg()
+    if w.apart:
+        os.environ["DACE_PARTITION_GPU_FUSION"] = "0"
+    sdfg = programs()[w.program].to_sdfg()
     sdfg.name = f"gpu_{name}_{ranks}r{'_small' if small else ''}"
     sdfg.specialize({k: v for k, v in sizes.items() if k != "T"})
     schedule = {m.name: (ranks, ) + (1, ) * (len(m.params) - 1) for m in dp.maps(sdfg)}
@@ -81,6 +92,7 @@ def numpy_of(t):
 def reference(name, data, sizes, torch, device):
     """The workload's result in float64 (PyTorch): {argument or '__return': array}."""
     t = {k: torch_of(torch, v).to(device=device, dtype=torch.float64) for k, v in data.items()}
+    name = WORKLOADS[name].program
     if name == "softmax":
         return {"__return": torch.softmax(t["x"], dim=-1)}
     if name == "matmul":

@@ -157,6 +157,7 @@ class LoweringReport:
     traffic: List[Traffic] = field(default_factory=list)  # every remaining Move, in program order
     persistent_bytes: object = 0  # rank-local buffers per rank, allocated once (int, or a formula)
     blas: str = ""  # the BLAS of the rank-local kernels
+    row_kernels: List[str] = field(default_factory=list)  # GPU kernel chains fused into row kernels
     timings: Dict[str, float] = field(default_factory=dict)  # seconds per lowering step (see Steps)
     schedule: str = ""  # lower(ranks=P): the automatic schedule and why (Schedule.explain())
     unsplit: str = ""  # why nothing was partitioned (the whole program runs on rank 0), if so
@@ -226,6 +227,8 @@ class LoweringReport:
             lines += ["  " + line for line in self.schedule.splitlines()]
         if self.blas:
             lines.append(f"  local BLAS: {self.blas}")
+        for r in self.row_kernels:
+            lines.append(f"  GPU row kernel: {r}")
         lines.append(f"  rank-local buffers: {self.persistent_bytes} B per rank, allocated once when the program "
                      "starts")
         if self.residency is not None:

@@ -91,10 +91,12 @@ def test_lowered_structure(name):
     assert dp.runtime.launch.ranks_needed(sdfg) == {"bcast_add": 4, "sum_rows": 4, "matmul_2x2x2": 8}[name]
 
 
-def test_row_reductions_run_as_warp_reductions_without_atomics():
-    """A softmax's row max and row sum run as DaCe's GPU reduction (a warp per row: strided loads into a
-    register, then shuffles), with no write-conflict resolution on GPU memory, i.e. no atomic update per
-    element: that made a float32[8192, 4096] softmax take 58 ms per call on an H200 (JAX: 0.14 ms)."""
+def test_row_reductions_run_as_warp_reductions_without_atomics(monkeypatch):
+    """A softmax's row max and row sum, kept apart from their maps, run as DaCe's GPU reduction (a warp per
+    row: strided loads into a register, then shuffles), with no write-conflict resolution on GPU memory,
+    i.e. no atomic update per element: that made a float32[8192, 4096] softmax take 58 ms per call on an
+    H200 (JAX: 0.14 ms)."""
+    monkeypatch.setenv("DACE_PARTITION_GPU_FUSION", "0")
     sdfg = programs_gpu.softmax.to_sdfg()
     sdfg.name = "tgpu_softmax_warp_reductions"
     dp.lower(sdfg, programs_gpu.leading_dim_schedule(sdfg), device="gpu")
@@ -226,9 +228,10 @@ def test_cuda_build(name):
 
 @needs_nvcc
 def test_resident_build_copies_only_what_the_report_lists():
-    """The built softmax (four kernels on rank-local buffers in GPU memory) makes exactly the host<->GPU
+    """The built softmax (one row kernel on rank-local buffers in GPU memory) makes exactly the host<->GPU
     copies that the report lists, allocates its buffers once (cudaMalloc / cudaMallocHost in the program's
-    init, freed at exit) and gives every kernel a block chosen from its shape."""
+    init, freed at exit) and launches one kernel, a block of one warp per row of 32 columns, whose block
+    reductions nvcc compiled."""
     from dace_partition.passes.gpu import pcie_copies
     sdfg, folder = built("softmax")
     cpp = _sources(folder, "cpu", "cpp")
@@ -243,7 +246,8 @@ def test_resident_build_copies_only_what_the_report_lists():
     for _, twin in res.pinned:
         assert f"cudaMallocHost(&__state->__0_{twin}," in init
     assert "cudaMalloc(" not in cpp.replace(init, ""), "a buffer is allocated per call"
-    assert "dim3(32, 8, 1)" in cuda, "the 8x32 maps do not run on 32x8 blocks"
+    assert cuda.count("cudaLaunchKernel(") == 1 and "dim3(1, 32, 1)" in cuda, "not one row kernel of 32 threads"
+    assert "__DPR_BLOCK(max)" in cuda and "__shfl_xor_sync" in cuda
 
 
 # ---------------------------------------------------------------- real GPU runs (skipped without a GPU)

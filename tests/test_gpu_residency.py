@@ -86,9 +86,11 @@ def _check_invariants(sdfg):
     return res
 
 
-def test_consecutive_kernels_hand_their_buffers_to_each_other_on_the_device():
-    """The softmax is four kernels (max, subtract-exp, sum, divide) on one row split: the only copies
-    across PCIe are the scattered input to the device and the result to the host for the gather."""
+def test_consecutive_kernels_hand_their_buffers_to_each_other_on_the_device(monkeypatch):
+    """The softmax is four kernels (max, subtract-exp, sum, divide) on one row split, kept apart here: the
+    only copies across PCIe are the scattered input to the device and the result to the host for the
+    gather."""
+    monkeypatch.setenv("DACE_PARTITION_GPU_FUSION", "0")
     sdfg = _softmax()
     res = _check_invariants(sdfg)
     assert len(res.resident) == 5  # x, mx, e, s and the result, on the device for the whole program
@@ -267,6 +269,58 @@ def on_host(sdfg):
             n.environments = [e for e in n.environments if e != CUDA_ENVIRONMENT]
     assert not uses_gpu(sdfg)
     return sdfg
+
+
+def _gpu_maps(sdfg):
+    return [n for n, _ in sdfg.all_nodes_recursive()
+            if isinstance(n, nodes.MapEntry) and n.map.schedule == dtypes.ScheduleType.GPU_Device]
+
+
+def test_a_row_softmax_is_one_row_kernel_that_stores_no_intermediate():
+    """The softmax's four kernels on a row split keep to their rows: they become one kernel, a thread
+    block per row reducing with the block (max, then sum), its intermediates (row max, exp, row sum)
+    recomputed in registers, not stored: only x and the result live in GPU memory."""
+    sdfg = _softmax()
+    res = _check_invariants(sdfg)
+    rows = dp.report(sdfg).row_kernels
+    assert len(rows) == 1 and rows[0].startswith("4 kernels"), rows
+    assert "GPU row kernel: 4 kernels" in str(dp.report(sdfg))
+    assert len(res.resident) == 2, res.resident
+    copies = sorted((d, src, dst) for _, src, dst, d in pcie_copies(sdfg))
+    assert copies == [(TO_HOST, "__dp3___return", "__dp3___return_host"), (TO_DEVICE, "__dp0_x_host", "__dp0_x")]
+    (kernel, ) = _gpu_maps(sdfg)
+    assert kernel.map.gpu_block_size == [1, 32, 1]  # 32 columns: one warp per row
+    code = "".join(n.code.as_string for n, _ in sdfg.all_nodes_recursive()
+                   if isinstance(n, nodes.Tasklet) and n.label.startswith("row_kernel"))
+    assert code.index("__DPR_ALLREDUCE(max") < code.index("__DPR_ALLREDUCE(sum")
+
+
+def test_kernels_that_leave_their_rows_are_not_fused():
+    """A column reduction (std over columns split by rows) needs every row: no row kernel."""
+    sdfg = _lowered("std_cols")
+    assert dp.report(sdfg).row_kernels == []
+
+
+@pytest.mark.parametrize("name", ["softmax_fused", pytest.param("layernorm", marks=pytest.mark.slow)])
+def test_row_kernels_give_numpys_result(name):
+    """The fused row kernels (the softmax's four, the layer norm's last two, with its per-column gamma
+    and beta) run on the host under mpiexec -n 2 (each row's thread does what the row's block does on
+    the GPU): every output element equals NumPy's."""
+    from conformance.harness import compare
+    if name == "layernorm":
+        case, sdfg = _host_case(name)
+        assert dp.report(sdfg).row_kernels, "the layer norm's last kernels should fuse"
+        inputs = case.inputs(np.random.default_rng(5))
+        expected = case.reference({k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in inputs.items()})
+        why = compare(expected, dp.run(sdfg, 2, timeout=180, **inputs), case.exact)
+        assert why is None, why
+        return
+    sdfg = _softmax()
+    sdfg.name = "res_host_softmax_rows"
+    assert dp.report(sdfg).row_kernels
+    x = np.random.default_rng(3).random((16, 32)) * 20 - 10
+    got = dp.run(on_host(sdfg), 2, timeout=180, x=x)
+    np.testing.assert_allclose(got, programs_gpu.softmax_reference(x), rtol=1e-12, atol=0)
 
 
 def _host_case(name, P=2, io="root"):

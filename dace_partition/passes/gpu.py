@@ -43,6 +43,7 @@ from ..ir.residency import ARGS_ON_GPU, CopyDirection, Residency, StagingCopy
 from ..runtime.cuda_build import CUDA_ENVIRONMENT
 from ..solvers.node import DistributedMemlet
 from ..schedule import expand_all
+from .gpu_rows import fuse_rows
 
 #: A device twin of argument ``x`` is the program's argument ``__dp_dev_x`` (never ``__return...``, which
 #: DaCe would allocate and return itself).
@@ -82,7 +83,8 @@ DACE_EXPORTED int __dp_gpu_current() { return dace_partition_cuda::select_device
 
 
 def offload(sdfg: SDFG, kernel_states: List[SDFGState], root_states: List[SDFGState], report=None,
-            root_on_gpu: bool = True, cublas: Optional[bool] = None) -> SDFG:
+            root_on_gpu: bool = True, cublas: Optional[bool] = None,
+            grids: Optional[Dict[SDFGState, Tuple[int, ...]]] = None) -> SDFG:
     """Moves the kernels of ``kernel_states`` to the GPU and keeps the arrays they use there.
 
     Decides first (:func:`decide_residency`: which arrays live in GPU memory), then rewrites: library
@@ -94,7 +96,8 @@ def offload(sdfg: SDFG, kernel_states: List[SDFGState], root_states: List[SDFGSt
     With ``root_on_gpu`` (the default), the kernels that run on rank 0 on the global arrays (unscheduled
     maps and library nodes, grids of one rank) also run on rank 0's GPU; states holding only tasklets
     (scalar code) stay on the host. ``cublas`` (default: where the CUDA toolkit has it) runs the matrix
-    products on cuBLAS.
+    products on cuBLAS. ``grids`` (each kernel state's grid) lets consecutive kernels on the same ranks
+    fuse into row kernels (:mod:`.gpu_rows`).
     """
     if cublas is None:
         from ..runtime.cuda_build import cublas_available
@@ -103,6 +106,9 @@ def offload(sdfg: SDFG, kernel_states: List[SDFGState], root_states: List[SDFGSt
                                                          else [])))
     gemm_states = [s for s in states if any(isinstance(n, _blas_nodes() + (_matmul(), )) for n, _ in
                                             s.all_nodes_recursive())]
+    same_ranks = {s: ("rank 0", ) for s in states}
+    same_ranks.update({s: tuple(g) for s, g in (grids or {}).items()})
+    rows = fuse_rows(sdfg, states, same_ranks)
     for state in states:
         _expand_library_nodes(sdfg, state, cublas)
     residency = decide_residency(sdfg, kernel_states, states)
@@ -117,6 +123,7 @@ def offload(sdfg: SDFG, kernel_states: List[SDFGState], root_states: List[SDFGSt
         report.blas = f"{how}, for the matrix products of {len(gemm_states)} kernel state(s)"
     if report is not None:
         report.residency = residency
+        report.row_kernels = rows
         for kr in report.kernels:
             if kr.grid is not None:
                 kr.notes.append("runs on the GPU on its rank-local buffers in GPU memory (see 'GPU residency')")

@@ -131,7 +131,8 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: st
         from .gpu import offload
         if before_offload is not None:
             before_offload(sdfg, rep)
-        offload(sdfg, [p.kernel.state for p, _ in plans], root_states, rep)
+        offload(sdfg, [p.kernel.state for p, _ in plans], root_states, rep,
+                grids={p.kernel.state: tuple(p.grid) for p, _ in plans})
     for plan, _ in plans:
         dims = ", ".join(str(g) for g in plan.grid)
         sdfg.append_init_code(f'dace_partition::init_grid({plan.kernel.index}, "{plan.principal}", {{{dims}}});\n')
