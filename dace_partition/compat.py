@@ -220,6 +220,17 @@ def array_pointer(arr, storage) -> int:
     return _array_interface_ptr(arr, storage)
 
 
+def forget_symbolic_cache() -> None:
+    """Empties DaCe's cache of ``symbolic.pystr_to_symbolic``. It is keyed without types (``lru_cache``),
+    so once code generation has converted the float ``2.0`` (a tasklet's ``x ** 2``), the integer axis
+    ``np.int64(2)`` of a later ``np.sum(y, axis=2)`` comes back as ``Float(2.0)`` and the frontend keeps
+    the axis: a program parsed after another one was built returned its input's shape (DaCe 1.0.2;
+    ``reshape_split`` after ``std_cols`` in one process). Called around every build."""
+    cached = getattr(dace.symbolic.pystr_to_symbolic, "cache_clear", None)
+    if cached is not None:
+        cached()
+
+
 def one_build_folder():
     """Switches off DaCe 2's per-rank build folders for the process's next builds (the package builds on
     rank 0 alone and hands that folder to every rank); nothing to do on DaCe 1.0.2."""

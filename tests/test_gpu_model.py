@@ -112,3 +112,49 @@ def test_lower_with_ranks_prices_the_gpu(monkeypatch):
     dp.lower(sdfg, ranks=4, device="gpu")
     assert "GPU(s) shared by the ranks" in dp.report(sdfg).schedule
     assert dp.ranks_needed(sdfg) == 1
+
+
+# ---------------------------------------------------------------- calibrate(device="gpu")
+
+def test_gpu_calibration_is_refused_in_words_without_a_gpu(monkeypatch):
+    from dace_partition.runtime import cuda_build
+    monkeypatch.setattr(cuda_build, "gpu_available", lambda: False)
+    with pytest.raises(RuntimeError, match="measures a GPU, and this machine has none"):
+        dp.calibrate(device="gpu")
+    with pytest.raises(ValueError, match="device must be 'cpu' or 'gpu'"):
+        dp.calibrate(device="tpu")
+
+
+def test_the_gpu_model_prices_with_the_calibrated_rates(monkeypatch, tmp_path):
+    """Once calibrate(device="gpu") saved its rates, gpu_machine() prices with them (the MPI link stays
+    the host's, the GPUs the job's); without them, with the published figures."""
+    import importlib
+    import json
+    from dataclasses import asdict
+    M = importlib.import_module("dace_partition.search.machine")  # the module (the package exports a function)
+    monkeypatch.setattr(M, "GPU_CACHE", str(tmp_path / "none.json"))
+    published = dp.gpu_machine(gpus=1)
+    saved = dp.Machine(stream=1.5e12, pcie=1.2e10, launch=3e-5, blas_flops=4e13, gpus=1, switch=2e-4,
+                       map_ops=1e12, source="GPU calibrated (test)")
+    path = tmp_path / "gpu_machine.json"
+    path.write_text(json.dumps(asdict(saved)))
+    monkeypatch.setattr(M, "GPU_CACHE", str(path))
+    m = dp.gpu_machine(gpus=3, host=dp.Machine(alpha=1e-6, beta=1e-9))
+    assert (m.stream, m.pcie, m.launch, m.blas_flops) == (1.5e12, 1.2e10, 3e-5, 4e13)
+    assert (m.alpha, m.beta, m.gpus) == (1e-6, 1e-9, 3) and m.source == "GPU calibrated (test)"
+    assert published.stream == 2.5e12 and published.source.startswith("GPU: H100 published")
+
+
+def test_the_gpu_measurement_checks_its_kernels_and_gives_rates():
+    """The measurement calibrate(device="gpu") runs, on programs whose GPU data flow is emulated on the
+    host: device arrays made through the program's memory, results checked, every rate positive."""
+    import json
+    import os
+    from conftest import mpi_script
+    res = mpi_script(os.path.join(os.path.dirname(__file__), "mpi_scripts", "gpu_calibration_emulated.py"), 1,
+                     timeout=300)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    got = json.loads([ln for ln in res.stdout.splitlines() if ln.startswith("{")][-1])
+    assert got["correct"] is True
+    assert all(got[k] > 0 and np.isfinite(got[k]) for k in ("launch", "stream", "pcie"))
+    assert got["axpy_device_s"] > 0 and "blas_flops" not in got  # gemm=0: no GEMM measured

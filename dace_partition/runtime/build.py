@@ -11,7 +11,7 @@ import numpy as np
 import dace
 from dace.sdfg import SDFG
 
-from ..compat import one_build_folder
+from ..compat import forget_symbolic_cache, one_build_folder
 from ..errors import ScheduleError
 from ..ir import is_lowered
 from ..ir.record import notes
@@ -43,7 +43,16 @@ def _prepare_build_environment():
 
 
 def build(sdfg: SDFG) -> str:
-    """Builds the lowered program once (rebuilt only when the SDFG changes) and returns its build folder."""
+    """Builds the lowered program once (rebuilt only when the SDFG changes) and returns its build folder.
+    Leaves DaCe's symbol cache empty (:func:`~dace_partition.compat.forget_symbolic_cache`): a program
+    parsed after this build must not see the numbers its code generation cached."""
+    try:
+        return _build(sdfg)
+    finally:
+        forget_symbolic_cache()
+
+
+def _build(sdfg: SDFG) -> str:
     if not is_lowered(sdfg):
         raise ScheduleError(f"SDFG '{sdfg.name}' has not been lowered: call dace_partition.lower first")
     from ..ir import record_of

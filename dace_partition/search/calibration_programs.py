@@ -8,3 +8,16 @@ N = dace.symbol("N")
 @dace.program
 def stream_program(x: dace.float64[N], y: dace.float64[N]):
     return 2.0 * x + y
+
+
+@dace.program
+def gpu_axpy(x: dace.float32[N], y: dace.float32[N]):
+    """``calibrate(device="gpu")``'s memory-bound kernel: reads 8 bytes and writes 4 per element."""
+    for i in dace.map[0:N]:
+        y[i] = 2.0 * x[i] + y[i]
+
+
+@dace.program
+def gpu_gemm(A: dace.float64[N, N], B: dace.float64[N, N]):
+    """``calibrate(device="gpu")``'s contraction (cuBLAS where the toolkit has it)."""
+    return A @ B

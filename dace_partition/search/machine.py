@@ -18,10 +18,12 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Optional, Tuple
 
 CACHE = os.path.join(os.path.expanduser("~"), ".cache", "dace_partition", "machine.json")
+#: Where :func:`calibrate` with ``device="gpu"`` keeps the GPU rates it measured (read by :func:`gpu_machine`).
+GPU_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "dace_partition", "gpu_machine.json")
 
 
 @dataclass(frozen=True)
@@ -114,12 +116,16 @@ def gpu_machine(gpus: Optional[int] = None, host: Optional[Machine] = None) -> M
     the GPUs visible here, else 1). One figure is measured (an H200, 2026-11-26, benchmarks/gpu.py): ranks
     sharing one GPU add about 0.2 ms per kernel for each further rank (softmax, matmul and MLP on 1, 2 and
     4 ranks: 1.1, 0.3 and 0.7 ms more on two ranks, 2.6, 0.65 and 1.9 ms on four, for 4, 1 and 3
-    kernels). The others are not calibrated on a GPU yet (``docs/gpu.md`` compares them with the
-    measurements)."""
+    kernels). Where ``calibrate(device="gpu")`` ran on this machine, its measured rates (memory, PCIe,
+    launch, GEMM) replace the published ones."""
     host = host or machine()
     if gpus is None:
         from ..runtime.cuda_build import gpu_count
         gpus = gpu_count() or 1
+    measured = _gpu_calibration()
+    if measured is not None:  # calibrate(device="gpu") ran here: its GPU rates, the host's MPI link
+        return replace(measured, alpha=host.alpha, beta=host.beta, node_alpha=host.node_alpha,
+                       node_beta=host.node_beta, ranks_per_node=host.ranks_per_node, gpus=gpus)
     return Machine(alpha=host.alpha, beta=host.beta, blas_flops=5.0e13, map_ops=1.0e12, stream=2.5e12,
                    source=f"GPU: H100 published figures, derated; MPI link: {host.source}", gpus=gpus,
                    pcie=2.5e10, launch=1.0e-5, switch=2.0e-4)
@@ -205,7 +211,70 @@ def measure_link(launcher=None) -> Tuple[float, float]:
     return float(vals[0]), max(float(vals[1]), 1e-12)
 
 
-def calibrate(save: bool = True, launcher=None, across_nodes=None, ranks_per_node: int = 0) -> Machine:
+def _gpu_calibration() -> Optional[Machine]:
+    try:
+        with open(GPU_CACHE) as f:
+            return Machine(**json.load(f))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def calibrate_gpu(save: bool = True, launcher=None) -> Machine:
+    """``calibrate(device="gpu")``: measures this machine's GPU (:mod:`.gpu_calibration`, in a one-rank job
+    under ``launcher``: a kernel's launch, GPU memory and PCIe bytes/s, a float64 GEMM on cuBLAS) and the MPI
+    link between two ranks (host buffers: MPI never sees GPU memory), and caches them for
+    :func:`gpu_machine`. What it does not measure stays as :func:`gpu_machine` documents: the map rate
+    (1e12 op/s) and the cost of ranks sharing a GPU (``switch``). Takes about a minute (two nvcc builds).
+    Raises RuntimeError, before building anything, where there is no GPU or no nvcc."""
+    from ..runtime.cuda_build import gpu_available, nvcc_path
+    from ..runtime.launchers import mpi_environment, mpiexec_command
+    if not gpu_available():
+        raise RuntimeError("calibrate(device='gpu') measures a GPU, and this machine has none that nvidia-smi "
+                           "lists; calibrate the CPU with calibrate(), or run this on the GPU machine")
+    if nvcc_path() is None:
+        raise RuntimeError("calibrate(device='gpu') builds CUDA programs: nvcc (the CUDA toolkit) was not found")
+    global _CACHED
+    cmd = mpiexec_command(1, launcher) + [sys.executable, "-m", "mpi4py", "-m",
+                                          "dace_partition.search.gpu_calibration"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1200,
+                         env={**mpi_environment(), "OMP_NUM_THREADS": "1"})
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
+    if out.returncode != 0 or not lines:
+        raise RuntimeError(f"the GPU measurement failed (exit {out.returncode}): "
+                           f"{(out.stderr or out.stdout).strip()[-1500:]}")
+    got = json.loads(lines[-1])
+    if not got.get("correct"):
+        raise RuntimeError(f"the GPU measurement's kernels gave wrong results, so its times mean nothing: {got}")
+    host = machine()
+    try:
+        alpha, beta = measure_link(launcher)
+        host = replace(host, alpha=alpha, beta=beta)
+    except Exception as e:  # noqa: BLE001 - keep the host machine's link
+        print(f"dace_partition.calibrate: ping-pong failed ({e}); keeping {host.source}'s link", file=sys.stderr)
+    from ..runtime.cuda_build import gpu_count
+    base = gpu_machine(host=host)
+    m = replace(base, stream=got["stream"], pcie=got["pcie"], launch=got["launch"],
+                blas_flops=got.get("blas_flops", base.blas_flops),
+                gpus=gpu_count() or 1, source=f"GPU calibrated {time.strftime('%Y-%m-%d')} "
+                                                  f"({_gpu_name()}); MPI link: {host.source}")
+    if save:
+        os.makedirs(os.path.dirname(GPU_CACHE), exist_ok=True)
+        with open(GPU_CACHE, "w") as f:
+            json.dump(asdict(m), f, indent=1)
+    return m
+
+
+def _gpu_name() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30)
+        return out.stdout.strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return "GPU"
+
+
+def calibrate(save: bool = True, launcher=None, across_nodes=None, ranks_per_node: int = 0,
+              device: str = "cpu") -> Machine:
     """Measures the rates on this machine (a ping-pong between two ranks under the package's launcher, a
     GEMM and a NumPy stream kernel in this process, and the same elementwise program compiled by DaCe as a
     lowered program's kernels are) and caches them for :func:`machine`. Takes about half a minute (one
@@ -214,7 +283,14 @@ def calibrate(save: bool = True, launcher=None, across_nodes=None, ranks_per_nod
     On a cluster, ``launcher`` should place both ranks on one node (``["srun", "-N", "1"]``) and
     ``across_nodes`` on two (``["srun", "-N", "2", "--ntasks-per-node=1"]``): the second ping-pong gives
     the link between nodes (``node_alpha``, ``node_beta``), and ``ranks_per_node`` how many consecutive
-    ranks share a node (0: whatever the allocation or ``DACE_PARTITION_HIERARCHY`` says at lowering)."""
+    ranks share a node (0: whatever the allocation or ``DACE_PARTITION_HIERARCHY`` says at lowering).
+
+    ``device="gpu"`` measures this machine's GPU instead (:func:`calibrate_gpu`), for the model of
+    ``lower(..., device="gpu")`` (:func:`gpu_machine`)."""
+    if device not in ("cpu", "gpu"):
+        raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
+    if device == "gpu":
+        return calibrate_gpu(save, launcher)
     import numpy as np
     global _CACHED
     n = 1024
@@ -257,9 +333,11 @@ def _compiled_map_rate(x, y) -> float:
     sdfg = stream_program.to_sdfg()
     sdfg.name = "dace_partition_calibrate_stream"
     single_threaded(sdfg)
+    from ..compat import forget_symbolic_cache
     with dace.config.temporary_config():
         dace.Config.set("store_history", value=False)
         program = sdfg.compile()
+    forget_symbolic_cache()  # a program parsed later must not see this build's cached numbers
     program(x=x, y=y, N=x.size)
     best = min(_timed(lambda: program(x=x, y=y, N=x.size)) for _ in range(5))
     return 2 * x.size / best
