@@ -5,6 +5,7 @@ touch in GPU memory for the whole program, stages MPI through pinned host twins,
 between two kernels. ``passes.gpu.pcie_copies`` reads every host<->GPU copy edge of the lowered SDFG
 (nested SDFGs included), so a copy that the report does not list, or one inside a kernel, fails here.
 """
+import dace
 import numpy as np
 import pytest
 from dace import dtypes, nodes
@@ -299,6 +300,32 @@ def test_kernels_that_leave_their_rows_are_not_fused():
     """A column reduction (std over columns split by rows) needs every row: no row kernel."""
     sdfg = _lowered("std_cols")
     assert dp.report(sdfg).row_kernels == []
+
+
+NR, MR, TR = (dace.symbol(s) for s in ("NR", "MR", "TR"))
+
+
+@dace.program
+def _rows_scaled_by(x: dace.float64[NR, MR]):
+    return x / np.max(x, axis=1)[:, np.newaxis] * TR
+
+
+@dace.program
+def _rows_scaled(x: dace.float64[NR, MR]):
+    return x / np.max(x, axis=1)[:, np.newaxis] * 2.0
+
+
+def test_a_row_chain_whose_code_uses_a_symbol_the_kernel_does_not_get_is_not_fused():
+    """The fused tasklet is C++, whose symbols DaCe does not pass to a GPU kernel: a chain whose code uses a
+    symbol that no array size or row range names (``TR`` here) keeps its kernels; the same chain with a
+    constant fuses."""
+    found = {}
+    for prog in (_rows_scaled_by, _rows_scaled):
+        sdfg = prog.to_sdfg()
+        sdfg.specialize(dict(NR=16, MR=32))
+        dp.lower(sdfg, {m.name: (2, ) + (1, ) * (len(m.params) - 1) for m in dp.maps(sdfg)}, device="gpu")
+        found[prog.f.__name__] = dp.report(sdfg).row_kernels
+    assert found["_rows_scaled_by"] == [] and len(found["_rows_scaled"]) == 1, found
 
 
 @pytest.mark.parametrize("name", ["softmax_fused", pytest.param("layernorm", marks=pytest.mark.slow)])

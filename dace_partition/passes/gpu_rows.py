@@ -50,6 +50,7 @@ class _Stage:
     node: object = None  # the MapEntry or the Reduce node
     op: str = ""  # reductions: sum, prod, max, min
     identity: str = ""
+    symbols: Set[str] = field(default_factory=set)  # symbols its tasklets' code uses
 
 
 @dataclass
@@ -129,7 +130,8 @@ def _stage(sdfg: SDFG, state: SDFGState) -> Tuple[Optional[_Stage], str]:
             len(state.in_edges(exit_)) != 1:
         return None, "not one output"
     reads = [e.data.data for e in state.in_edges(n) if e.data.data is not None]
-    return _Stage(state, "map", outs.pop(), reads, n), ""
+    symbols = {str(x) for m in inner if isinstance(m, nodes.Tasklet) for x in m.free_symbols}
+    return _Stage(state, "map", outs.pop(), reads, n, symbols=symbols), ""
 
 
 def _index_kind(sdfg: SDFG, memlet, params, starts) -> Optional[str]:
@@ -291,6 +293,12 @@ def _check(sdfg: SDFG, stages: List[_Stage]) -> Optional[RowChain]:
     for s in stages:
         if s.kind == "map" and s.out in internal and not any(s.out in t.reads for t in stages):
             return None
+    # The fused tasklet is C++ code, whose symbols DaCe does not see: a GPU kernel gets only those of its
+    # memlets and range (the arrays' sizes, the rows), so a tasklet's other symbols keep the kernels apart.
+    known = {str(x) for n in set(r for s in stages for r in s.reads) | written for x in sdfg.arrays[n].free_symbols}
+    known |= {str(x) for x in rng.free_symbols} | set(map(str, sdfg.constants))
+    if any(s.symbols - known for s in stages):
+        return None
     return RowChain(list(stages), rows, cols, internal)
 
 
