@@ -19,6 +19,7 @@ import numbers
 import os
 import re
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import dace
@@ -33,12 +34,13 @@ from ..compat import all_states
 #: Threads per row block at most (8 warps); fewer for short rows.
 ROW_THREADS = 256
 
-_REDUCTIONS = {
+#: The reductions a row kernel computes: DaCe's reduction type -> (the combining helper, its identity).
+_REDUCTIONS = MappingProxyType({
     dace.dtypes.ReductionType.Sum: ("sum", "0"),
     dace.dtypes.ReductionType.Product: ("prod", "1"),
     dace.dtypes.ReductionType.Max: ("max", "__dp_lowest<{t}>()"),
     dace.dtypes.ReductionType.Min: ("min", "__dp_highest<{t}>()"),
-}
+})
 
 
 @dataclass

@@ -233,7 +233,6 @@ def calibrate_gpu(save: bool = True, launcher=None) -> Machine:
                            "lists; calibrate the CPU with calibrate(), or run this on the GPU machine")
     if nvcc_path() is None:
         raise RuntimeError("calibrate(device='gpu') builds CUDA programs: nvcc (the CUDA toolkit) was not found")
-    global _CACHED
     cmd = mpiexec_command(1, launcher) + [sys.executable, "-m", "mpi4py", "-m",
                                           "dace_partition.search.gpu_calibration"]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=1200,
