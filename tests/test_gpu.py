@@ -179,6 +179,7 @@ def test_cuda_config_is_temporary():
 
 
 @needs_nvcc
+@pytest.mark.slow  # every default CUDA build (test_cuda_build[softmax]) compiles DaCe's headers with the shim
 def test_dace_runtime_needs_cub3_shim(tmp_path):
     """DaCe 1.0.2's runtime headers fail with CUDA 13's CUB 3 unless the shim is pre-included."""
     dace_inc = os.path.join(os.path.dirname(dace.__file__), "runtime", "include")
