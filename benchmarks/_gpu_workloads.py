@@ -62,13 +62,20 @@ def lowered(name, ranks, small=False):
     import dace_partition as dp
     w = WORKLOADS[name]
     sizes = w.small if small else w.sizes
-    if w.apart:
-        os.environ["DACE_PARTITION_GPU_FUSION"] = "0"
     sdfg = programs()[w.program].to_sdfg()
     sdfg.name = f"gpu_{name}_{ranks}r{'_small' if small else ''}"
     sdfg.specialize({k: v for k, v in sizes.items() if k != "T"})
     schedule = {m.name: (ranks, ) + (1, ) * (len(m.params) - 1) for m in dp.maps(sdfg)}
-    dp.lower(sdfg, schedule, device="gpu", io="distributed")
+    before = os.environ.get("DACE_PARTITION_GPU_FUSION")
+    if w.apart:  # for this lowering only
+        os.environ["DACE_PARTITION_GPU_FUSION"] = "0"
+    try:
+        dp.lower(sdfg, schedule, device="gpu", io="distributed")
+    finally:
+        if before is None:
+            os.environ.pop("DACE_PARTITION_GPU_FUSION", None)
+        else:
+            os.environ["DACE_PARTITION_GPU_FUSION"] = before
     return sdfg
 
 

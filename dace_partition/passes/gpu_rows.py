@@ -9,7 +9,7 @@ warp shuffles and shared memory, every thread keeps the per-row results in regis
 that only the chain uses is recomputed where it is read instead of stored (its inputs are in the block's
 cache). The softmax then reads ``x`` from GPU memory once per reduction and writes the result once.
 
-:func:`row_chains` decides (pure: which states fuse, and why the others do not); :func:`fuse_row_chain`
+:func:`row_chains` decides (pure: which states fuse); :func:`fuse_row_chain`
 rewrites one chain into its first state (the other states are emptied; their guards stay and, holding the
 same condition, change nothing). The fused tasklet also runs on the host (one thread per row, the same
 expressions), which is how the host emulation of the GPU data flow tests it without a GPU.
@@ -19,6 +19,7 @@ import numbers
 import os
 import re
 from dataclasses import dataclass, field
+from enum import Enum
 from types import MappingProxyType
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
@@ -43,10 +44,22 @@ _REDUCTIONS = MappingProxyType({
 })
 
 
+class _Kind(Enum):
+    MAP = "map"  # an elementwise map over [rows, cols]
+    REDUCE = "reduce"  # a reduction of whole rows over the columns
+
+
+class _Index(Enum):
+    """How a map stage reads or writes one element of an array."""
+    ELEMENT = "own element of a [rows, cols] array"
+    ROW = "the row's value of a [rows] array"
+    COLUMN = "the column's value of a [cols] array"
+
+
 @dataclass
 class _Stage:
     state: SDFGState
-    kind: str  # "map" or "reduce"
+    kind: _Kind
     out: str  # the array it writes
     reads: List[str]
     node: object = None  # the MapEntry or the Reduce node
@@ -57,16 +70,11 @@ class _Stage:
 
 @dataclass
 class RowChain:
-    """Consecutive kernel states that fuse into one row kernel: their stages in order, the rows and columns
-    of the map stages, and the arrays only the chain uses (not stored any more)."""
+    """Consecutive kernel states that fuse into one row kernel: their stages in order, the columns of the
+    map stages, and the arrays only the chain uses (not stored any more)."""
     stages: List[_Stage]
-    rows: object  # symbolic extent of the local rows
     cols: object
     internal: Set[str] = field(default_factory=set)
-
-    @property
-    def states(self):
-        return [s.state for s in self.stages]
 
     def __str__(self):
         return (f"{len(self.stages)} kernels ({', '.join(s.state.label for s in self.stages)}) -> one row kernel"
@@ -88,57 +96,56 @@ def _same(a, b, constants=None) -> bool:
         return False
 
 
-def _stage(sdfg: SDFG, state: SDFGState) -> Tuple[Optional[_Stage], str]:
-    """The state as one row stage, or None and why not."""
+def _stage(sdfg: SDFG, state: SDFGState) -> Optional[_Stage]:
+    """The state as one row stage, or None."""
     from dace.libraries.standard import Reduce
     work = [n for n in state.nodes() if not isinstance(n, nodes.AccessNode)]
     scope = state.scope_dict()
     top = [n for n in work if scope[n] is None]
-    if len(top) != 1:
-        return None, "not one kernel"
+    if len(top) != 1:  # not one kernel
+        return None
     n = top[0]
     if isinstance(n, Reduce):
         from dace.frontend.operations import detect_reduction_type
         rt = detect_reduction_type(n.wcr)
         if rt not in _REDUCTIONS or state.in_degree(n) != 1 or state.out_degree(n) != 1:
-            return None, "a reduction other than sum, product, max or min"
+            return None
         ie, oe = state.in_edges(n)[0], state.out_edges(n)[0]
         ind, outd = sdfg.arrays[ie.data.data], sdfg.arrays[oe.data.data]
         axes = list(n.axes) if n.axes is not None else list(range(len(ind.shape)))
         if len(ind.shape) != 2 or len(outd.shape) != 1 or axes != [1] or \
                 ie.data.subset != Range.from_array(ind) or oe.data.subset != Range.from_array(outd) or \
-                oe.data.wcr is not None:
-            return None, "not a reduction of whole rows"
+                oe.data.wcr is not None:  # not a reduction of whole rows
+            return None
         op, ident = _REDUCTIONS[rt]
         if n.identity is not None:
             ident = repr(n.identity) if not isinstance(n.identity, bool) else str(int(n.identity))
-        return _Stage(state, "reduce", oe.data.data, [ie.data.data], n, op, ident.format(t=outd.dtype.ctype)), ""
+        return _Stage(state, _Kind.REDUCE, oe.data.data, [ie.data.data], n, op, ident.format(t=outd.dtype.ctype))
     if not isinstance(n, nodes.MapEntry) or len(n.map.params) != 2:
-        return None, "not a two-dimensional map"
+        return None
     inner = state.scope_subgraph(n, include_entry=False, include_exit=False).nodes()
     for m in inner:
         if isinstance(m, nodes.Tasklet):
             if m.language != dtypes.Language.Python or m.side_effects or \
-                    set(map(str, m.free_symbols)) & set(n.map.params):
-                return None, f"tasklet {m.label} is not a pure expression of its inputs"
+                    set(map(str, m.free_symbols)) & set(n.map.params):  # not a pure expression of its inputs
+                return None
         elif isinstance(m, nodes.AccessNode):
             if not (sdfg.arrays[m.data].transient and sdfg.arrays[m.data].total_size == 1):
-                return None, "an array inside the map"
+                return None  # an array inside the map
         else:
-            return None, f"{type(m).__name__} inside the map"
+            return None
     exit_ = state.exit_node(n)
     outs = {e.data.data for e in state.out_edges(exit_)}
     if len(outs) != 1 or any(e.data.wcr is not None for e in state.in_edges(exit_)) or \
-            len(state.in_edges(exit_)) != 1:
-        return None, "not one output"
+            len(state.in_edges(exit_)) != 1:  # not one output
+        return None
     reads = [e.data.data for e in state.in_edges(n) if e.data.data is not None]
     symbols = {str(x) for m in inner if isinstance(m, nodes.Tasklet) for x in m.free_symbols}
-    return _Stage(state, "map", outs.pop(), reads, n, symbols=symbols), ""
+    return _Stage(state, _Kind.MAP, outs.pop(), reads, n, symbols=symbols)
 
 
-def _index_kind(sdfg: SDFG, memlet, params, starts) -> Optional[str]:
-    """How an element memlet of a map stage indexes its array: "rc" (own element of a [rows, cols] array),
-    "r" (the row's value of a [rows] array), "c" (the column's value of a [cols] array), else None."""
+def _index_kind(sdfg: SDFG, memlet, params, starts) -> Optional[_Index]:
+    """How an element memlet of a map stage indexes its array (None: otherwise)."""
     desc = sdfg.arrays[memlet.data]
     sub = memlet.subset
     if sub.num_elements() != 1:
@@ -146,11 +153,11 @@ def _index_kind(sdfg: SDFG, memlet, params, starts) -> Optional[str]:
     idx = [r[0] for r in sub.ndrange()]
     own = [symbolic.pystr_to_symbolic(p) - s for p, s in zip(params, starts)]
     if len(desc.shape) == 2 and _same(idx[0], own[0]) and _same(idx[1], own[1]):
-        return "rc"
+        return _Index.ELEMENT
     if len(desc.shape) == 1 and _same(idx[0], own[0]):
-        return "r"
+        return _Index.ROW
     if len(desc.shape) == 1 and _same(idx[0], own[1]):
-        return "c"
+        return _Index.COLUMN
     return None
 
 
@@ -201,10 +208,7 @@ def row_chains(sdfg: SDFG, states: Sequence[SDFGState], same_ranks: Dict[SDFGSta
         return []
     from ..schedule import ordered_states
     order = [s for s in ordered_states(sdfg) if s in set(states)]
-    stages = []
-    for s in order:
-        st, _ = _stage(sdfg, s)
-        stages.append(st)
+    stages = [_stage(sdfg, s) for s in order]
     chains, cur = [], []
 
     def close():
@@ -212,7 +216,7 @@ def row_chains(sdfg: SDFG, states: Sequence[SDFGState], same_ranks: Dict[SDFGSta
         if c is not None:
             chains.append(c)
 
-    for i, st in enumerate(stages):
+    for st in stages:
         if st is None:
             close()
             cur = []
@@ -245,9 +249,9 @@ def _check(sdfg: SDFG, stages: List[_Stage]) -> Optional[RowChain]:
     """The longest useful prefix-free chain of ``stages``: at least two kernels, one of them a map, every
     array of the right shape, indexed by row, written before the chain reads it and read from memory
     only where the chain does not write it."""
-    if len(stages) < 2 or not any(s.kind == "map" for s in stages):
+    maps = [s for s in stages if s.kind == _Kind.MAP]
+    if len(stages) < 2 or not maps:
         return None
-    maps = [s for s in stages if s.kind == "map"]
     rng = maps[0].node.map.range
     rows, cols = rng.size()
     for m in maps[1:]:
@@ -256,11 +260,9 @@ def _check(sdfg: SDFG, stages: List[_Stage]) -> Optional[RowChain]:
             return None
     written: Set[str] = set()
     for s in stages:
-        if s.kind == "map":
+        if s.kind == _Kind.MAP:
             params = s.node.map.params
             starts = [r[0] for r in s.node.map.range.ndrange()]
-            for e in s.state.in_edges(s.node):
-                pass
             for e in s.state.out_edges(s.node):
                 if e.data.data is None:
                     continue
@@ -268,7 +270,7 @@ def _check(sdfg: SDFG, stages: List[_Stage]) -> Optional[RowChain]:
                     return None
             ex = s.state.exit_node(s.node)
             ie = s.state.in_edges(ex)[0]
-            if _index_kind(sdfg, ie.data, params, starts) != "rc":
+            if _index_kind(sdfg, ie.data, params, starts) != _Index.ELEMENT:
                 return None
         else:
             ind = sdfg.arrays[s.reads[0]]
@@ -290,10 +292,10 @@ def _check(sdfg: SDFG, stages: List[_Stage]) -> Optional[RowChain]:
         if desc.transient and uses.get(name, set()) <= chain_states:
             internal.add(name)
     for s in stages:
-        if s.kind == "reduce" and s.out not in internal:
+        if s.kind == _Kind.REDUCE and s.out not in internal:
             return None  # a per-row result used after the chain (kept apart: rows beyond the maps' own)
     for s in stages:
-        if s.kind == "map" and s.out in internal and not any(s.out in t.reads for t in stages):
+        if s.kind == _Kind.MAP and s.out in internal and not any(s.out in t.reads for t in stages):
             return None
     # The fused tasklet is C++ code, whose symbols DaCe does not see: a GPU kernel gets only those of its
     # memlets and range (the arrays' sizes, the rows), so a tasklet's other symbols keep the kernels apart.
@@ -301,7 +303,7 @@ def _check(sdfg: SDFG, stages: List[_Stage]) -> Optional[RowChain]:
     known |= {str(x) for x in rng.free_symbols} | set(map(str, sdfg.constants))
     if any(s.symbols - known for s in stages):
         return None
-    return RowChain(list(stages), rows, cols, internal)
+    return RowChain(list(stages), cols, internal)
 
 
 def _renamed(e):
@@ -323,7 +325,6 @@ class _Emitter:
         self.producer = {s.out: s for s in chain.stages}
         self.ins: Dict[str, str] = {}  # array -> input connector
         self.outs: Dict[str, str] = {}
-        self.lines: List[str] = []
         self.n = 0
 
     def conn_in(self, name):
@@ -339,9 +340,9 @@ class _Emitter:
     def mem(self, name, kind, conn):
         desc = self.sdfg.arrays[name]
         st = desc.strides
-        if kind == "rc":
+        if kind == _Index.ELEMENT:
             return f"{conn}[(__dpr_l) * ({_c(st[0])}) + (__dpr_j) * ({_c(st[1])})]"
-        if kind == "r":
+        if kind == _Index.ROW:
             return f"{conn}[(__dpr_l) * ({_c(st[0])})]"
         return f"{conn}[(__dpr_j) * ({_c(st[0])})]"
 
@@ -349,7 +350,7 @@ class _Emitter:
         """The C++ expression of ``name``'s element for the current row (and column ``__dpr_j``)."""
         if name in done:
             p = self.producer[name]
-            if p.kind == "reduce":
+            if p.kind == _Kind.REDUCE:
                 return f"__dpr_{_ident(name)}"
             return f"__dpr_f_{_ident(name)}(__dpr_j)"
         return self.mem(name, kind, self.conn_in(name))
@@ -409,9 +410,9 @@ class _Emitter:
         done: Set[str] = set()
         code = []
         for s in self.chain.stages:
-            if s.kind == "reduce":
+            if s.kind == _Kind.REDUCE:
                 t = self.sdfg.arrays[s.out].dtype.ctype
-                src = self.value(s.reads[0], "rc", done)
+                src = self.value(s.reads[0], _Index.ELEMENT, done)
                 v = f"__dpr_{_ident(s.out)}"
                 code.append(f"{t} {v} = {s.identity};")
                 code.append(f"for (long long __dpr_j = __dpr_lane; __dpr_j < __dpr_cols; __dpr_j += __dpr_step) "
@@ -422,7 +423,7 @@ class _Emitter:
                 if s.out not in self.chain.internal:
                     conn = self.conn_out(s.out)
                     code.append(f"for (long long __dpr_j = __dpr_lane; __dpr_j < __dpr_cols; __dpr_j += __dpr_step) "
-                                f"{self.mem(s.out, 'rc', conn)} = __dpr_f_{_ident(s.out)}(__dpr_j);")
+                                f"{self.mem(s.out, _Index.ELEMENT, conn)} = __dpr_f_{_ident(s.out)}(__dpr_j);")
             done.add(s.out)
         return "\n".join(code)
 
@@ -524,7 +525,7 @@ def fuse_row_chain(sdfg: SDFG, chain: RowChain) -> SDFGState:
     body = em.emit()
     threads = threads_for(chain.cols, sdfg.constants)
     first = chain.stages[0].state
-    maps = [s for s in chain.stages if s.kind == "map"]
+    maps = [s for s in chain.stages if s.kind == _Kind.MAP]
     r0 = maps[0].node.map.range.ndrange()[0]
     # the row range of the first map (its own rank's rows), in that state's grid coordinates
     row_begin, row_end = r0[0], r0[1]

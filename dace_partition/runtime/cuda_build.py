@@ -25,7 +25,7 @@ import glob
 import os
 import shutil
 import subprocess
-from typing import Optional
+from typing import List, Optional
 
 import dace
 import dace.library
@@ -80,18 +80,26 @@ def gpu_available() -> bool:
 
 def gpu_count() -> int:
     """The CUDA GPUs ``nvidia-smi -L`` lists here (0 without a GPU or with ``DACE_PARTITION_NO_GPU=1``)."""
+    return len(gpu_names())
+
+
+def gpu_names() -> List[str]:
+    """The names of the CUDA GPUs ``nvidia-smi -L`` lists here, in device order (none without a GPU or with
+    ``DACE_PARTITION_NO_GPU=1``)."""
     if os.environ.get("DACE_PARTITION_NO_GPU"):
-        return 0
+        return []
     smi = shutil.which("nvidia-smi")
     if smi is None:
-        return 0
+        return []
     try:
         out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
-        return 0
+        return []
     if out.returncode != 0:
-        return 0
-    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU"))
+        return []
+    # "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)"
+    return [line.split(":", 1)[1].split("(UUID")[0].strip() for line in out.stdout.splitlines()
+            if line.startswith("GPU") and ":" in line]
 
 
 def cublas_available() -> bool:

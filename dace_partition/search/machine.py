@@ -250,26 +250,18 @@ def calibrate_gpu(save: bool = True, launcher=None) -> Machine:
         host = replace(host, alpha=alpha, beta=beta)
     except Exception as e:  # noqa: BLE001 - keep the host machine's link
         print(f"dace_partition.calibrate: ping-pong failed ({e}); keeping {host.source}'s link", file=sys.stderr)
-    from ..runtime.cuda_build import gpu_count
+    from ..runtime.cuda_build import gpu_names
+    names = gpu_names()
     base = gpu_machine(host=host)
     m = replace(base, stream=got["stream"], pcie=got["pcie"], launch=got["launch"],
                 blas_flops=got.get("blas_flops", base.blas_flops),
-                gpus=gpu_count() or 1, source=f"GPU calibrated {time.strftime('%Y-%m-%d')} "
-                                                  f"({_gpu_name()}); MPI link: {host.source}")
+                gpus=len(names) or 1, source=f"GPU calibrated {time.strftime('%Y-%m-%d')} "
+                                              f"({names[0] if names else 'GPU'}); MPI link: {host.source}")
     if save:
         os.makedirs(os.path.dirname(GPU_CACHE), exist_ok=True)
         with open(GPU_CACHE, "w") as f:
             json.dump(asdict(m), f, indent=1)
     return m
-
-
-def _gpu_name() -> str:
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=30)
-        return out.stdout.strip().splitlines()[0]
-    except (OSError, subprocess.SubprocessError, IndexError):
-        return "GPU"
 
 
 def calibrate(save: bool = True, launcher=None, across_nodes=None, ranks_per_node: int = 0,
