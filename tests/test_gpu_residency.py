@@ -220,7 +220,7 @@ def test_cpu_lowering_has_no_pinned_twins():
 _COUNT = [0]
 
 
-@settings(max_examples=8, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=5, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data(), ks=R.kernels(min_size=3, max_size=6))
 def _random_program(data, ks, outcomes):
     _COUNT[0] += 1

@@ -72,7 +72,7 @@ def _correct_share(request, **settings_):
 
 
 def test_random_programs(request):
-    _correct_share(request, max_examples=5, derandomize=True)
+    _correct_share(request, max_examples=3, derandomize=True)  # each compiles and runs: about 17 s
 
 
 @pytest.mark.slow

@@ -153,7 +153,6 @@ def train_and_compare(model, x, y, name, tol=1e-5):
 
 
 @pytest.mark.slow  # about 35 s: two convolutions' forward and backward, pooling and batch norm
-@pytest.mark.dace2  # make test-dace2 runs it: the CNN block's training step on DaCe 2
 def test_cnn_sgd_step_data_parallel_2_ranks():
     """Conv2d (stride 1 and 2, padding, bias), BatchNorm2d (eval: running statistics), ReLU, MaxPool2d,
     Flatten, Linear: one SGD step with the batch split, weight gradients combined by allreduce."""
@@ -170,6 +169,8 @@ def test_embedding_sgd_step_data_parallel_2_ranks():
     train_and_compare(embedding_classifier(), x, labels, "t_everyday_embedding_sgd")
 
 
+@pytest.mark.slow  # about 45 s; the embedding's step runs in the default suite
+@pytest.mark.dace2  # make test-dace2 runs it: a convolution block's training step, on DaCe 2
 def test_residual_sgd_step_data_parallel_2_ranks():
     """The residual block (conv-bn-relu-conv-bn plus the identity, relu), Flatten, Linear: the skip
     connection's gradient adds to the block's on the way back; one SGD step with the batch split."""

@@ -77,6 +77,7 @@ def test_mlp_adam_data_parallel_2_ranks():
         np.testing.assert_allclose(new[f"exp_avg.{k}"], m, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow  # about 32 s; the hierarchical solver runs by default in test_hierarchical_solver and test_cluster
 def test_mlp_sgd_data_parallel_hierarchy_2x2(monkeypatch):
     """The SGD step on 4 ranks lowered with DACE_PARTITION_HIERARCHY=2x2 (2 simulated nodes of 2 ranks):
     every weight gradient is summed by the hierarchical program (AllReduce inside each node, then across),
