@@ -2,6 +2,8 @@
 
 Pure Python (the search prices; nothing is built or run).
 """
+import dataclasses
+
 import dace
 import numpy as np
 import pytest
@@ -112,6 +114,55 @@ def test_lower_with_ranks_prices_the_gpu(monkeypatch):
     dp.lower(sdfg, ranks=4, device="gpu")
     assert "GPU(s) shared by the ranks" in dp.report(sdfg).schedule
     assert dp.ranks_needed(sdfg) == 1
+
+
+def _memory_bound(gpus=1):
+    """The GPU model with operations that cost nothing: a kernel's time is its launch and its bytes."""
+    return dataclasses.replace(dp.gpu_machine(gpus=gpus), map_ops=1e18)
+
+
+def test_a_row_softmax_is_priced_as_the_one_row_kernel_it_becomes(monkeypatch):
+    """The GPU pass fuses the softmax's four kernels into one row kernel (passes.gpu_rows); the search
+    prices that kernel: one launch, and loops that read ``x`` three times (the row max, the row sum of the
+    recomputed exponentials, the division) and store the result once. Apart (``DACE_PARTITION_GPU_FUSION=0``),
+    six launches (each reduction is expanded to a map that initialises and one that accumulates) and six
+    passes over [N, N] arrays (x twice, the exponentials written once and read twice, the result), plus
+    the two row vectors each written once and read once."""
+    n = SIZES["N"]
+    big, row = n * n * 4, n * 4
+    m = _memory_bound()
+    fused = dp.auto_schedule(row_softmax.to_sdfg(), 1, machine=m, sizes=SIZES)
+    assert fused.predicted.compute == pytest.approx(m.launch + 4 * big / m.stream, rel=1e-12)
+    assert "priced as a GPU row kernel: 4 kernels" in fused.explain()
+    monkeypatch.setenv("DACE_PARTITION_GPU_FUSION", "0")
+    apart = dp.auto_schedule(row_softmax.to_sdfg(), 1, machine=m, sizes=SIZES)
+    assert apart.predicted.compute == pytest.approx(6 * m.launch + (6 * big + 4 * row) / m.stream, rel=1e-12)
+    assert "row kernel" not in apart.explain()
+
+
+def test_a_row_chain_split_over_different_grids_is_priced_kernel_by_kernel():
+    """Only kernels on the same ranks fuse: with the rows split over two GPUs for every kernel the chain
+    is cheaper than its kernels' sum; with the first reduction left on rank 0 it is exactly that sum. The
+    search's one-kernel change gives the same prediction as pricing the whole choice again."""
+    from dace_partition.passes.local_optimize import fused_for_search
+    work, _ = fused_for_search(row_softmax.to_sdfg(), None)
+    work, _, ks = prepare(work, SIZES)
+    model = ProgramModel(work, ks, 2, resolve_solvers(None), _memory_bound(gpus=2))
+    rows = {k.index: next(i for i, p in enumerate(model.priced[k.index]) if p.candidate.value == (2, 1))
+            for k in model.kernels}
+    assert len(rows) == 4
+    first = model.kernels[0].index
+    mixed = {**rows, first: 0}
+
+    def kernel_sum(choice):
+        return sum(model.priced[k][i].compute for k, i in choice.items())
+
+    together, apart = model.evaluate(rows), model.evaluate(mixed)
+    assert together.compute < 0.75 * kernel_sum(rows)
+    assert apart.compute == pytest.approx(kernel_sum(mixed), rel=1e-12)
+    assert model.row_kernels(rows) and not model.row_kernels(mixed)
+    assert model.change(rows, together, first, 0).compute == pytest.approx(apart.compute, rel=1e-12)
+    assert model.change(mixed, apart, first, rows[first]).compute == pytest.approx(together.compute, rel=1e-12)
 
 
 # ---------------------------------------------------------------- calibrate(device="gpu")

@@ -76,9 +76,46 @@ class RowChain:
     cols: object
     internal: Set[str] = field(default_factory=set)
 
+    def loops(self) -> List["RowLoop"]:
+        """The fused kernel's loops over a row's columns, in order, with what each reads from and writes to
+        GPU memory: a reduction's loop, and a map's store where its result is kept. A value the chain
+        computed is not read back: a reduction's stays in registers, a map's is recomputed from its inputs
+        where it is read (so the softmax reads ``x`` in three loops). The cost model prices these."""
+        producer = {s.out: s for s in self.stages}
+
+        def expand(name: str, reads: Set[str], evaluates: List[SDFGState]):
+            p = producer.get(name)
+            if p is None:
+                reads.add(name)
+            elif p.kind == _Kind.MAP:
+                evaluates.append(p.state)
+                for r in p.reads:
+                    expand(r, reads, evaluates)
+
+        out = []
+        for s in self.stages:
+            if s.kind == _Kind.MAP and s.out in self.internal:
+                continue  # computed only where it is read
+            reads: Set[str] = set()
+            evaluates = [s.state]
+            for r in s.reads:
+                expand(r, reads, evaluates)
+            out.append(RowLoop(frozenset(reads), s.out if s.kind == _Kind.MAP else None, tuple(evaluates)))
+        return out
+
     def __str__(self):
         return (f"{len(self.stages)} kernels ({', '.join(s.state.label for s in self.stages)}) -> one row kernel"
                 f"{' (not stored: ' + ', '.join(sorted(self.internal)) + ')' if self.internal else ''}")
+
+
+@dataclass(frozen=True)
+class RowLoop:
+    """One loop of a row kernel over its row's columns: the arrays it reads from GPU memory, the array it
+    stores (None: a reduction's, kept in registers) and the kernel states whose expressions it evaluates
+    for each column (a recomputed intermediate's producers included)."""
+    reads: frozenset
+    writes: Optional[str]
+    evaluates: Tuple[SDFGState, ...]
 
 
 def enabled() -> bool:
@@ -194,6 +231,8 @@ def _norm(cond: str) -> str:
 
 def _guard_of(g, state) -> Optional[str]:
     ins = g.in_edges(state)
+    if not ins and state is g.start_block:
+        return "1"  # the program's first state runs unconditionally
     if len(ins) != 1:
         return None
     return _norm(ins[0].data.condition.as_string)

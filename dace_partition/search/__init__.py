@@ -129,6 +129,7 @@ def auto_schedule(sdfg: SDFG, ranks: int, *, io: str = "root", memory_per_rank: 
         if p.candidate.partitioned:
             grids[name] = p.candidate.value
         lines.append(_explain_kernel(model, k, choice, pred, name, dropped))
+    lines += [f"  priced as a GPU row kernel: {text}" for text in model.row_kernels(choice)]
     return Schedule(grids, ranks=ranks, predicted=pred, lines=lines, method=method,
                     seconds=time.perf_counter() - t0, sizes=assumed, machine=m,
                     fused=local_optimize)  # its names are those of the fused maps

@@ -92,6 +92,19 @@ class Priced:
     overlapping: set = field(default_factory=set)
     # arrays whose moves combine values (an accumulation or a reduction op): FuseLoops leaves them alone
     combined: set = field(default_factory=set)
+    # kernels of a GPU row chain only (ProgramModel._row_part): seconds of its operations on the tile, and
+    # the bytes per rank of each array it touches
+    ops: float = 0.0
+    arrays: Dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Chain:
+    """A GPU row chain in the model's terms: its kernels (indices, in order), its loops over the rows as
+    (arrays read, array stored or None, kernels evaluated), and the pass's description."""
+    kernels: Tuple[int, ...]
+    loops: tuple
+    text: str
 
 
 @dataclass
@@ -242,6 +255,9 @@ class ProgramModel:
         self._layout = False  # the node layout, looked up on first need (None: one node)
         self._contractions: Dict[int, bool] = {}
         self._folds, self._copies = self._copy_folds()
+        self._chains = self._row_chains()
+        self._in_chain = {k for c in self._chains for k in c.kernels}
+        self._rows: Dict[tuple, float] = {}
         for k in self.kernels:
             cands = candidates[k.index] if candidates and k.index in candidates else candidate_grids(k, ranks)
             self.priced[k.index] = self._price_all(k, cands)
@@ -252,7 +268,7 @@ class ProgramModel:
         return principal_map(k)
 
     def _price_all(self, k: Kernel, cands: Sequence[Candidate]) -> List[Priced]:
-        out = [Priced(Candidate(None), self.work(k, None) * 1.0, 1)]
+        out = [self._row_parts(k, None, Priced(Candidate(None), self.work(k, None) * 1.0, 1))]
         if not k.maps:
             return out
         for c in cands:
@@ -272,7 +288,7 @@ class ProgramModel:
         if analysis.size == 1:
             raise ScheduleError("grid of one rank")
         km = plan_kernel(self.sdfg, k, grids, self.solvers, analysis)
-        p = Priced(c, self.work(k, km), analysis.size)
+        p = self._row_parts(k, km, Priced(c, self.work(k, km), analysis.size))
         for pm in km.moves:
             cost = self._levels(pm.move, pm.cost) if pm.cost is not None else None  # a kernel's own moves cross nodes too
             if pm.kind == MoveKind.SCATTER and pm.role == Role.IN:
@@ -310,15 +326,67 @@ class ProgramModel:
             return t
         return m.gpu_time(km.analysis.size if km is not None else 1, t, max(1, len(k.maps)))
 
-    def _tile_work(self, k: Kernel, km: Optional[KernelMoves]) -> float:
-        if k.kind == KernelKind.LIBRARY and type(k.node).__name__ in _BLAS:
-            info = self.principal(k)
-            grid = _inner_grid(km, info) if km is not None else None
-            flops = 2 * _iterations(info.map, grid, self.sdfg.constants)
-            return flops / self.machine.blas_flops
-        if k.kind == KernelKind.MAP and self._contraction(k):  # a GEMM after lowering (passes.contractions)
-            grid = km.analysis.grid if km is not None else None
-            return 2 * _iterations(k.node.map, grid, self.sdfg.constants) / self.machine.blas_flops
+    # -- GPU row kernels ---------------------------------------------------------------------------------
+    def _row_chains(self) -> List["_Chain"]:
+        """The kernels that the GPU pass fuses into one row kernel where they run on the same ranks
+        (``passes.gpu_rows.row_chains``, the pass's own decision, asked once with every kernel on one grid)."""
+        if not self.machine.gpus:
+            return []
+        from ..passes.gpu_rows import row_chains
+        index = {k.state: k.index for k in self.kernels}
+        out = []
+        for chain in row_chains(self.sdfg, list(index), {}):
+            ks = tuple(index[s.state] for s in chain.stages)
+            loops = tuple((lp.reads, lp.writes, tuple(index[e] for e in lp.evaluates)) for lp in chain.loops())
+            out.append(_Chain(ks, loops, str(chain)))
+        return out
+
+    def _row_parts(self, k: Kernel, km: Optional[KernelMoves], p: Priced) -> Priced:
+        """``p`` with the kernel's operations and per-array bytes where it belongs to a row chain."""
+        if k.index in self._in_chain:
+            p.ops = self._ops_time(k, km)
+            p.arrays = _array_bytes(self.sdfg, km) if km is not None else _global_touched(self.sdfg, k)
+        return p
+
+    def _row_part(self, choice: Dict[int, int]) -> float:
+        """Seconds per call that the row kernels save: a chain whose kernels all got one grid (or all stay
+        on rank 0) is priced as the one kernel it becomes, a launch and its loops over the rows (each loop's
+        operations, recomputed intermediates included, and the bytes it reads and stores), instead of its
+        kernels one by one. A chain split over different grids is priced kernel by kernel."""
+        saved = 0.0
+        for c in self._chains:
+            key = (c.kernels, tuple(choice.get(k, 0) for k in c.kernels))
+            if key not in self._rows:
+                self._rows[key] = self._chain_saving(c, key[1])
+            saved += self._rows[key]
+        return saved
+
+    def _chain_saving(self, c: "_Chain", idx: Tuple[int, ...]) -> float:
+        ps = [self.priced[k][i] for k, i in zip(c.kernels, idx)]
+        if len({(p.candidate.value if p.candidate.partitioned else None, p.ranks) for p in ps}) != 1:
+            return 0.0
+        by_kernel = dict(zip(c.kernels, ps))
+        size = {}
+        for p in ps:
+            for a, b in p.arrays.items():
+                size[a] = max(size.get(a, 0), b)
+        ops = traffic = 0.0
+        for reads, writes, evaluates in c.loops:
+            ops += sum(by_kernel[k].ops for k in evaluates)
+            traffic += sum(size.get(a, 0) for a in reads) + (size.get(writes, 0) if writes else 0)
+        m = self.machine
+        fused = m.gpu_time(ps[0].ranks, max(ops, traffic / m.stream), 1)
+        trips = self._trips_of(self.kernels[c.kernels[0]])
+        return max(0.0, sum(p.compute for p in ps) - fused) * trips
+
+    def row_kernels(self, choice: Dict[int, int]) -> List[str]:
+        """The row kernels that ``choice`` is priced with (for the explanation)."""
+        self._row_part(choice)
+        return [c.text for c in self._chains
+                if self._rows.get((c.kernels, tuple(choice.get(k, 0) for k in c.kernels)), 0.0) > 0.0]
+
+    def _ops_time(self, k: Kernel, km: Optional[KernelMoves]) -> float:
+        """Seconds of the kernel's map operations on its tile (memory traffic aside)."""
         ops = 0.0
         if k.kind == KernelKind.MAP:
             grid = km.analysis.grid if km is not None else None
@@ -328,7 +396,18 @@ class ProgramModel:
                 grid = _inner_grid(km, info) if km is not None else None
                 st, entry = find_entry(k.body, info.map)
                 ops += _iterations(info.map, grid, self.sdfg.constants) * _ops_in_scope(st, entry, self.sdfg.constants)
-        t = ops / self.machine.map_ops
+        return ops / self.machine.map_ops
+
+    def _tile_work(self, k: Kernel, km: Optional[KernelMoves]) -> float:
+        if k.kind == KernelKind.LIBRARY and type(k.node).__name__ in _BLAS:
+            info = self.principal(k)
+            grid = _inner_grid(km, info) if km is not None else None
+            flops = 2 * _iterations(info.map, grid, self.sdfg.constants)
+            return flops / self.machine.blas_flops
+        if k.kind == KernelKind.MAP and self._contraction(k):  # a GEMM after lowering (passes.contractions)
+            grid = km.analysis.grid if km is not None else None
+            return 2 * _iterations(k.node.map, grid, self.sdfg.constants) / self.machine.blas_flops
+        t = self._ops_time(k, km)
         mem = _buffer_bytes(self.sdfg, km) if km is not None else _global_bytes(self.sdfg, k)
         return max(t, mem / self.machine.stream)
 
@@ -471,6 +550,7 @@ class ProgramModel:
             work, mem = self._kernel_part(k.index, choice.get(k.index, 0))
             compute += work
             memory += mem
+        compute -= self._row_part(choice)
         refused = sum(self._io_refused(arr, choice) for arr in self.uses)
         bytes_, seconds = self._branch_part(choice, trace)
         _accumulate(per, bytes_, 1)
@@ -495,6 +575,8 @@ class ProgramModel:
         w0, m0 = self._kernel_part(k, old)
         w1, m1 = self._kernel_part(k, i)
         compute, comm, memory = base.compute - w0 + w1, base.communication, base.memory - m0 + m1
+        if k in self._in_chain:
+            compute += self._row_part(choice) - self._row_part(trial)
         chosen = None
         refused = base.refused
         for c, sign in ((choice, -1), (trial, 1)):
@@ -861,7 +943,24 @@ def _buffer_bytes(sdfg: SDFG, km: KernelMoves) -> int:
     return total
 
 
+def _array_bytes(sdfg: SDFG, km: KernelMoves) -> Dict[str, int]:
+    """Bytes of each array's rank-local buffer on one rank (the larger where two roles have two)."""
+    out: Dict[str, int] = {}
+    for (array, _), (name, subset) in km.buffers:
+        shape = Distribution.on_grid(subset, km.grid, km.analysis.coords, 0).local_shape
+        try:
+            b = _volume([_const(x, sdfg.constants) for x in shape]) * sdfg.arrays[array].dtype.bytes
+        except TypeError:
+            continue
+        out[array] = max(out.get(array, 0), b)
+    return out
+
+
 def _global_bytes(sdfg: SDFG, k: Kernel) -> int:
+    return sum(_global_touched(sdfg, k).values())
+
+
+def _global_touched(sdfg: SDFG, k: Kernel) -> Dict[str, int]:
     """Bytes a kernel that runs on rank 0 touches: each array's subset on the kernel's edges (the whole
     array where the subset's size is not known). Whole arrays would price adi's column updates, one
     column of an N x N array per iteration of a loop over columns, at N times their bytes, and make a
@@ -885,7 +984,7 @@ def _global_bytes(sdfg: SDFG, k: Kernel) -> int:
         except (TypeError, ValueError):
             continue
         touched[name] = max(touched.get(name, 0), n * desc.dtype.bytes)
-    return sum(touched.values())
+    return touched
 
 
 def _const(x, consts) -> int:
