@@ -164,14 +164,34 @@ def test_a_halo_exchange_over_blocks_of_different_heights_is_correct(io):
     assert why is None, why
 
 
-def test_a_halo_exchange_split_along_columns_stages_the_whole_tile():
-    """A halo across the second dimension (strided columns) is not sliced: the tile is staged whole."""
-    case = CASES["jacobi2d_time"]
+@pytest.mark.parametrize("name,n,grid,io", [
+    pytest.param("jacobi2d_time", 13, (1, 2), "root", marks=pytest.mark.slow),  # (2, 2) covers it (time)
+    ("jacobi2d_time", 13, (2, 2), "distributed"),
+    pytest.param("heat3d_time", 9, (1, 2, 2), "root", marks=pytest.mark.slow)])
+def test_a_halo_exchange_across_columns_stages_only_its_slabs(name, n, grid, io):
+    """A split of the columns (alone, with the rows, or of the second and third dimensions of a 3-D
+    stencil; 13 or 9 points, so blocks of different sizes) stages the slabs MPI moves, each one copy
+    (pitched where it is strided), never the tile. Run on the host under mpiexec, every element equals
+    NumPy's."""
+    from conformance.harness import compare
+    case = CASES[name]
     sdfg = case.program.to_sdfg()
-    dp.lower(sdfg, {m.name: (1, 2) for m in dp.maps(sdfg) if len(m.params) == 2}, device="gpu")
+    sdfg.specialize(dict(N=n))
+    sdfg.name = f"res_slab_halo_{name}_{'x'.join(map(str, grid))}_{io}"
+    dp.lower(sdfg, {m.name: grid for m in dp.maps(sdfg) if len(m.params) == len(grid)}, device="gpu", io=io)
     res = _check_invariants(sdfg)
-    halo = [c for c in res.copies if "guard" not in c.state]
-    assert halo and all(c.part == "whole" for c in halo)
+    # the exchanges' copies (the loop's scatter and gather, and the call's own copies, move whole tiles)
+    halo = [c for c in res.copies if "guard" not in c.state and c.why.startswith("MPI")]
+    assert halo and all(c.part != "whole" for c in halo), [c.line() for c in halo if c.part == "whole"]
+    assert any(c.part.startswith("columns ") for c in halo)
+    assert any(c.part.startswith("rows ") for c in halo) == (grid[0] > 1)
+    assert any(c.part.startswith("dim 2 ") for c in halo) == (len(grid) > 2)
+    rng = np.random.default_rng(6)
+    inputs = dict(A=rng.random((n, ) * len(grid)), B=rng.random((n, ) * len(grid)), T=2)
+    expected = case.reference({k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in inputs.items()})
+    got = dp.run(on_host(sdfg), int(np.prod(grid)), timeout=180, **inputs)
+    why = compare(expected, got, case.exact)
+    assert why is None, why
 
 
 def test_an_array_that_host_code_reads_stays_on_the_host_and_the_report_says_why():

@@ -335,7 +335,7 @@ def stage_communication(sdfg: SDFG, residency: Residency) -> Residency:
         for only0, names in _grouped(sorted((reads | partial) & stale), rank0):
             pre = _beside(st, f"{st.label}_to_host" + ("_rank0" if only0 else ""), before=True, rank0=only0)
             for name in names:
-                if name in slabs:  # a halo along rows: the edge rows MPI sends, the halo rows it fills in part
+                if name in slabs:  # a halo: the edge slabs MPI sends, the halo slabs it fills in part
                     parts = [(p, "MPI reads it") for p in slabs[name][0]] + \
                         [(p, "MPI writes part of it") for p in slabs[name][1]]
                 else:
@@ -343,14 +343,14 @@ def stage_communication(sdfg: SDFG, residency: Residency) -> Residency:
                 for part, because in parts:
                     _copy(sdfg, pre, name, host_of[name], part)
                     copies.append(StagingCopy(name, host_of[name], CopyDirection.TO_HOST, pre.label, because,
-                                              _part(part)))
+                                              _part(part, Range.from_array(sdfg.arrays[name]))))
         for only0, names in _grouped(sorted(writes), rank0):
             post = _beside(st, f"{st.label}_to_gpu" + ("_rank0" if only0 else ""), before=False, rank0=only0)
             for name in names:
                 for part in slabs[name][1] if name in slabs else [None]:
                     _copy(sdfg, post, host_of[name], name, part)
                     copies.append(StagingCopy(name, host_of[name], CopyDirection.TO_DEVICE, post.label,
-                                              "MPI wrote it", _part(part)))
+                                              "MPI wrote it", _part(part, Range.from_array(sdfg.arrays[name]))))
     return replace(residency, pinned=tuple(sorted(pinned.items())), copies=tuple(copies))
 
 
@@ -373,12 +373,13 @@ def _beside(state: SDFGState, label: str, before: bool, rank0: bool) -> SDFGStat
 
 
 def _halo_slabs(sdfg: SDFG, state: SDFGState) -> Dict[str, Tuple[List[Range], List[Range]]]:
-    """For a halo exchange in place along the first dimension only (a row split: the tile's rows are
-    contiguous, so each slab is one contiguous copy), the rows MPI reads (the edge rows the neighbours
-    need) and the rows it writes (the halo): ``{buffer: (read slabs, written slabs)}``. Staging those
+    """For a halo exchange in place (one buffer), the slabs MPI reads (the edge the neighbours need) and
+    the slabs it writes (the halo), per dimension that the grid splits: ``{buffer: (read slabs, written
+    slabs)}``. A slab spans the whole buffer in the other dimensions (corners included), so each is one
+    copy: contiguous for rows, a pitched 2-D copy (``cudaMemcpy2DAsync``) for columns. Staging those
     instead of the whole tile is what makes a stencil's time loop worth a GPU. Where the blocks differ in
-    height (38 rows over 4 ranks), the last rows are this rank's, an expression in its grid coordinates.
-    Anything else (a halo in other dimensions, two buffers, another solver) is staged whole: ``{}``."""
+    size (38 rows over 4 ranks), the slab after the block is this rank's, an expression in its grid
+    coordinates. Anything else (two buffers, another solver) is staged whole: ``{}``."""
     from ..ir.relations import bound_shifts
     out = {}
     for dm in [n for n in state.nodes() if isinstance(n, DistributedMemlet)]:
@@ -389,29 +390,39 @@ def _halo_slabs(sdfg: SDFG, state: SDFGState) -> Dict[str, Tuple[List[Range], Li
         src_dist, dst_dist = dm.distribution("src"), dm.distribution("dst")
         shifts = bound_shifts(src_dist, dst_dist)
         src, dst, whole = ins[0].data.subset, outs[0].data.subset, Range.from_array(sdfg.arrays[name])
-        split_later = any(sp is not None for d in (src_dist, dst_dist) for sp in d.splits[1:])
-        if shifts is None or name in out or split_later or src is None or dst is None or \
-                len(src) != len(whole) or dst != whole:  # (a widened dimension nobody splits moves nothing)
+        if shifts is None or name in out or src is None or dst is None or len(src) != len(whole) or dst != whole \
+                or len(src_dist.subset) != len(whole):  # (a widened dimension nobody splits moves nothing)
             return {}
-        lo, hi = shifts[0]
-        (sb, se, _), (db, de, _) = src.ranges[0], dst.ranges[0]
-        counts = {count[0] for _, count in src_dist.blocks() or []}
-        if len(counts) != 1:  # blocks of different heights (or known at run time only): this rank's own
-            b0, e0, _ = src_dist.subset[0]  # height, in its grid coordinates (a block fills the tile's top)
-            se = sb + (e0 - b0)
-            de = se + hi
+        blocks = src_dist.blocks() or []
+        reads, writes = [], []
+        for d, ((lo, hi), split) in enumerate(zip(shifts, src_dist.splits)):
+            if split is None or src_dist.grid[split] <= 1 or (lo, hi) == (0, 0):
+                continue
+            (sb, se, _), (db, de, _) = src.ranges[d], dst.ranges[d]
+            if len({count[d] for _, count in blocks}) != 1:  # sizes differ (or are known at run time only):
+                b0, e0, _ = src_dist.subset[d]  # this rank's own, in its grid coordinates (a block fills
+                se = sb + (e0 - b0)  # the tile from its start)
+                de = se + hi
 
-        def rows(b, e):  # rows b..e inclusive, every other dimension whole
-            return Range([(b, e, 1)] + list(whole.ranges[1:]))
+            def slab(b, e, d=d):  # b..e inclusive along d, every other dimension whole
+                return Range([(b, e, 1) if j == d else r for j, r in enumerate(whole.ranges)])
 
-        reads = ([rows(sb, sb + hi - 1)] if hi > 0 else []) + ([rows(se + lo + 1, se)] if lo < 0 else [])
-        writes = ([rows(db, sb - 1)] if lo < 0 else []) + ([rows(se + 1, de)] if hi > 0 else [])
+            reads += ([slab(sb, sb + hi - 1)] if hi > 0 else []) + ([slab(se + lo + 1, se)] if lo < 0 else [])
+            writes += ([slab(db, sb - 1)] if lo < 0 else []) + ([slab(se + 1, de)] if hi > 0 else [])
+        if not reads and not writes:
+            return {}
         out[name] = (reads, writes)
     return out
 
 
-def _part(subset) -> str:
-    return "whole" if subset is None else f"rows {subset.ranges[0][0]}..{subset.ranges[0][1]}"
+def _part(subset, whole: Optional[Range] = None) -> str:
+    """How the report names a staged part: ``whole``, or the slab's dimension and bounds (``rows a..b``,
+    ``columns a..b``, ``dim d a..b``): the one dimension where it is not the whole ``whole``."""
+    if subset is None:
+        return "whole"
+    d = next((j for j, (r, w) in enumerate(zip(subset.ranges, whole.ranges)) if r != w), 0) if whole else 0
+    b, e, _ = subset.ranges[d]
+    return f"{('rows', 'columns')[d] if d < 2 else f'dim {d}'} {b}..{e}"
 
 
 def _copy(sdfg: SDFG, state: SDFGState, src: str, dst: str, subset: Optional[Range] = None):
