@@ -23,7 +23,7 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/mpiexec -n $(RANKS) $(PY) -m mpi4py examples/quickstart.py
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -q --durations=30 tests
+	$(PY) -m pytest -q --durations=60 tests
 
 test-slow: $(VENV)/.installed
 	$(PY) -m pytest -q -m slow tests
@@ -164,4 +164,4 @@ test-dace2: $(DACE2_VENV)/.installed
 	$(DACE2_ENV) $(DACE2_PY) -m pytest -q --durations=15 $(DACE2_MARKERS) $(DACE2_TESTS) $(DACE2_DESELECT)
 
 test-dace2-full: $(DACE2_VENV)/.installed
-	$(DACE2_ENV) $(DACE2_PY) -m pytest -q --durations=30 tests
+	$(DACE2_ENV) $(DACE2_PY) -m pytest -q --durations=60 tests
