@@ -55,3 +55,34 @@ def host_branch(x: dace.float64[NH], out: dace.float64[NH]):
 def host_branch_reference(x, out):
     y = x * 2
     return y + 1 if y[0] > 0 else y - 1
+
+
+NC = dace.symbol("NC")
+
+
+@dace.program
+def axpy_sweeps(x: dace.float64[NC], y: dace.float64[NC], a: dace.float64, T: dace.int64):
+    """``y[:] = ...`` is a kernel into a temporary, then a copy into ``y`` (DaCe's form), in a time loop."""
+    for t in range(T):
+        y[:] = a * x + y
+
+
+def axpy_sweeps_reference(x, y, a, T):
+    y = y.copy()
+    for _ in range(T):
+        y = a * x + y
+    return {"y": y}
+
+
+@dace.program
+def columns_by_copies(pos: dace.float64[NC, 3], f: dace.float64[NC, 3]):
+    """Each row sum lands in a column of ``f`` through a copy into a strided column."""
+    for d in range(3):
+        f[:, d] = np.sum(pos[:, d][np.newaxis, :] - pos[:, d][:, np.newaxis], axis=1)
+
+
+def columns_by_copies_reference(pos, f):
+    f = f.copy()
+    for d in range(3):
+        f[:, d] = (pos[:, d][None, :] - pos[:, d][:, None]).sum(axis=1)
+    return {"f": f}

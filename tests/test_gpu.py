@@ -279,6 +279,27 @@ def test_a_halo_across_columns_is_staged_by_pitched_copies():
     assert cpp.count("cudaMemcpyAsync(") + cpp.count("cudaMemcpy2DAsync(") == len(res.copies)
 
 
+@functools.lru_cache(maxsize=None)
+def axpy_on_rank0():
+    """``y[:] = a * x + y`` in a time loop on rank 0's GPU, its copies as copy kernels, built with nvcc."""
+    sdfg = programs_gpu.axpy_sweeps.to_sdfg()
+    sdfg.name = "tgpu_axpy_sweeps"
+    dp.lower(sdfg, {}, device="gpu")
+    return sdfg, dp.runtime.launch.build(sdfg)
+
+
+@needs_nvcc
+@pytest.mark.slow  # an nvcc build (~30 s)
+def test_array_copies_build_as_gpu_kernels():
+    """The copy into ``y`` and the scalar's staging are GPU kernels (nvcc compiles them) and the only
+    host<->GPU copies are the call's own, outside the loop."""
+    sdfg, folder = axpy_on_rank0()
+    cpp, cuda = _sources(folder, "cpu", "cpp"), _sources(folder, "cuda", "cu")
+    res = dp.report(sdfg).residency
+    assert len(res.device_copies) == 2 and cuda.count("__global__") >= 3, "the two copies and the kernel"
+    assert cpp.count("cudaMemcpyAsync(") + cpp.count("cudaMemcpy2DAsync(") == len(res.copies) == 3
+
+
 # ---------------------------------------------------------------- real GPU runs (skipped without a GPU)
 
 def _run_cases():
@@ -316,6 +337,18 @@ def test_a_halo_across_columns_runs_on_the_gpu(rng):
     got = dp.run(sdfg, 4, **args)
     for name in ("A", "B"):
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-12, err_msg=name)
+
+
+@needs_nvcc
+@needs_gpu
+@pytest.mark.slow
+def test_array_copies_run_as_gpu_kernels(rng):
+    sdfg, _ = axpy_on_rank0()
+    args = dict(x=rng.random(40), y=rng.random(40), a=0.5, T=4)
+    expected = programs_gpu.axpy_sweeps_reference(**{k: (v.copy() if isinstance(v, np.ndarray) else v)
+                                                     for k, v in args.items()})
+    got = dp.run(sdfg, 2, NC=40, **args)
+    np.testing.assert_allclose(got["y"], expected["y"], rtol=1e-12)
 
 
 def _conformance_gpu_cases():

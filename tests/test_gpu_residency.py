@@ -194,6 +194,31 @@ def test_a_halo_exchange_across_columns_stages_only_its_slabs(name, n, grid, io)
     assert why is None, why
 
 
+@pytest.mark.parametrize("name", ["axpy_sweeps", pytest.param("columns_by_copies", marks=pytest.mark.slow)])
+def test_array_copies_between_kernels_run_on_the_gpu(name, rng):
+    """``y[:] = a * x + y`` in a time loop is a kernel into a temporary and a copy into ``y`` (and the
+    scalar ``a`` is staged into an array before the loop); ``f[:, d] = ...`` copies into a strided column.
+    On rank 0's GPU the copies run as kernels between resident buffers, so nothing crosses PCIe but the
+    call's own arguments and no array stays on the host (they stayed there, copied around every kernel,
+    twice per sweep). Run on the host (the GPU data flow emulated) under mpiexec, equal to NumPy."""
+    sdfg = getattr(programs_gpu, name).to_sdfg()
+    sdfg.name = f"res_device_copies_{name}"
+    dp.lower(sdfg, {}, device="gpu")
+    res = _check_invariants(sdfg)
+    assert res.device_copies and not res.host and not res.kernel_copies, str(res)
+    assert all(c.why in ("the call starts", "the call ends") for c in res.copies), str(res)
+    n = 24
+    if name == "axpy_sweeps":
+        args = dict(x=rng.random(n), y=rng.random(n), a=1.5, T=3)
+    else:
+        args = dict(pos=rng.random((n, 3)), f=np.zeros((n, 3)))
+    expected = getattr(programs_gpu, f"{name}_reference")(**{k: (v.copy() if isinstance(v, np.ndarray) else v)
+                                                             for k, v in args.items()})
+    got = dp.run(on_host(sdfg), 2, timeout=180, NC=n, **args)
+    for k, v in expected.items():
+        np.testing.assert_allclose(got[k], v, rtol=1e-12, err_msg=k)
+
+
 def test_an_array_that_host_code_reads_stays_on_the_host_and_the_report_says_why():
     """``y = x * 2`` runs on rank 0's GPU, and the branch condition ``y[0] > 0`` is host code: ``y`` stays
     on the host (copied around its kernel), named with the state; ``x`` gets a device twin filled when the

@@ -71,6 +71,7 @@ class Residency:
     host: Tuple[Tuple[str, str], ...] = ()  # (array a GPU state uses but that stays on the host, why)
     kernel_copies: Tuple[str, ...] = field(default=())  # arrays still copied in and out around a kernel
     gpu_writes: Tuple[str, ...] = ()  # resident arrays a GPU state writes (only their host side can be stale)
+    device_copies: Tuple[str, ...] = ()  # states of rank 0's array copies that run on the GPU (copy kernels)
 
     @property
     def twins(self) -> Dict[str, str]:
@@ -104,6 +105,9 @@ class Residency:
             out.append(f"on the host: {name} ({why})")
         if self.kernel_copies:
             out.append("copied host -> GPU -> host around each kernel that uses them: " + ", ".join(self.kernel_copies))
+        if self.device_copies:
+            out.append("array copies run on the GPU, between resident buffers: " +
+                       ", ".join(f"'{s}'" for s in self.device_copies))
         return out
 
     def __str__(self):

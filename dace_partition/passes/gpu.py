@@ -104,6 +104,11 @@ def offload(sdfg: SDFG, kernel_states: List[SDFGState], root_states: List[SDFGSt
         cublas = cublas_available()
     states = list(dict.fromkeys(list(kernel_states) + ([s for s in root_states if _has_kernel(s)] if root_on_gpu
                                                          else [])))
+    copies = device_copies(sdfg, kernel_states, states, [s for s in root_states if _is_copy_state(sdfg, s)]) \
+        if root_on_gpu else []
+    for st in copies:
+        _copies_to_maps(sdfg, st)
+    states += copies
     gemm_states = [s for s in states if any(isinstance(n, _blas_nodes() + (_matmul(), )) for n, _ in
                                             s.all_nodes_recursive())]
     same_ranks = {s: ("rank 0", ) for s in states}
@@ -121,6 +126,8 @@ def offload(sdfg: SDFG, kernel_states: List[SDFGState], root_states: List[SDFGSt
     if report is not None and gemm_states:
         how = "cuBLAS" if cublas else "pure: DaCe's GPU maps (no cuBLAS found in the CUDA toolkit)"
         report.blas = f"{how}, for the matrix products of {len(gemm_states)} kernel state(s)"
+    if copies:
+        residency = replace(residency, device_copies=tuple(st.label for st in copies))
     if report is not None:
         report.residency = residency
         report.row_kernels = rows
@@ -132,6 +139,59 @@ def offload(sdfg: SDFG, kernel_states: List[SDFGState], root_states: List[SDFGSt
     if wrappers:
         _attach_runtime(sdfg)
     return sdfg
+
+
+def _is_copy_state(sdfg: SDFG, state: SDFGState) -> bool:
+    """A state of copies only: array to array (how DaCe writes ``y[:] = t`` after a kernel wrote ``t``),
+    or a scalar argument into a one-element array (``passes.prepare`` stages scalars so)."""
+    if state.number_of_edges() == 0 or not all(isinstance(n, nodes.AccessNode) for n in state.nodes()):
+        return False
+    for e in state.edges():
+        src, dst = sdfg.arrays[e.src.data], sdfg.arrays[e.dst.data]
+        if e.data.wcr is not None or e.data.data is None or type(dst) is not dace.data.Array or \
+                not (type(src) is dace.data.Array or (type(src) is dace.data.Scalar and dst.total_size == 1)):
+            return False
+    return True
+
+
+def _arrays(sdfg: SDFG, state: SDFGState) -> set:
+    return {n.data for n in state.data_nodes() if type(sdfg.arrays[n.data]) is dace.data.Array}
+
+
+def device_copies(sdfg: SDFG, kernel_states: List[SDFGState], gpu_states: List[SDFGState],
+                  candidates: List[SDFGState]) -> List[SDFGState]:
+    """The copy states among ``candidates`` (rank 0's copies) that run on the GPU: those that copy from or
+    into an array a GPU kernel uses and whose arrays then all stay in GPU memory. On the host, such a copy
+    keeps its arrays there and copies them across PCIe around every kernel that uses them (``y[:] = a * x
+    + y`` in a time loop: ``y`` and the kernel's result twice per sweep, and the scalar ``a``); on the GPU
+    it is a copy kernel between resident buffers. A copy whose arrays must stay on the host anyway (host
+    code reads them) stays a host copy. Changes nothing."""
+    used = set().union(*(_arrays(sdfg, s) for s in gpu_states)) if gpu_states else set()
+    chosen = [c for c in candidates if _arrays(sdfg, c) & used]
+    while chosen:
+        res = decide_residency(sdfg, kernel_states, list(gpu_states) + chosen)
+        on_gpu = set(res.resident) | set(res.arguments)
+        keep = [c for c in chosen if _arrays(sdfg, c) <= on_gpu]
+        if keep == chosen:
+            break
+        chosen = keep
+    return chosen
+
+
+def _copies_to_maps(sdfg: SDFG, state: SDFGState):
+    """Each copy of the state becomes a map, a kernel like the others: DaCe's ``CopyToMap`` for arrays, a
+    one-element map for a scalar (which the kernel then takes by value)."""
+    from dace.transformation.dataflow import CopyToMap
+    for e in list(state.edges()):
+        if type(sdfg.arrays[e.src.data]) is dace.data.Scalar:
+            dst = e.data.get_dst_subset(e, state) or Range.from_array(sdfg.arrays[e.dst.data])
+            state.remove_edge(e)
+            state.add_mapped_tasklet(f"copy_{e.src.data}", {"__j": "0:1"}, {"__inp": Memlet.from_array(e.src.data, sdfg.arrays[e.src.data])},
+                                     "__out = __inp", {"__out": Memlet(data=e.dst.data, subset=copy.deepcopy(dst))},
+                                     external_edges=True, input_nodes={e.src.data: e.src},
+                                     output_nodes={e.dst.data: e.dst})
+        else:
+            CopyToMap.apply_to(sdfg, options={"ignore_strides": True}, verify=False, save=False, a=e.src, b=e.dst)
 
 
 def _is_comm_state(state: SDFGState) -> bool:
