@@ -66,8 +66,10 @@ def test_elementwise_uneven(rng, n, ranks):
     np.testing.assert_allclose(dp.run(sdfg, ranks, x=x, y=y), x * y + 1, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("n,grid", [(10, (3, 1, 1)), (37, (2, 2, 1)), (37, (1, 1, 3)), (37, (2, 1, 2)),
-                                    (1000, (4, 1, 1)), (1000, (3, 1, 1))])
+@pytest.mark.parametrize("n,grid", [(10, (3, 1, 1)), (37, (2, 2, 1)), (37, (1, 1, 3)),
+                                    pytest.param(37, (2, 1, 2), marks=pytest.mark.slow),  # (time: the
+                                    pytest.param(1000, (4, 1, 1), marks=pytest.mark.slow),  # others cover
+                                    (1000, (3, 1, 1))])  # a split of k and an uneven row split)
 def test_matmul_uneven(rng, n, grid):
     sdfg = lowered(P.matmul_n(n), (("_MatMult_.gemm_map", grid), ), tag=f"_{n}")
     a, b = rng.standard_normal((n, n)), rng.standard_normal((n, n))

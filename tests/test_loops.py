@@ -114,7 +114,7 @@ def test_jacobi1d_symbolic_uneven_keeps_arrays_on_the_grid(rng, ranks):
         np.testing.assert_allclose(out["B"], rb, rtol=1e-13, atol=1e-13)
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("ranks", [pytest.param(2, marks=pytest.mark.slow), 4])  # 4 ranks: uneven blocks too
 def test_written_blocks_of_unfused_stencils_start_as_a_copy_of_a_read_block(rng, ranks):
     """The maps as written (``local_optimize=False``): each of ``A``'s readers has its own block, one of
     them ``A[:-2] + A[1:-1]``'s, which contains the written blocks ``A[1:-1]`` at offset 1. With sizes
@@ -133,7 +133,8 @@ def test_written_blocks_of_unfused_stencils_start_as_a_copy_of_a_read_block(rng,
         np.testing.assert_allclose(out["B"], rb, rtol=1e-13, atol=1e-13)
 
 
-@pytest.mark.parametrize("grid", [(4, ), (2, 2)], ids=["rows", "rows_and_columns"])
+@pytest.mark.parametrize("grid", [pytest.param((4, ), marks=pytest.mark.slow), (2, 2)],  # row splits: many others
+                         ids=["rows", "rows_and_columns"])
 def test_jacobi2d_on_four_ranks(rng, grid):
     """Rows split (contiguous faces), then rows and columns (strided column faces as derived datatypes)."""
     sdfg = lower_all(jacobi2d, grid, "t_loops_jac2d_" + "x".join(map(str, grid)))
