@@ -5,10 +5,10 @@ lowering), gives its inputs, and computes the reference with PyTorch in float64 
 one: the Jacobi's 200 sweeps of 8192^2 would take a minute in NumPy). ``--small`` sizes exercise the
 same code paths on a machine without a GPU.
 """
+import contextlib
+import os
 from dataclasses import dataclass
 from typing import Dict, Tuple
-
-import os
 
 import numpy as np
 
@@ -66,17 +66,25 @@ def lowered(name, ranks, small=False):
     sdfg.name = f"gpu_{name}_{ranks}r{'_small' if small else ''}"
     sdfg.specialize({k: v for k, v in sizes.items() if k != "T"})
     schedule = {m.name: (ranks, ) + (1, ) * (len(m.params) - 1) for m in dp.maps(sdfg)}
+    with kernels_apart(w):
+        dp.lower(sdfg, schedule, device="gpu", io="distributed")
+    return sdfg
+
+
+@contextlib.contextmanager
+def kernels_apart(w):
+    """``DACE_PARTITION_GPU_FUSION=0`` while an apart workload is lowered or priced; the caller's setting
+    is back afterwards."""
     before = os.environ.get("DACE_PARTITION_GPU_FUSION")
-    if w.apart:  # for this lowering only
+    if w.apart:
         os.environ["DACE_PARTITION_GPU_FUSION"] = "0"
     try:
-        dp.lower(sdfg, schedule, device="gpu", io="distributed")
+        yield
     finally:
         if before is None:
             os.environ.pop("DACE_PARTITION_GPU_FUSION", None)
         else:
             os.environ["DACE_PARTITION_GPU_FUSION"] = before
-    return sdfg
 
 
 def torch_of(torch, a):

@@ -11,7 +11,6 @@ wrong shows none).
     python benchmarks/gpu_model.py benchmarks/results/gpu_calls_h100_rows.json   # the row kernels (H100)
 """
 import json
-import os
 import sys
 import warnings
 from pathlib import Path
@@ -24,7 +23,7 @@ def main(paths):
     warnings.filterwarnings("ignore")
     import dace_partition as dp
     from dace_partition.passes.local_optimize import LocalOptimize, steps_of
-    from _gpu_workloads import WORKLOADS, programs
+    from _gpu_workloads import WORKLOADS, kernels_apart, programs
     measured = {}
     for path in paths:
         for r in json.loads(Path(path).read_text())["rows"]:
@@ -39,12 +38,8 @@ def main(paths):
             sdfg.specialize({k: v for k, v in w.sizes.items() if k != "T"})
             LocalOptimize(steps_of(True)).apply(sdfg)
             schedule = {} if ranks == 1 else {m.name: (ranks, ) + (1, ) * (len(m.params) - 1) for m in dp.maps(sdfg)}
-            if w.apart:  # priced as lowered: the row chain kept apart
-                os.environ["DACE_PARTITION_GPU_FUSION"] = "0"
-            try:
+            with kernels_apart(w):  # priced as lowered
                 p = dp.search.predict(sdfg, schedule, ranks, sizes=dict(w.sizes), machine=machine, io="distributed")
-            finally:
-                os.environ.pop("DACE_PARTITION_GPU_FUSION", None)
             got = measured.get((name, ranks))
             ratio = f"{got / p.time:.2f}" if got else "-"
             print(f"| {name} | {ranks} | {p.time * 1e3:.2f} ms | {got * 1e3:.2f} ms | {ratio} |" if got else

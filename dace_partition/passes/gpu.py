@@ -186,7 +186,8 @@ def _copies_to_maps(sdfg: SDFG, state: SDFGState):
         if type(sdfg.arrays[e.src.data]) is dace.data.Scalar:
             dst = e.data.get_dst_subset(e, state) or Range.from_array(sdfg.arrays[e.dst.data])
             state.remove_edge(e)
-            state.add_mapped_tasklet(f"copy_{e.src.data}", {"__j": "0:1"}, {"__inp": Memlet.from_array(e.src.data, sdfg.arrays[e.src.data])},
+            src = Memlet.from_array(e.src.data, sdfg.arrays[e.src.data])
+            state.add_mapped_tasklet(f"copy_{e.src.data}", {"__j": "0:1"}, {"__inp": src},
                                      "__out = __inp", {"__out": Memlet(data=e.dst.data, subset=copy.deepcopy(dst))},
                                      external_edges=True, input_nodes={e.src.data: e.src},
                                      output_nodes={e.dst.data: e.dst})
@@ -475,12 +476,12 @@ def _halo_slabs(sdfg: SDFG, state: SDFGState) -> Dict[str, Tuple[List[Range], Li
     return out
 
 
-def _part(subset, whole: Optional[Range] = None) -> str:
+def _part(subset: Optional[Range], whole: Range) -> str:
     """How the report names a staged part: ``whole``, or the slab's dimension and bounds (``rows a..b``,
     ``columns a..b``, ``dim d a..b``): the one dimension where it is not the whole ``whole``."""
     if subset is None:
         return "whole"
-    d = next((j for j, (r, w) in enumerate(zip(subset.ranges, whole.ranges)) if r != w), 0) if whole else 0
+    d = next((j for j, (r, w) in enumerate(zip(subset.ranges, whole.ranges)) if r != w), 0)
     b, e, _ = subset.ranges[d]
     return f"{('rows', 'columns')[d] if d < 2 else f'dim {d}'} {b}..{e}"
 

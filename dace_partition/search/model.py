@@ -353,15 +353,16 @@ class ProgramModel:
         on rank 0) is priced as the one kernel it becomes, a launch and its loops over the rows (each loop's
         operations, recomputed intermediates included, and the bytes it reads and stores), instead of its
         kernels one by one. A chain split over different grids is priced kernel by kernel."""
-        saved = 0.0
-        for c in self._chains:
-            key = (c.kernels, tuple(choice.get(k, 0) for k in c.kernels))
-            if key not in self._rows:
-                self._rows[key] = self._chain_saving(c, key[1])
-            saved += self._rows[key]
-        return saved
+        return sum(self._chain_saving(c, choice) for c in self._chains)
 
-    def _chain_saving(self, c: "_Chain", idx: Tuple[int, ...]) -> float:
+    def _chain_saving(self, c: "_Chain", choice: Dict[int, int]) -> float:
+        """Seconds per call the chain saves on ``choice`` (kept per combination of its kernels' candidates)."""
+        idx = tuple(choice.get(k, 0) for k in c.kernels)
+        if (c.kernels, idx) not in self._rows:
+            self._rows[(c.kernels, idx)] = self._fused_saving(c, idx)
+        return self._rows[(c.kernels, idx)]
+
+    def _fused_saving(self, c: "_Chain", idx: Tuple[int, ...]) -> float:
         ps = [self.priced[k][i] for k, i in zip(c.kernels, idx)]
         if len({(p.candidate.value if p.candidate.partitioned else None, p.ranks) for p in ps}) != 1:
             return 0.0
@@ -381,9 +382,7 @@ class ProgramModel:
 
     def row_kernels(self, choice: Dict[int, int]) -> List[str]:
         """The row kernels that ``choice`` is priced with (for the explanation)."""
-        self._row_part(choice)
-        return [c.text for c in self._chains
-                if self._rows.get((c.kernels, tuple(choice.get(k, 0) for k in c.kernels)), 0.0) > 0.0]
+        return [c.text for c in self._chains if self._chain_saving(c, choice) > 0.0]
 
     def _ops_time(self, k: Kernel, km: Optional[KernelMoves]) -> float:
         """Seconds of the kernel's map operations on its tile (memory traffic aside)."""
@@ -928,30 +927,32 @@ def _inner_grid(km: KernelMoves, info) -> Tuple[int, ...]:
     return km.grid
 
 
-def _buffer_bytes(sdfg: SDFG, km: KernelMoves) -> int:
-    """Bytes of a kernel's rank-local buffers on one rank (a buffer two roles share counts once)."""
-    seen, total = set(), 0
+def _buffer_sizes(sdfg: SDFG, km: KernelMoves) -> Dict[str, Tuple[str, int]]:
+    """A kernel's rank-local buffers: name -> (its array, bytes on one rank); a buffer two roles share is
+    one entry, one whose size is not known is left out."""
+    out: Dict[str, Tuple[str, int]] = {}
+    seen = set()
     for (array, _), (name, subset) in km.buffers:
         if name in seen:
             continue
         seen.add(name)
         shape = Distribution.on_grid(subset, km.grid, km.analysis.coords, 0).local_shape
         try:
-            total += _volume([_const(x, sdfg.constants) for x in shape]) * sdfg.arrays[array].dtype.bytes
+            out[name] = (array, _volume([_const(x, sdfg.constants) for x in shape]) * sdfg.arrays[array].dtype.bytes)
         except TypeError:
             pass
-    return total
+    return out
+
+
+def _buffer_bytes(sdfg: SDFG, km: KernelMoves) -> int:
+    """Bytes of a kernel's rank-local buffers on one rank (a buffer two roles share counts once)."""
+    return sum(b for _, b in _buffer_sizes(sdfg, km).values())
 
 
 def _array_bytes(sdfg: SDFG, km: KernelMoves) -> Dict[str, int]:
     """Bytes of each array's rank-local buffer on one rank (the larger where two roles have two)."""
     out: Dict[str, int] = {}
-    for (array, _), (name, subset) in km.buffers:
-        shape = Distribution.on_grid(subset, km.grid, km.analysis.coords, 0).local_shape
-        try:
-            b = _volume([_const(x, sdfg.constants) for x in shape]) * sdfg.arrays[array].dtype.bytes
-        except TypeError:
-            continue
+    for array, b in _buffer_sizes(sdfg, km).values():
         out[array] = max(out.get(array, 0), b)
     return out
 
