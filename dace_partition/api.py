@@ -1,9 +1,10 @@
 """The user's entry points: ``lower(sdfg, schedule)``, its ``report``, and the layouts of a program
 lowered with ``io="distributed"``.
 
-``lower`` checks the schedule (:mod:`.schedule`), runs the partition pass and the passes after it
-(:mod:`.passes`) on a copy, and adopts the copy only when all of them succeeded, so every error is raised
-before the caller's SDFG changes.
+``lower`` reads as check -> schedule -> plan -> pipeline -> validate: it checks the schedule
+(:mod:`.schedule`, or chooses one: :mod:`.search`), plans the lowering once (:mod:`.plan`), applies the plan
+with one DaCe Pipeline (:mod:`.passes.pipeline`) on a copy, validates the copy and adopts it only when all
+of that succeeded, so every error is raised before the caller's SDFG changes.
 
 :func:`layout` tells which global subset each rank holds; :meth:`Layout.scatter` and
 :meth:`Layout.gather` cut whole arrays into tiles and join them back (for tests and small runs). The
@@ -21,9 +22,10 @@ from dace.sdfg import SDFG
 
 from .compat import DACE_MAJOR, DACE_VERSION
 from .errors import ScheduleError, UnsupportedPattern
-from .ir import IoMode, Layout, is_lowered, layouts_of, notes, ranks_needed
+from .ir import Device, IoMode, Layout, is_lowered, layouts_of, notes, ranks_needed
 from .passes.local_optimize import LocalOptimize, LocalStep, steps_of
-from .passes.partition import partition, single_threaded
+from .passes.partition import partition
+from .passes.pipeline import LoweringOptions
 from .report import LoweringReport
 from .schedule import discover, names_fused_maps, resolve
 from .solvers.registry import resolve_solvers
@@ -108,10 +110,11 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
             if isinstance(schedule, Schedule):  # priced unfused (auto_schedule(local_optimize=False)): lowered so
                 local.steps = local.steps - {LocalStep.MAP_FUSION}
             grids = local.apply(work, _on_copy(schedule, sdfg, work))  # checked against the maps as written
-    order = resolve_solvers(solvers)
+    options = LoweringOptions(tuple(resolve_solvers(solvers)), Device(device), fuse, IoMode(io),
+                              contractions=LocalStep.CONTRACTIONS in local.steps,
+                              single_threaded=threads == 1)
     t1 = time.perf_counter()
-    contract = device == "gpu" and LocalStep.CONTRACTIONS in local.steps
-    rep = partition(work, grids, order, device, fuse, IoMode(io), before_offload=local.contractions if contract else None)
+    rep = partition(work, grids, options)  # prepare, plan once, apply the plan with one Pipeline
     rep.timings = {"schedule check, copy, map fusion": t1 - t0, **rep.timings}
     if auto is not None:
         rep.schedule = auto.explain()
@@ -123,12 +126,6 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
     layout = machine().node_layout()
     if layout is not None and layout.nodes(rep.ranks_needed) > 1:
         rep.nodes = layout  # the report prints the bytes per level
-    if device == "cpu" and LocalStep.CONTRACTIONS in local.steps:
-        t2 = time.perf_counter()
-        local.contractions(work, rep)
-        rep.timings["contractions to BLAS"] = time.perf_counter() - t2
-    if device == "cpu" and threads == 1:
-        single_threaded(work)
     _validate(work, sdfg.name)
     _adopt(sdfg, work)
     slow = rep.slow_steps()

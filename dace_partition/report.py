@@ -33,6 +33,12 @@ class Steps:
         self.times[step] = self.times.get(step, 0.0) + now - self._t
         self._t = now
 
+    def timed(self, times: Dict[str, float]):
+        """Adds steps timed elsewhere (a Pipeline's passes) that ran since the last step; the clock restarts."""
+        for step, t in times.items():
+            self.times[step] = self.times.get(step, 0.0) + t
+        self._t = time.perf_counter()
+
 
 def direction_of(move: Move) -> str:
     """Where a move goes: ``scatter`` (from rank 0), ``gather`` (to rank 0), ``redistribute`` (from one

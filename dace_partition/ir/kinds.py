@@ -72,3 +72,12 @@ class IoMode(str, Enum):
 
     def __str__(self):
         return self.value
+
+
+class Device(str, Enum):
+    """Where a lowered program's rank-local kernels run (``lower(..., device=...)``)."""
+    CPU = "cpu"
+    GPU = "gpu"  # CUDA GPUs, the arrays kept in GPU memory
+
+    def __str__(self):
+        return self.value

@@ -14,7 +14,7 @@ whole world communicator (a grid of ``world_size()`` ranks made at start-up), so
 kernel's grid also decide the same way.
 """
 from dataclasses import dataclass
-from typing import Dict, List, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 import dace
 from dace import subsets
@@ -23,7 +23,7 @@ from dace.sdfg import SDFG
 
 from ..ir import ROOT, Distribution, Move
 from ..solvers.node import DistributedMemlet
-from .graph import MovePass, uses
+from .graph import MovePass, distributed_memlets, uses
 
 WORLD_GRID_LABEL = "branch data"
 
@@ -88,17 +88,19 @@ class BroadcastBranchData(MovePass):
     """Broadcasts the data that interstate conditions read before they are evaluated (module docstring).
 
     ``world``: ranks the lowering needs (the report's figures); ``grid_id``: an id no kernel uses, for the
-    world grid (the caller makes it at start-up with :meth:`init_code`); ``every_rank``: symbols that
-    code on every rank reads (see :func:`branch_data`)."""
+    world grid (made at start-up by :meth:`init_code`, which the pass adds where it broadcasts);
+    ``every_rank``: symbols that code on every rank reads (see :func:`branch_data`; None: those of the
+    program as partitioned, :func:`every_rank_symbols`)."""
 
-    def __init__(self, solvers, world: int, grid_id: int, every_rank: Set[str] = frozenset()):
-        super().__init__(solvers)
+    def __init__(self, solvers, world: int, grid_id: int, every_rank: Optional[Set[str]] = None,
+                 after: Iterable[type] = ()):
+        super().__init__(solvers, after)
         self.world = world
         self.grid_id = grid_id
-        self.every_rank = set(every_rank)
+        self.every_rank = None if every_rank is None else set(every_rank)
 
     def decide(self, sdfg: SDFG) -> List[Broadcast]:
-        return [Broadcast(st.label, tuple(names)) for st, names in branch_data(sdfg, self.every_rank).items()]
+        return [Broadcast(st.label, tuple(names)) for st, names in branch_data(sdfg, self.every_rank or set()).items()]
 
     def init_code(self) -> str:
         return (f'dace_partition::init_grid({self.grid_id}, "{WORLD_GRID_LABEL}", '
@@ -107,8 +109,12 @@ class BroadcastBranchData(MovePass):
     def apply_pass(self, sdfg: SDFG, pipeline_results) -> List[Broadcast]:
         if self.world < 2:
             return []
+        every = self.every_rank
+        if every is None:
+            made = (pipeline_results or {}).get("PartitionKernels")
+            every = every_rank_symbols(sdfg, made.kernel_states if made is not None else ())
         out = []
-        for src, names in branch_data(sdfg, self.every_rank).items():
+        for src, names in branch_data(sdfg, every).items():
             st = sdfg.add_state(f"dp_branch_data_{src.label}")
             for e in list(sdfg.out_edges(src)):
                 sdfg.remove_edge(e)
@@ -117,6 +123,8 @@ class BroadcastBranchData(MovePass):
             for name in names:
                 self._broadcast(sdfg, st, name)
             out.append(Broadcast(src.label, tuple(names)))
+        if out:
+            sdfg.append_init_code(self.init_code())
         return out
 
     def _broadcast(self, sdfg: SDFG, st, name: str):
@@ -138,3 +146,20 @@ class BroadcastBranchData(MovePass):
         buf = st.add_access(local)
         st.add_edge(dm, "_out", buf, None, Memlet.from_array(local, sdfg.arrays[local]))
         st.add_nedge(buf, st.add_write(name), Memlet.from_array(local, sdfg.arrays[local]))
+
+
+def every_rank_symbols(sdfg: SDFG, kernel_states) -> Set[str]:
+    """Symbols that code beyond rank 0 reads: the blocks of every move, the kernels' own subsets and the
+    sizes of transients (allocated on every rank, also where only rank 0 uses them). One assigned from data
+    (``t = neigh_idx[a, b]`` for a block ``G[k, t]``) must be broadcast before it is assigned, or the other
+    ranks compute their offsets from uninitialised copies."""
+    from .loops import block_symbols
+    out = set()
+    for _, dm in distributed_memlets(sdfg):
+        out |= block_symbols(dm)
+    for st in kernel_states:
+        out |= {str(s) for s in st.free_symbols}
+    for desc in sdfg.arrays.values():  # every rank allocates the transients (spmv's ``A_val[start:stop]``)
+        if desc.transient:
+            out |= {str(s) for s in desc.free_symbols}
+    return out

@@ -44,6 +44,7 @@ from ..runtime.cuda_build import CUDA_ENVIRONMENT
 from ..solvers.node import DistributedMemlet
 from ..schedule import expand_all
 from .gpu_rows import fuse_rows
+from .pipeline import PlanPass
 
 #: A device twin of argument ``x`` is the program's argument ``__dp_dev_x`` (never ``__return...``, which
 #: DaCe would allocate and return itself).
@@ -80,6 +81,30 @@ DACE_EXPORTED int __dp_gpu_device_of(const void *p) {  // the GPU holding p; -1 
 }
 DACE_EXPORTED int __dp_gpu_current() { return dace_partition_cuda::select_device(); }
 """
+
+
+class OffloadToGpu(PlanPass):
+    """The plan's kernels, and rank 0's, run on the GPU on arrays kept there (:func:`offload`). The
+    residency is decided here, on the partitioned graph, and goes into ``report`` (its GPU residency)."""
+
+    def __init__(self, plan, report, after=()):
+        super().__init__(plan, after)
+        self.report = report
+
+    def apply_pass(self, sdfg: SDFG, pipeline_results):
+        root_states = pipeline_results["GuardRankZeroCode"]
+        offload(sdfg, [km.kernel.state for km in self.plan.kernels], root_states, self.report,
+                grids={km.kernel.state: tuple(km.grid) for km in self.plan.kernels})
+        return self.report.residency
+
+
+def note_kernels_on_gpu(report, root_on_gpu: bool = True) -> None:
+    """Says on each kernel's report line where it runs (after the other passes' notes on it)."""
+    for kr in report.kernels:
+        if kr.grid is not None:
+            kr.notes.append("runs on the GPU on its rank-local buffers in GPU memory (see 'GPU residency')")
+        elif root_on_gpu:  # every reported kernel is a map, nested SDFG or library node (never a tasklet)
+            kr.notes.append("runs on rank 0's GPU (see 'GPU residency' for where its arrays live)")
 
 
 def offload(sdfg: SDFG, kernel_states: List[SDFGState], root_states: List[SDFGState], report=None,
@@ -131,11 +156,6 @@ def offload(sdfg: SDFG, kernel_states: List[SDFGState], root_states: List[SDFGSt
     if report is not None:
         report.residency = residency
         report.row_kernels = rows
-        for kr in report.kernels:
-            if kr.grid is not None:
-                kr.notes.append("runs on the GPU on its rank-local buffers in GPU memory (see 'GPU residency')")
-            elif root_on_gpu:  # every reported kernel is a map, nested SDFG or library node (never a tasklet)
-                kr.notes.append("runs on rank 0's GPU (see 'GPU residency' for where its arrays live)")
     if wrappers:
         _attach_runtime(sdfg)
     return sdfg
@@ -650,7 +670,8 @@ def _offload_state(sdfg: SDFG, state: SDFGState):
         elif state.in_degree(n) > 0 and state.out_degree(n) > 0 and sdfg.arrays[n.data].transient and \
                 not n.data.startswith("__dp"):
             inner.add(n)
-    wrapper_node = nest_state_subgraph(sdfg, state, SubgraphView(state, list(inner)), name=f"{state.label}_gpu",
+    inner = [n for n in state.nodes() if n in inner]  # in the state's order: the build must not depend on addresses
+    wrapper_node = nest_state_subgraph(sdfg, state, SubgraphView(state, inner), name=f"{state.label}_gpu",
                                        full_data=True)
     wrapper = wrapper_node.sdfg
     wrapper.apply_gpu_transformations(validate=False, simplify=False, sequential_innermaps=True,

@@ -198,16 +198,6 @@ class LocalOptimize:
             if f.name in by_name:
                 by_name[f.name].notes.append(line)
 
-    def contractions(self, sdfg: SDFG, rep) -> None:
-        """Sum-of-product maps of the lowered program become GEMMs on BLAS (see :mod:`.contractions`)."""
-        from .contractions import ContractionsToBlas
-        by_name = {k.name: k for k in rep.kernels}
-        for c in ContractionsToBlas().apply_pass(sdfg, {}):
-            self.contracted.append(c)
-            target = by_name.get(c.map) or next((k for k in rep.kernels if c.map.startswith(k.name)), None)
-            if target is not None:
-                target.notes.append(str(c))
-
 
 def _inner_map_names(kernels) -> Dict[tuple, str]:
     """{(library node or nested SDFG node, place of the map in it): map name} of the kernels that are not

@@ -10,12 +10,14 @@ its own:
     -> gather state (DistributedMemlets, every rank)
 
 Everything not scheduled (and every kernel on a grid of one rank) runs on rank 0 on the global arrays.
-:func:`partition` also runs the passes that follow it (round-trip fusion, rank-local arguments, GPU
-offload) and returns the report built from the solvers' answers for the Moves that remain.
+:func:`partition` prepares the program, plans it once (:mod:`dace_partition.plan`) and applies the plan with
+one Pipeline (:mod:`.pipeline`: this partition, then round-trip fusion, rank-local arguments, guards, GPU
+offload...); it returns the report rendered from the plan and the solvers' answers for the Moves that remain.
 """
 import itertools
 import re
-from typing import Dict, List, Tuple
+from dataclasses import dataclass
+from typing import Dict, FrozenSet, List, Tuple
 
 import dace
 import numpy as np
@@ -24,18 +26,19 @@ from dace import nodes
 from dace.memlet import Memlet
 from dace.properties import CodeBlock
 from dace.sdfg import SDFG, SDFGState
-from dace.transformation import pass_pipeline as ppl
 
 from ..analysis.constraints import Direction, KernelPlan, known_sizes, plan_nested_kernel
-from ..plan import KernelMoves, analyse_kernel, plan_kernel, role, scatters
+from ..plan import KernelMoves, LoweringPlan, plan_lowering, role, scatters
 from ..solvers.node import DistributedMemlet
 from ..runtime.environment import ENVIRONMENT
 from ..compat import is_one_element_scalar, rebase_nested_argument, shift_interstate_reads
 from ..errors import UnsupportedPattern
-from ..ir import Distribution, IoMode, Move, MoveKind, ProgramRecord, Role, attach
-from . import FuseRoundTrips, FusionKind, LocalizeArguments
-from .conditions import BroadcastBranchData
+from ..ir import Device, Distribution, IoMode, Move, MoveKind, ProgramRecord, Role, attach
+from .contractions import ContractionsToBlas
+from .fusion import FuseRoundTrips, FusionKind
+from .localize_io import LocalizeArguments
 from .loops import FuseLoops
+from .pipeline import LoweringOptions, PlanPass, lowering_pipeline
 from .prepare import keep_names, split_kernels
 from .graph import RANK, distributed_memlets, guard, has_moves, trips_of
 from ..report import Steps, KernelReport, LoweringReport, entry
@@ -46,65 +49,26 @@ from ..analysis.rank_tiling import RankTileMap
 
 
 
-def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: str = "cpu",
-              fuse: bool = True, io: IoMode = IoMode.ROOT, before_offload=None) -> LoweringReport:
-    """Lowers ``sdfg`` in place for ``grids`` ({map name: grid}, already checked) with the solvers in
-    ``solvers`` order; raises before the first rewrite where it can, so callers lower a copy.
-    ``before_offload(sdfg, report)`` rewrites the rank-local kernels of a ``device="gpu"`` lowering
-    before they move to the GPU (the contractions that become cuBLAS GEMMs)."""
+def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], options: LoweringOptions) -> LoweringReport:
+    """Lowers ``sdfg`` in place for ``grids`` ({map name: grid}, already checked): the kernels are prepared
+    and discovered, planned once (:func:`~dace_partition.plan.plan_lowering`: every constraint, Move and
+    solver, before any rewrite, so callers lower a copy and errors come first), and the plan is applied by
+    one Pipeline (:func:`.pipeline.lowering_pipeline`). The report is rendered from the plan and the
+    pipeline's results."""
     steps = Steps()
-    kernels = split_kernels(sdfg)
-    expanded = _expand_uneven_library_nodes(sdfg, kernels, grids)
-    if expanded:
-        kernels = keep_names(discover(sdfg), kernels)
+    kernels, expanded = prepare_kernels(sdfg, grids)
     steps.done("prepare and discover kernels")
-    planned: List[KernelMoves] = []
-    plans = []
-    rep = LoweringReport(sdfg.name, 1)
-    rep.timings = steps.times
-    for k in kernels:
-        scheduled = [m for m in k.maps if m.name in grids]
-        if not scheduled:
-            rep.kernels.append(KernelReport(k.label, k.kind, None))
-            continue
-        plan = analyse_kernel(sdfg, k, grids)
-        kr = KernelReport(plan.principal if k.kind != KernelKind.MAP else k.maps[0].name, k.kind, plan.grid)
-        if k.kind == KernelKind.NESTED and k.label in expanded:
-            kr.notes.append("uneven tiles: the library node was replaced by its pure expansion, so no rank "
-                            "computes on the padding of its local buffers")
-        for t in plan.inner:
-            if t.derived:
-                kr.notes.append(f"derived grid {t.grid} for '{t.info.name}' from '{plan.principal}'")
-        rep.kernels.append(kr)
-        rep.ranks_needed = max(rep.ranks_needed, plan.size)
-        if plan.size == 1:
-            kr.notes.append("grid of one rank: runs on rank 0 on the global arrays, no communication")
-            kr.grid = None
-            continue
-        plans.append((plan, kr))
-
-    if not plans:
-        rep.unsplit = _why_unsplit(kernels, grids)
-    for plan, kr in plans:
-        planned.append(plan_kernel(sdfg, plan.kernel, grids, solvers, plan))
-    _scalars_to_arrays(sdfg, {a.array for plan, _ in plans for a in plan.accesses})
+    plan = plan_lowering(sdfg, kernels, grids, options.solvers, expanded)
     steps.done("constraints and solver choice")
-    init_state = _add_runtime_state(sdfg, [p for p, _ in plans])
-    comm_states = {init_state}
-    guarded = set()
-    for km in planned:
-        plan = km.analysis
-        pre, post = _apply_plan(sdfg, km)
-        comm_states |= {pre, post}
-        guarded.add(plan.kernel.state)
-        comm_states |= set(guard(plan.kernel.state, f"__dp{plan.kernel.index}_member == 1"))
-    by_kernel = {plan.kernel.index: kr for plan, kr in plans}
-    steps.done("partition kernels")
-    results = rewrite_moves(solvers, fuse, io).apply_pass(sdfg, {}) or {}
+    rep, by_kernel = plan_report(sdfg.name, plan)
+    pipeline = lowering_pipeline(plan, options, rep)
+    results = pipeline.apply_pass(sdfg, {}) or {}
+    steps.timed(pipeline.times)
+    rep.timings = steps.times
     for f in results.get(FuseRoundTrips.__name__, []) + results.get(FuseLoops.__name__, []):
         _note_fusion(f, by_kernel)
-    steps.done("fusion (kernels and loops), rank-local arguments")
-    if io == IoMode.DISTRIBUTED:
+    layouts = {}
+    if options.io == IoMode.DISTRIBUTED:
         layouts, changes = results[LocalizeArguments.__name__]
         rep.io = str(IoMode.DISTRIBUTED)
         for name, info in changes.items():
@@ -113,38 +77,143 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], solvers, device: st
             for k in info.readers:
                 if k in by_kernel:
                     by_kernel[k].notes.append(f"reads the tiles of rank-local argument '{name}': no communication")
-    else:
-        layouts = {}
-    world_grid = max(p.kernel.index for p, _ in plans) + 1 if plans else 0
-    branch = BroadcastBranchData(solvers, rep.ranks_needed, world_grid, _every_rank_symbols(sdfg, guarded))
-    if branch.apply_pass(sdfg, {}):
-        sdfg.append_init_code(branch.init_code())
-    root_states = []
-    for st in ordered_states(sdfg):
-        if st in comm_states or st in guarded or st.number_of_nodes() == 0 or has_moves(st):
-            continue
-        root_states.append(st)
-        comm_states |= set(guard(st, f"{RANK} == 0"))
-    if not plans:
-        _only_rank_0(sdfg, init_state)
-    if device == "gpu":
-        from .gpu import offload
-        if before_offload is not None:
-            before_offload(sdfg, rep)
-        offload(sdfg, [p.kernel.state for p, _ in plans], root_states, rep,
-                grids={p.kernel.state: tuple(p.grid) for p, _ in plans})
-    for plan, _ in plans:
-        dims = ", ".join(str(g) for g in plan.grid)
-        sdfg.append_init_code(f'dace_partition::init_grid({plan.kernel.index}, "{plan.principal}", {{{dims}}});\n')
-    steps.done("rank-local arguments, guards, devices")
-    check_moves(sdfg, {p.kernel.index: p.principal for p, _ in plans})
-    _report_moves(sdfg, rep, by_kernel, solvers)
-    rep.persistent_bytes = _make_local_buffers_persistent(sdfg)
-    sdfg.append_exit_code("dace_partition::free_grids();\n")
+    note_contractions(rep, results.get(ContractionsToBlas.__name__, []))
+    if options.device == Device.GPU:
+        from .gpu import note_kernels_on_gpu
+        note_kernels_on_gpu(rep)
+    _report_moves(sdfg, rep, by_kernel, options.solvers)
+    rep.persistent_bytes = results[StartGrids.__name__]
     steps.done("report")
     twins = dict(rep.residency.device_twins) if rep.residency is not None else {}
-    attach(sdfg, ProgramRecord(sdfg.name, rep.ranks_needed, io, layouts, twins))
+    attach(sdfg, ProgramRecord(sdfg.name, rep.ranks_needed, options.io, layouts, twins))
     return rep
+
+
+def prepare_kernels(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]]) -> Tuple[List[Kernel], set]:
+    """The last normalisation before planning, in place: states split so that each kernel has its own, and
+    library nodes whose tiles would be uneven replaced by their pure expansions. Returns the kernels (with
+    the names the schedule was written against) and the labels of the expanded nodes."""
+    kernels = split_kernels(sdfg)
+    expanded = _expand_uneven_library_nodes(sdfg, kernels, grids)
+    if expanded:
+        kernels = keep_names(discover(sdfg), kernels)
+    return kernels, expanded
+
+
+def plan_report(name: str, plan: LoweringPlan) -> Tuple[LoweringReport, Dict[int, KernelReport]]:
+    """The report's kernel lines, rendered from the plan: each kernel, its grid and what the plan says of
+    it, and {kernel index: line} of the partitioned kernels. The passes add their notes and the
+    communication later."""
+    rep, lines = LoweringReport(name, plan.ranks_needed), {}
+    one_rank = {id(a.kernel) for a in plan.one_rank}
+    planned = {id(k.kernel): k.analysis for k in plan.kernels}
+    for k in plan.program:
+        a = planned.get(id(k))
+        if a is None and id(k) not in one_rank:
+            rep.kernels.append(KernelReport(k.label, k.kind, None))
+            continue
+        if a is None:
+            a = next(x for x in plan.one_rank if x.kernel is k)
+        kr = KernelReport(a.principal if k.kind != KernelKind.MAP else k.maps[0].name, k.kind, a.grid)
+        if k.kind == KernelKind.NESTED and k.label in plan.expanded:
+            kr.notes.append("uneven tiles: the library node was replaced by its pure expansion, so no rank "
+                            "computes on the padding of its local buffers")
+        for t in a.inner:
+            if t.derived:
+                kr.notes.append(f"derived grid {t.grid} for '{t.info.name}' from '{a.principal}'")
+        if a.size == 1:
+            kr.notes.append("grid of one rank: runs on rank 0 on the global arrays, no communication")
+            kr.grid = None
+        else:
+            lines[k.index] = kr
+        rep.kernels.append(kr)
+    if not plan.kernels:
+        rep.unsplit = _why_unsplit(list(plan.program), dict(plan.grids))
+    return rep, lines
+
+
+def note_contractions(rep: LoweringReport, decisions) -> None:
+    """Each contraction that became a GEMM, on the report line of its kernel."""
+    by_name = {k.name: k for k in rep.kernels}
+    for c in decisions:
+        target = by_name.get(c.map) or next((k for k in rep.kernels if c.map.startswith(k.name)), None)
+        if target is not None:
+            target.notes.append(str(c))
+
+
+@dataclass(frozen=True)
+class Partitioned:
+    """What :class:`PartitionKernels` made: the start-up state, the states that communicate or guard a
+    kernel, and the kernels' own states."""
+    init_state: SDFGState
+    comm_states: FrozenSet[SDFGState]
+    kernel_states: FrozenSet[SDFGState]
+
+
+class PartitionKernels(PlanPass):
+    """Each planned kernel runs on its grid: its map is tiled (or its body's maps), it reads and writes
+    rank-local buffers that a scatter state before it fills and a gather state after it empties, and it
+    runs only on its grid's ranks. A start-up state reads each rank's grid coordinates."""
+
+    def apply_pass(self, sdfg: SDFG, pipeline_results) -> Partitioned:
+        analyses = [km.analysis for km in self.plan.kernels]
+        _scalars_to_arrays(sdfg, {a.array for p in analyses for a in p.accesses})
+        init_state = _add_runtime_state(sdfg, analyses)
+        comm, kernel_states = {init_state}, set()
+        for km in self.plan.kernels:
+            pre, post = _apply_plan(sdfg, km)
+            comm |= {pre, post}
+            kernel_states.add(km.kernel.state)
+            comm |= set(guard(km.kernel.state, f"__dp{km.kernel.index}_member == 1"))
+        return Partitioned(init_state, frozenset(comm), frozenset(kernel_states))
+
+
+class GuardRankZeroCode(PlanPass):
+    """Every state that is neither a kernel's nor communication runs on rank 0 only (the code that is not
+    partitioned, on the global arrays); with nothing partitioned, the other ranks end after start-up.
+    Returns those states, in program order."""
+
+    def apply_pass(self, sdfg: SDFG, pipeline_results) -> List[SDFGState]:
+        made: Partitioned = pipeline_results[PartitionKernels.__name__]
+        skip = set(made.comm_states) | set(made.kernel_states)
+        root_states = []
+        for st in ordered_states(sdfg):
+            if st in skip or st.number_of_nodes() == 0 or has_moves(st):
+                continue
+            root_states.append(st)
+            skip |= set(guard(st, f"{RANK} == 0"))
+        if not self.plan.kernels:
+            _only_rank_0(sdfg, made.init_state)
+        return root_states
+
+
+class StartGrids(PlanPass):
+    """The program makes each kernel's grid at start-up and frees them at exit; rank-local buffers are
+    allocated once (:func:`_make_local_buffers_persistent`). Returns their bytes per rank."""
+
+    def apply_pass(self, sdfg: SDFG, pipeline_results):
+        for km in self.plan.kernels:
+            dims = ", ".join(str(g) for g in km.grid)
+            sdfg.append_init_code(f'dace_partition::init_grid({km.kernel.index}, "{km.analysis.principal}", '
+                                  f'{{{dims}}});\n')
+        sdfg.append_exit_code("dace_partition::free_grids();\n")
+        return _make_local_buffers_persistent(sdfg)
+
+
+class CheckMoves(PlanPass):
+    """Every remaining move's blocks lie inside its array (:func:`check_moves`). Returns how many."""
+
+    def apply_pass(self, sdfg: SDFG, pipeline_results) -> int:
+        check_moves(sdfg, {km.kernel.index: km.analysis.principal for km in self.plan.kernels})
+        return len(distributed_memlets(sdfg))
+
+
+class SingleThreaded(PlanPass):
+    """One thread per rank (:func:`single_threaded`)."""
+
+    def apply_pass(self, sdfg: SDFG, pipeline_results) -> bool:
+        single_threaded(sdfg)
+        return True
 
 
 def _only_rank_0(sdfg: SDFG, init_state: SDFGState):
@@ -169,36 +238,6 @@ def _why_unsplit(kernels: List[Kernel], grids) -> str:
     if not any(m.name in grids for k in kernels for m in k.maps):
         return "the schedule names none of the program's maps" + tail
     return "every scheduled map has a grid of one rank" + tail
-
-
-def rewrite_moves(solvers, fuse: bool, io: IoMode) -> ppl.Pipeline:
-    """The passes that rewrite the partitioned program's moves, as one DaCe Pipeline in the order their
-    dependencies declare: round trips through rank 0 between kernels (``fuse``), then across a loop's
-    iterations (``fuse``), then rank-local arguments (``io="distributed"``). Each pass's result is in
-    the Pipeline's results under its class name."""
-    passes = []
-    if fuse:
-        passes += [FuseRoundTrips(solvers), FuseLoops(solvers, after={FuseRoundTrips})]
-    if io == IoMode.DISTRIBUTED:
-        passes.append(LocalizeArguments(solvers, after={type(p) for p in passes}))
-    return ppl.Pipeline(passes)
-
-
-def _every_rank_symbols(sdfg: SDFG, kernel_states) -> set:
-    """Symbols that code beyond rank 0 reads: the blocks of every move, the kernels' own subsets and the
-    sizes of transients (allocated on every rank, also where only rank 0 uses them). One
-    assigned from data (``t = neigh_idx[a, b]`` for a block ``G[k, t]``) must be broadcast before it is
-    assigned, or the other ranks compute their offsets from uninitialised copies."""
-    from .loops import block_symbols
-    out = set()
-    for _, dm in distributed_memlets(sdfg):
-        out |= block_symbols(dm)
-    for st in kernel_states:
-        out |= {str(s) for s in st.free_symbols}
-    for desc in sdfg.arrays.values():  # every rank allocates the transients (spmv's ``A_val[start:stop]``)
-        if desc.transient:
-            out |= {str(s) for s in desc.free_symbols}
-    return out
 
 
 def _note_fusion(f, by_kernel):

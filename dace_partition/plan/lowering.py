@@ -74,12 +74,27 @@ class KernelMoves:
 
 @dataclass(frozen=True)
 class LoweringPlan:
-    """Every scheduled kernel of a program planned on its grid (kernels on one rank are not in it)."""
+    """The whole decision of a lowering before anything is rewritten: every kernel of the program (in
+    order), the grids, the kernels planned on more than one rank (:class:`KernelMoves`) and those whose grid
+    has one rank (they stay on rank 0). The partition pipeline (:mod:`dace_partition.passes.pipeline`)
+    applies it, and the report's kernel lines are rendered from it."""
     kernels: Tuple[KernelMoves, ...]
     ranks_needed: int
+    program: Tuple[Kernel, ...] = ()  # every kernel of the program, in program order
+    grids: Tuple[Tuple[str, Tuple[int, ...]], ...] = ()  # (map name, grid) of the schedule
+    one_rank: Tuple[KernelPlan, ...] = ()  # scheduled kernels on a grid of one rank: rank 0, global arrays
+    expanded: frozenset = frozenset()  # labels of library nodes replaced by their pure expansion (uneven tiles)
 
     def moves(self) -> List[PlannedMove]:
         return [m for k in self.kernels for m in k.moves]
+
+    @property
+    def partitioned(self) -> bool:
+        return bool(self.kernels)
+
+    def grid_of(self, kernel: Kernel) -> Optional[Tuple[int, ...]]:
+        """The grid of a partitioned kernel (None: it runs on rank 0)."""
+        return next((tuple(k.grid) for k in self.kernels if k.kernel is kernel), None)
 
 
 def analyse_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, ...]]) -> KernelPlan:
@@ -115,17 +130,17 @@ def plan_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, ...]], s
 
 
 def plan_lowering(sdfg: SDFG, kernels: Sequence[Kernel], grids: Dict[str, Tuple[int, ...]],
-                  solvers: Sequence[Solver]) -> LoweringPlan:
-    """Plans every kernel that ``grids`` schedules on more than one rank."""
-    out, needed = [], 1
+                  solvers: Sequence[Solver], expanded=()) -> LoweringPlan:
+    """Plans every kernel that ``grids`` schedules on more than one rank; changes nothing. Every kernel is
+    analysed before any is planned, so a constraint that cannot hold is reported before a missing solver."""
+    analysed, needed = [], 1
     for k in kernels:
-        if not any(m.name in grids for m in k.maps):
-            continue
-        plan = analyse_kernel(sdfg, k, grids)
-        needed = max(needed, plan.size)
-        if plan.size > 1:
-            out.append(plan_kernel(sdfg, k, grids, solvers, plan))
-    return LoweringPlan(tuple(out), needed)
+        if any(m.name in grids for m in k.maps):
+            analysed.append(analyse_kernel(sdfg, k, grids))
+            needed = max(needed, analysed[-1].size)
+    planned = tuple(plan_kernel(sdfg, a.kernel, grids, solvers, a) for a in analysed if a.size > 1)
+    return LoweringPlan(planned, needed, tuple(kernels), tuple(grids.items()),
+                        tuple(a for a in analysed if a.size == 1), frozenset(expanded))
 
 
 def refuse_loop_sized_buffers(sdfg: SDFG, plan: KernelPlan, buffers):

@@ -1,0 +1,117 @@
+"""``lower`` plans once and applies the plan with one DaCe Pipeline (pure Python: nothing is compiled).
+
+The plan is made before any rewrite and changes nothing; the pipeline's passes run in the order their
+dependencies declare, with the options of ``lower`` choosing which passes are in it; the report's kernel
+lines come from the plan.
+"""
+import dace
+import pytest
+
+import dace_partition as dp
+from dace_partition.ir import Device, IoMode
+from dace_partition.passes import partition as partition_module
+from dace_partition.passes import pipeline as pipeline_module
+from dace_partition.passes.partition import plan_report, prepare_kernels
+from dace_partition.passes.pipeline import LoweringOptions, lowering_pipeline
+from dace_partition.plan import plan_lowering
+from dace_partition.schedule import discover, resolve
+from dace_partition.solvers.registry import resolve_solvers
+
+N = dace.symbol("N")
+
+
+@dace.program
+def scaled_then_summed(x: dace.float64[N], y: dace.float64[N], out: dace.float64[N]):
+    t = 2.0 * x
+    out[:] = t + y
+
+
+@dace.program
+def gemm_chain(A: dace.float64[N, N], B: dace.float64[N, N], C: dace.float64[N, N]):
+    C[:] = A @ B + 1.0
+
+
+def _pass_names(options: LoweringOptions, program=scaled_then_summed):
+    sdfg = program.to_sdfg()
+    grids = resolve(discover(sdfg), {m.name: (2, ) * len(m.params) for m in dp.maps(sdfg)})
+    kernels, expanded = prepare_kernels(sdfg, grids)
+    plan = plan_lowering(sdfg, kernels, grids, options.solvers, expanded)
+    rep, _ = plan_report(sdfg.name, plan)
+    return [type(p).__name__ for p in lowering_pipeline(plan, options, rep).iterate_over_passes(sdfg)]
+
+
+SOLVERS = tuple(resolve_solvers(None))
+
+
+@pytest.mark.parametrize("options, expected", [
+    (LoweringOptions(SOLVERS),
+     ["PartitionKernels", "FuseRoundTrips", "FuseLoops", "BroadcastBranchData", "GuardRankZeroCode", "StartGrids",
+      "CheckMoves", "ContractionsToBlas", "SingleThreaded"]),
+    (LoweringOptions(SOLVERS, fuse=False, io=IoMode.DISTRIBUTED, contractions=False, single_threaded=False),
+     ["PartitionKernels", "LocalizeArguments", "BroadcastBranchData", "GuardRankZeroCode", "StartGrids",
+      "CheckMoves"]),
+    (LoweringOptions(SOLVERS, device=Device.GPU),
+     ["PartitionKernels", "FuseRoundTrips", "FuseLoops", "BroadcastBranchData", "GuardRankZeroCode",
+      "ContractionsToBlas", "OffloadToGpu", "StartGrids", "CheckMoves"]),
+], ids=["cpu", "cpu-distributed-unfused", "gpu"])
+def test_the_pipeline_holds_the_passes_the_options_ask_for_in_dependency_order(options, expected):
+    """On a GPU the contractions become GEMMs before the kernels move to the GPU (cuBLAS), on a CPU after
+    everything else that rewrites the program; a GPU lowering is never single-threaded by the CPU pass."""
+    assert _pass_names(options) == expected
+
+
+def test_the_plan_changes_nothing_and_the_report_lines_come_from_it():
+    sdfg = gemm_chain.to_sdfg()
+    grids = resolve(discover(sdfg), {m.name: (2, 1) if len(m.params) == 2 else (2, 1, 1) for m in dp.maps(sdfg)})
+    kernels, expanded = prepare_kernels(sdfg, grids)
+    before = sdfg.hash_sdfg()
+    plan = plan_lowering(sdfg, kernels, grids, SOLVERS, expanded)
+    assert sdfg.hash_sdfg() == before, "planning rewrote the program"
+    assert plan.ranks_needed == 2 and plan.partitioned
+    assert [k.kernel for k in plan.kernels] == [k for k in kernels if plan.grid_of(k) is not None]
+    rep, lines = plan_report(sdfg.name, plan)
+    assert sorted(lines) == sorted(k.kernel.index for k in plan.kernels)
+    assert [kr.grid for kr in rep.kernels if kr.grid is not None] == [k.grid for k in plan.kernels]
+    # every planned move has the solver and the cost the report will print
+    assert plan.moves() and all(m.solver and m.cost is not None for m in plan.moves())
+
+
+def test_lower_plans_once_and_runs_one_pipeline(monkeypatch):
+    """Counted around the real functions (they still do their work): one plan, one pipeline run."""
+    calls = {"plan": 0, "pipeline": 0}
+    real_plan, real_pipeline = partition_module.plan_lowering, partition_module.lowering_pipeline
+
+    def counted_plan(*a, **k):
+        calls["plan"] += 1
+        return real_plan(*a, **k)
+
+    def counted_pipeline(*a, **k):
+        pipeline = real_pipeline(*a, **k)
+        run = pipeline.apply_pass
+
+        def apply_pass(sdfg, results):
+            calls["pipeline"] += 1
+            return run(sdfg, results)
+
+        pipeline.apply_pass = apply_pass
+        return pipeline
+
+    monkeypatch.setattr(partition_module, "plan_lowering", counted_plan)
+    monkeypatch.setattr(partition_module, "lowering_pipeline", counted_pipeline)
+    sdfg = scaled_then_summed.to_sdfg()
+    dp.lower(sdfg, {m.name: (2, ) for m in dp.maps(sdfg)}, io="distributed")
+    assert calls == {"plan": 1, "pipeline": 1}
+    rep = dp.report(sdfg)
+    assert {"prepare and discover kernels", "constraints and solver choice", "partition kernels",
+            "report"} <= set(rep.timings)
+    assert dict(pipeline_module.STEP_NAMES)["LocalizeArguments"] in rep.timings
+
+
+def test_a_refusal_comes_from_the_plan_before_any_rewrite():
+    """A move no solver implements is refused while planning: the program the caller holds is unchanged."""
+    sdfg = gemm_chain.to_sdfg()
+    before = sdfg.hash_sdfg()
+    with pytest.raises(dp.UnsupportedPattern):
+        dp.lower(sdfg, {m.name: (2, 1) if len(m.params) == 2 else (2, 1, 1) for m in dp.maps(sdfg)},
+                 solvers=["grid_mapped"])
+    assert sdfg.hash_sdfg() == before
