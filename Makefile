@@ -144,10 +144,21 @@ DACE2_TESTS := tests/test_compat.py tests/test_loops.py tests/test_local_kernels
 	tests/test_npbench_patterns.py::test_forward_substitution_runs_on_two_ranks_like_numpy
 # Tests marked slow that the subset runs all the same (marker dace2: the residual block's training step).
 DACE2_MARKERS := -m "not slow or dace2"
-# Left out for time (their siblings run); nothing is deselected for failing (docs/dace2.md).
+# Left out for time (their siblings run, and the DaCe 1.0.2 suite runs them all); nothing is deselected
+# for failing (docs/dace2.md).
 DACE2_DESELECT := \
-	--deselect "tests/test_loops.py::test_jacobi1d_symbolic_uneven_keeps_arrays_on_the_grid[4]" \
-	--deselect "tests/test_loops.py::test_jacobi2d_on_four_ranks[rows]"
+	--deselect "tests/test_loops.py::test_jacobi2d_on_four_ranks[rows]" \
+	--deselect "tests/test_loops.py::test_written_blocks_of_unfused_stencils_start_as_a_copy_of_a_read_block[4]" \
+	$(foreach t,reduction-parallel column-parallel data-parallel replicated,--deselect "tests/test_programs.py::test_matmul[$(t)]") \
+	$(foreach t,grid0 grid1 grid3,--deselect "tests/test_programs.py::test_sum_rows[$(t)]") \
+	$(foreach t,grid1 grid2 grid3,--deselect "tests/test_programs.py::test_transposed_map[$(t)]") \
+	$(foreach t,grid2-3 grid3-1,--deselect "tests/test_programs.py::test_add5[$(t)]") \
+	$(foreach t,scale go_fast reshape_merge doitgen mlp prod_cols,--deselect "tests/test_conformance.py::test_conformance_p2[$(t)]") \
+	$(foreach t,10-3 6-4,--deselect "tests/test_general.py::test_stencil_symbolic_size[$(t)]") \
+	--deselect "tests/test_general.py::test_spmv[2]" \
+	--deselect "tests/test_npbench_patterns.py::test_forward_substitution_runs_on_two_ranks_like_numpy[auto]" \
+	--deselect "tests/test_halo_reads.py::test_jacobi5_rows_split_counted" \
+	--deselect "tests/test_halo_reads.py::test_stencil1d_one_map_uneven_counted"
 
 $(DACE2_VENV)/.installed: setup.py
 	$(PYTHON) -m venv $(DACE2_VENV)

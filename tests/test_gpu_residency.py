@@ -143,7 +143,7 @@ def test_an_io_distributed_time_loop_stages_only_the_rows_its_halo_exchanges_mov
     assert all(c.part.startswith("rows ") for c in exchanges), [c.line() for c in exchanges if c.part == "whole"]
 
 
-@pytest.mark.parametrize("io", ["root", "distributed"])
+@pytest.mark.parametrize("io", [pytest.param("root", marks=pytest.mark.slow), "distributed"])
 def test_a_halo_exchange_over_blocks_of_different_heights_is_correct(io):
     """12 rows, 10 of them updated, over 4 ranks: blocks of 3, 3, 2 and 2 rows. Each exchange stages the
     rank's own edge and halo rows (an expression in its grid coordinates), not the tallest block's. Run
@@ -405,7 +405,7 @@ def _host_case(name, P=2, io="root"):
 
 
 # the softmax's data flow runs by default as one row kernel (test_row_kernels_give_numpys_result)
-HOST_DEFAULT = ["jacobi2d_time", "std_cols", "fdtd2d"]
+HOST_DEFAULT = ["jacobi2d_time", "std_cols"]
 
 
 @pytest.mark.parametrize("name", [n if n in HOST_DEFAULT else pytest.param(n, marks=pytest.mark.slow) for n in CASES])

@@ -87,7 +87,7 @@ def moves(sdfg):
     return [(t.source, t.destination, t.solver, t.trips) for t in dp.report(sdfg).traffic]
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("ranks", [pytest.param(2, marks=pytest.mark.slow), 4])  # 4 uneven blocks cover 2
 def test_jacobi1d_symbolic_uneven_keeps_arrays_on_the_grid(rng, ranks):
     sdfg = lower_all(jacobi1d, (ranks, ), f"t_loops_jac1d_{ranks}")
     rows = moves(sdfg)
@@ -286,7 +286,7 @@ def heat3d(A: dace.float64[10, 10, 10], B: dace.float64[10, 10, 10], T: dace.int
 
 @pytest.mark.parametrize("grid,io,halo", [
     pytest.param((2, 1, 2), "distributed", 8 * (4 + 4 + 1), id="two_dims_distributed"),
-    pytest.param((2, 1, 1), "root", 8 * 8, id="one_dim_root"),
+    pytest.param((2, 1, 1), "root", 8 * 8, id="one_dim_root", marks=pytest.mark.slow),
 ])
 def test_heat3d_time_loop(rng, grid, io, halo):
     """The 7-point heat equation in a time loop, map-fused; per sweep each rank receives exactly the
