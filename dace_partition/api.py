@@ -20,7 +20,7 @@ import numpy as np
 from dace import nodes
 from dace.sdfg import SDFG
 
-from .compat import DACE_MAJOR, DACE_VERSION
+from .compat import DACE_MAJOR, DACE_VERSION, stepped_elements
 from .errors import ScheduleError, UnsupportedPattern
 from .ir import Device, IoMode, Layout, is_lowered, layouts_of, notes, ranks_needed
 from .passes.local_optimize import LocalOptimize, LocalStep, steps_of
@@ -82,6 +82,11 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
                             "into its GPU wrapper differs (docs/dace2.md)")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
+    for array, subset, state in stepped_elements(sdfg):
+        raise UnsupportedPattern(array, subset, f"in state '{state}': a strided slice such as x[::2] whose stride "
+                                 f"DaCe {DACE_VERSION}'s frontend drops (the program computes a wrong result even in "
+                                 "one process); write the strided access as a map over the index, "
+                                 "'for i in dace.map[0:N]: y[i] = x[2 * i]'")
     t0 = time.perf_counter()
     local = LocalOptimize(steps_of(local_optimize))
     auto = None

@@ -71,6 +71,43 @@ def is_point_subset(subset) -> bool:
     return _INDICES is not None and isinstance(subset, _INDICES)
 
 
+def stepped_elements(sdfg):
+    """(array, subset, state) of each memlet that names one element with a step other than 1 in some
+    dimension (``x[i:i+1:2]``, printed ``x[i:2]``). DaCe 1.0.2's simplification leaves this where it folds a
+    strided view into the map that reads it (``y[:] = x[::2] + x[1::2]``): the view's step lands on the
+    one-element range instead of scaling the index, so the program reads ``x[i]`` for ``x[2 * i]`` and
+    computes a wrong result even in one process. A step on one element means nothing to DaCe, so such a
+    memlet is never written on purpose. Before simplification the same slice shows as a view whose own side
+    of the edge that fills it has the step (:func:`_stepped_view_side`)."""
+    out = []
+    for sd in sdfg.all_sdfgs_recursive():
+        for st in all_states(sd):
+            for e in st.edges():
+                m = e.data
+                for sub in (m.subset, m.other_subset):
+                    if isinstance(sub, subsets.Range) and any(step != 1 and (b == end) is True
+                                                              for b, end, step in sub.ranges):
+                        out.append((m.data, str(sub), st.label))
+                        break
+                else:
+                    out += _stepped_view_side(sd, st, e)
+    return out
+
+
+def _stepped_view_side(sdfg, state, edge):
+    """The same bug before simplification: the view of a strided slice gets unit strides and the step is
+    written on the view's own side of the edge that fills it (``x[0:2*N:2] -> [0:2*N:2]`` for a view of N
+    elements)."""
+    from dace import nodes
+    for node, sub in ((edge.src, edge.data.get_src_subset(edge, state)),
+                      (edge.dst, edge.data.get_dst_subset(edge, state))):
+        desc = sdfg.arrays.get(node.data) if isinstance(node, nodes.AccessNode) else None
+        if isinstance(desc, dace.data.View) and isinstance(sub, subsets.Range) and \
+                any(step != 1 for _, _, step in sub.ranges):
+            return [(node.data, str(sub), state.label)]
+    return []
+
+
 def all_states(cfg):
     """Every state of a control-flow graph, inside its regions too: ``all_states()`` in 1.0.2, ``states()``
     in DaCe 2 (which recurses into regions; 1.0.2's ``states()`` does not)."""

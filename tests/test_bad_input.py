@@ -1,4 +1,5 @@
 """Bad input gets a clear error before any rank starts; a failure at run time ends every rank."""
+import copy
 import os
 import re
 import time
@@ -9,6 +10,7 @@ import pytest
 
 import dace_partition as dp
 import programs as P
+from dace_partition.ir import is_lowered
 from conftest import lowered, mpi_script
 
 
@@ -44,6 +46,46 @@ def test_strided_map_is_refused():
     with pytest.raises(dp.ScheduleError, match="step 2.*strided maps is not supported"):
         sdfg = strided.to_sdfg()
         dp.lower(sdfg, {dp.maps(sdfg)[0].name: (2, )})
+
+
+NP = dace.symbol("NP")
+
+
+@dace.program
+def pairs_by_slices(x: dace.float64[2 * NP], y: dace.float64[NP]):
+    y[:] = x[::2] + x[1::2]
+
+
+@dace.program
+def pairs_by_map(x: dace.float64[2 * NP], y: dace.float64[NP]):
+    for i in dace.map[0:NP]:
+        y[i] = x[2 * i] + x[2 * i + 1]
+
+
+@pytest.mark.skipif(dace.__version__.startswith("2"), reason="DaCe 2 keeps the stride (its result is right)")
+@pytest.mark.parametrize("simplify", [True, False])
+def test_a_strided_slice_whose_stride_dace_drops_is_refused(simplify):
+    """DaCe 1.0.2 drops the stride of ``x[::2]`` (even in one process it adds x[i] + x[i + 1]): ``lower``
+    refuses the program in words, naming the array and the strided access, and the map that says the same
+    is lowered and computes NumPy's result."""
+    sdfg = pairs_by_slices.to_sdfg(simplify=simplify)
+    if simplify:  # the premise: DaCe's own wrong result, which lower must not distribute
+        x, y = np.arange(16.0), np.zeros(8)
+        copy.deepcopy(sdfg)(x=x, y=y, NP=8)
+        assert not np.array_equal(y, x[::2] + x[1::2])
+    with pytest.raises(dp.UnsupportedPattern, match=r"'x(_0)?' .*strided slice .* x\[2 \* i\]"):
+        dp.lower(sdfg, ranks=2)
+    assert not is_lowered(sdfg)
+    with pytest.raises(dp.UnsupportedPattern, match="strided slice"):
+        dp.lower(pairs_by_slices.to_sdfg(simplify=simplify), {m.name: (2, ) for m in dp.maps(sdfg)})
+
+
+def test_the_strided_access_written_as_a_map_runs_like_numpy():
+    sdfg = pairs_by_map.to_sdfg()
+    sdfg.name = "t_bad_pairs_by_map"
+    dp.lower(sdfg, {m.name: (2, ) for m in dp.maps(sdfg)})
+    x = np.random.default_rng(0).random(22)
+    np.testing.assert_array_equal(dp.run(sdfg, 2, x=x, y=np.zeros(11), NP=11)["y"], x[::2] + x[1::2])
 
 
 @dace.program
