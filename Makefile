@@ -142,12 +142,16 @@ DACE2_TESTS := tests/test_compat.py tests/test_loops.py tests/test_local_kernels
 	tests/test_npbench_patterns.py::test_an_independent_triangular_loop_becomes_a_schedulable_map \
 	tests/test_npbench_patterns.py::test_triangular_rows_run_on_two_ranks_like_numpy \
 	tests/test_npbench_patterns.py::test_forward_substitution_runs_on_two_ranks_like_numpy
-# Tests marked slow that the subset runs all the same (marker dace2: the residual block's training step).
+# Tests marked slow that the subset runs all the same (marker dace2: the residual block's training step, the
+# 2-rank uneven Jacobi).
 DACE2_MARKERS := -m "not slow or dace2"
 # Left out for time (their siblings run, and the DaCe 1.0.2 suite runs them all); nothing is deselected
 # for failing (docs/dace2.md).
 DACE2_DESELECT := \
 	--deselect "tests/test_loops.py::test_jacobi2d_on_four_ranks[rows]" \
+	--deselect "tests/test_loops.py::test_jacobi1d_symbolic_uneven_keeps_arrays_on_the_grid[4]" \
+	--deselect "tests/test_fusion.py::test_different_grids_redistribute_directly[grids2-redistribute]" \
+	--deselect "tests/test_distributed_io.py::test_megatron_mlp_only_the_allreduce_remains" \
 	--deselect "tests/test_loops.py::test_written_blocks_of_unfused_stencils_start_as_a_copy_of_a_read_block[4]" \
 	$(foreach t,reduction-parallel column-parallel data-parallel replicated,--deselect "tests/test_programs.py::test_matmul[$(t)]") \
 	$(foreach t,grid0 grid1 grid3,--deselect "tests/test_programs.py::test_sum_rows[$(t)]") \
