@@ -435,14 +435,15 @@ def fission(state: SDFGState, subgraph):
     bare ``AssertionError``)."""
     import copy
     was_start = state.parent_graph.start_block is state
-    view = SubgraphView(state, list(subgraph))
+    chosen = set(subgraph)
+    ordered = [n for n in state.nodes() if n in chosen]  # the state's order, not the set's (addresses)
+    view = SubgraphView(state, ordered)
     moved = list(view.edges())
-    members = set(view.nodes())
-    boundary = {n for n in members if len(state.out_edges(n)) > len(view.out_edges(n))
+    boundary = {n for n in ordered if len(state.out_edges(n)) > len(view.out_edges(n))
                 or len(state.in_edges(n)) > len(view.in_edges(n))}
     new = state.parent_graph.add_state_before(state)
-    placed = {n: (copy.deepcopy(n) if n in boundary else n) for n in members}
-    state.remove_nodes_from(members - boundary)
+    placed = {n: (copy.deepcopy(n) if n in boundary else n) for n in ordered}
+    state.remove_nodes_from([n for n in ordered if n not in boundary])
     for e in moved:  # an edge between two boundary nodes stays behind too: it runs in the new state
         if e.src in boundary and e.dst in boundary:
             state.remove_edge(e)
