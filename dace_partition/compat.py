@@ -38,7 +38,7 @@ import importlib
 from typing import Dict
 
 import dace
-from dace import subsets
+from dace import nodes, subsets
 from dace.properties import CodeBlock
 
 DACE_VERSION: str = dace.__version__
@@ -98,7 +98,6 @@ def _stepped_view_side(sdfg, state, edge):
     """The same bug before simplification: the view of a strided slice gets unit strides and the step is
     written on the view's own side of the edge that fills it (``x[0:2*N:2] -> [0:2*N:2]`` for a view of N
     elements)."""
-    from dace import nodes
     for node, sub in ((edge.src, edge.data.get_src_subset(edge, state)),
                       (edge.dst, edge.data.get_dst_subset(edge, state))):
         desc = sdfg.arrays.get(node.data) if isinstance(node, nodes.AccessNode) else None
@@ -140,17 +139,16 @@ def memlets_name_written_array(sdfg) -> int:
     many it rewrote."""
     import copy as _copy
     from dace.memlet import Memlet
-    from dace.sdfg import nodes as _nodes
     count = 0
     for st in all_states(sdfg):
         for e in list(st.edges()):
             m = e.data
-            if m.data is None or m.other_subset is None or not isinstance(e.src, _nodes.AccessNode) \
+            if m.data is None or m.other_subset is None or not isinstance(e.src, nodes.AccessNode) \
                     or e.src.data != m.data:
                 continue
             path = st.memlet_path(e)
             dst = path[-1].dst
-            if len(path) < 2 or not isinstance(dst, _nodes.AccessNode) or dst.data == m.data:
+            if len(path) < 2 or not isinstance(dst, nodes.AccessNode) or dst.data == m.data:
                 continue
             new = Memlet(data=dst.data, subset=_copy.deepcopy(m.other_subset), other_subset=_copy.deepcopy(m.subset),
                          wcr=m.wcr, dynamic=m.dynamic, volume=m.volume)
@@ -348,7 +346,7 @@ def shift_accesses(sdfg, name: str, begin) -> None:
             if m.data == name:
                 m.subset.offset(begin, negative=True)
             elif m.other_subset is not None:
-                ends = [n for n in (e.src, e.dst) if isinstance(n, _nodes.AccessNode) and n.data == name]
+                ends = [n for n in (e.src, e.dst) if isinstance(n, nodes.AccessNode) and n.data == name]
                 if ends:
                     m.other_subset.offset(begin, negative=True)
         for n in st.nodes():
@@ -445,7 +443,7 @@ def _reads_precede_writes(body, name: str) -> bool:
         for n in st.nodes():
             if isinstance(n, _nodes.NestedSDFG) and any(e.data.data == name for e in st.all_edges(n)):
                 return False
-            if not isinstance(n, _nodes.AccessNode) or n.data != name:
+            if not isinstance(n, nodes.AccessNode) or n.data != name:
                 continue
             if st.in_degree(n) > 0 and st.out_degree(n) > 0:
                 return False

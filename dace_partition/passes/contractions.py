@@ -28,9 +28,9 @@ from dace.frontend.python import astutils
 from dace.memlet import Memlet
 from dace.sdfg import SDFG, SDFGState
 from dace.symbolic import pystr_to_symbolic
-from dace.transformation import pass_pipeline as ppl
 
 from ..schedule import ordered_states
+from .graph import OrderedPass
 
 BLAS_TYPES = (dace.float64, dace.float32)
 
@@ -251,24 +251,9 @@ class ContractionToGemm:
                 st.remove_node(n)
 
 
-class ContractionsToBlas(ppl.Pass):
+class ContractionsToBlas(OrderedPass):
     """Every contraction map of the program (after partitioning: on its rank-local tiles) becomes a GEMM.
-    ``apply_pass`` returns the decisions (:class:`Contraction`), in program order. ``after``: the passes of
-    its Pipeline that run first."""
-    CATEGORY = "dace-partition"
-
-    def __init__(self, after=()):
-        super().__init__()
-        self.after = frozenset(after)
-
-    def depends_on(self):
-        return set(self.after)
-
-    def modifies(self) -> ppl.Modifies:
-        return ppl.Modifies.Nodes | ppl.Modifies.Edges | ppl.Modifies.Descriptors
-
-    def should_reapply(self, modified: ppl.Modifies) -> bool:
-        return False
+    ``apply_pass`` returns the decisions (:class:`Contraction`), in program order."""
 
     def apply_pass(self, sdfg: SDFG, _=None) -> List[Contraction]:
         done = []

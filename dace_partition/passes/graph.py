@@ -16,13 +16,12 @@ from ..schedule import ordered_states
 from ..solvers.registry import choose
 
 
-class MovePass(ppl.Pass):
-    """A pass that rewrites DistributedMemlets and has the solver registry implement the moves it makes."""
+class OrderedPass(ppl.Pass):
+    """A pass of the lowering's Pipeline: it runs once, after the passes named in ``after``."""
     CATEGORY = "dace-partition"
 
-    def __init__(self, solvers: Sequence = (), after: Iterable[type] = ()):
+    def __init__(self, after: Iterable[type] = ()):
         super().__init__()
-        self.solvers = list(solvers)
         self.after = frozenset(after)  # the passes of its Pipeline that must run first
 
     def depends_on(self) -> Set[type]:
@@ -33,6 +32,14 @@ class MovePass(ppl.Pass):
 
     def should_reapply(self, modified: ppl.Modifies) -> bool:
         return False
+
+
+class MovePass(OrderedPass):
+    """A pass that rewrites DistributedMemlets and has the solver registry implement the moves it makes."""
+
+    def __init__(self, solvers: Sequence = (), after: Iterable[type] = ()):
+        super().__init__(after)
+        self.solvers = list(solvers)
 
     def implement(self, move: Move, box: bool = False) -> str:
         """The name of the first solver that accepts ``move`` (with ``box``: among those whose code reads or

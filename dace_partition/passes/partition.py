@@ -105,15 +105,12 @@ def plan_report(name: str, plan: LoweringPlan) -> Tuple[LoweringReport, Dict[int
     it, and {kernel index: line} of the partitioned kernels. The passes add their notes and the
     communication later."""
     rep, lines = LoweringReport(name, plan.ranks_needed), {}
-    one_rank = {id(a.kernel) for a in plan.one_rank}
-    planned = {id(k.kernel): k.analysis for k in plan.kernels}
+    analysed = {id(a.kernel): a for a in [k.analysis for k in plan.kernels] + list(plan.one_rank)}
     for k in plan.program:
-        a = planned.get(id(k))
-        if a is None and id(k) not in one_rank:
+        a = analysed.get(id(k))
+        if a is None:  # not scheduled
             rep.kernels.append(KernelReport(k.label, k.kind, None))
             continue
-        if a is None:
-            a = next(x for x in plan.one_rank if x.kernel is k)
         kr = KernelReport(a.principal if k.kind != KernelKind.MAP else k.maps[0].name, k.kind, a.grid)
         if k.kind == KernelKind.NESTED and k.label in plan.expanded:
             kr.notes.append("uneven tiles: the library node was replaced by its pure expansion, so no rank "
@@ -201,11 +198,10 @@ class StartGrids(PlanPass):
 
 
 class CheckMoves(PlanPass):
-    """Every remaining move's blocks lie inside its array (:func:`check_moves`). Returns how many."""
+    """Every remaining move's blocks lie inside its array (:func:`check_moves`); it changes nothing."""
 
-    def apply_pass(self, sdfg: SDFG, pipeline_results) -> int:
+    def apply_pass(self, sdfg: SDFG, pipeline_results) -> None:
         check_moves(sdfg, {km.kernel.index: km.analysis.principal for km in self.plan.kernels})
-        return len(distributed_memlets(sdfg))
 
 
 class SingleThreaded(PlanPass):

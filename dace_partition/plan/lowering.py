@@ -88,14 +88,6 @@ class LoweringPlan:
     def moves(self) -> List[PlannedMove]:
         return [m for k in self.kernels for m in k.moves]
 
-    @property
-    def partitioned(self) -> bool:
-        return bool(self.kernels)
-
-    def grid_of(self, kernel: Kernel) -> Optional[Tuple[int, ...]]:
-        """The grid of a partitioned kernel (None: it runs on rank 0)."""
-        return next((tuple(k.grid) for k in self.kernels if k.kernel is kernel), None)
-
 
 def analyse_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, ...]]) -> KernelPlan:
     """The constraint analysis of a kernel on its grid (a map's own grid, or a nested kernel's maps)."""
