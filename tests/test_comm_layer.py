@@ -17,7 +17,6 @@ import programs as P
 from dace_partition.ir import (ROOT, Distribution, IoMode, Layout, Move, MoveKind, ProgramRecord, ReduceOp,
                                record_of)
 from dace_partition.ir.boxes import intersection, volume
-from dace_partition.passes import FuseRoundTrips, FusionKind
 from dace_partition.solvers import registry
 
 
@@ -139,23 +138,6 @@ def test_scatter_gather_costs():
     assert gm.cost(red).calls == ("MPI_Reduce(MPI_SUM, grid dims (1,))", "MPI_Gatherv(grid dims (0,))")
     ar = Move("x", p, p.combined().on(1), (40, ), 8)
     assert registry.get("allreduce").cost(ar).per_rank == (160, 160, 160, 160)  # 2(p-1)/p of 20 doubles
-
-
-def test_fusion_decisions_without_compiling():
-    """Decide on a lowered SDFG's copy: the decisions are the fusions lower applied, and decide() changes nothing."""
-    sdfg = P.mlp.to_sdfg()
-    sdfg.name = "t_comm_layer_decide"
-    infos = dp.maps(sdfg)
-    sched = {infos[i].name: g for i, g in ((1, (2, 1, 2)), (2, (4, 1)), (3, (4, 1)), (5, (4, 1, 1)), (6, (4, 1)))}
-    unfused = copy.deepcopy(sdfg)
-    dp.lower(unfused, sched, fuse=False, local_optimize=False)  # the round trips, not map fusion
-    before = unfused.to_json()
-    decisions = FuseRoundTrips(registry.resolve_solvers(None)).decide(unfused)
-    assert unfused.to_json() == before
-    kinds = [(d.fusion.kind, d.fusion.array) for d in decisions]
-    assert (FusionKind.MOVE, "__tmp0") in kinds and (FusionKind.NOOP, "__tmp1") in kinds
-    (move, ) = [d.fusion for d in decisions if d.fusion.kind == FusionKind.MOVE]
-    assert move.solver == "blocks" and move.move.src.partial and move.move.kind == MoveKind.REDISTRIBUTE
 
 
 def test_report_and_record_come_from_one_lowering():

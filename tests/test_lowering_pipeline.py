@@ -8,12 +8,14 @@ import dace
 import pytest
 
 import dace_partition as dp
-from dace_partition.ir import Device, IoMode
+import programs
+from dace_partition.ir import Device, IoMode, MoveKind
 from dace_partition.passes import partition as partition_module
 from dace_partition.passes import pipeline as pipeline_module
 from dace_partition.passes.partition import plan_report, prepare_kernels
 from dace_partition.passes.pipeline import LoweringOptions, lowering_pipeline
-from dace_partition.plan import plan_lowering
+from dace_partition.plan import FusionKind, plan_lowering
+from dace_partition.solvers.node import DistributedMemlet
 from dace_partition.schedule import discover, resolve
 from dace_partition.solvers.registry import resolve_solvers
 from conformance.programs import CASES
@@ -135,3 +137,43 @@ def test_the_lowered_program_does_not_depend_on_memory_addresses(device):
     which iterate by address: the same program lowered twice got other kernel names."""
     first = _node_orders(device, 0)
     assert all(_node_orders(device, n) == first for n in (7, 1001, 30011))
+
+
+def _mlp_plan(fuse=True):
+    """The MLP of the fusion tests planned on mixed grids (a partial sum between two of its kernels)."""
+    sdfg = programs.mlp.to_sdfg()
+    infos = dp.maps(sdfg)
+    sched = {infos[i].name: g for i, g in ((1, (2, 1, 2)), (2, (4, 1)), (3, (4, 1)), (5, (4, 1, 1)), (6, (4, 1)))}
+    grids = resolve(discover(sdfg), sched)
+    kernels, expanded = prepare_kernels(sdfg, grids)
+    before = sdfg.hash_sdfg()
+    plan = plan_lowering(sdfg, kernels, grids, SOLVERS, expanded, fuse=fuse)
+    assert sdfg.hash_sdfg() == before, "planning rewrote the program"
+    return sdfg, sched, plan
+
+
+def test_the_plan_decides_which_round_trips_go_and_the_pipeline_removes_exactly_those():
+    """Between kernels, a transient's gather to rank 0 and the scatter after it are decided in the plan
+    (a grid-to-grid move where the blocks differ, nothing where they agree); lowering carries out those
+    decisions and no others, and ``fuse=False`` plans none."""
+    sdfg, sched, plan = _mlp_plan()
+    kinds = [(t.fusion.kind, t.fusion.array) for t in plan.round_trips]
+    assert (FusionKind.MOVE, "__tmp0") in kinds and (FusionKind.NOOP, "__tmp1") in kinds
+    (move, ) = [t.fusion for t in plan.round_trips if t.fusion.kind == FusionKind.MOVE]
+    assert move.solver == "blocks" and move.move.src.partial and move.move.kind == MoveKind.REDISTRIBUTE
+    for t in plan.round_trips:  # each names a scatter and the gather (or first scatter) it reads from
+        assert t.reader.kind == MoveKind.SCATTER and t.reader.array == t.fusion.array
+        assert t.source.kind == (MoveKind.SCATTER if t.fusion.kind == FusionKind.REUSE else MoveKind.GATHER)
+    assert _mlp_plan(fuse=False)[2].round_trips == ()
+
+    lowered = programs.mlp.to_sdfg()
+    dp.lower(lowered, sched, local_optimize=False)  # the maps the plan above saw
+    made = [n for st in lowered.states() for n in st.nodes() if isinstance(n, DistributedMemlet)]
+    dropped = sum(1 for t in plan.round_trips if t.fusion.kind in (FusionKind.NOOP, FusionKind.REUSE)) + \
+        sum(1 for t in plan.round_trips if t.last)
+    assert len(made) == len(plan.moves()) - dropped  # this program has no loop: nothing else fuses
+    gone = {t.fusion.array for t in plan.round_trips if t.last}
+    assert gone and not gone & set(lowered.arrays), "a fused transient still has a global copy"
+    rep = dp.report(lowered)
+    assert not any(e.array in gone and e.kind == MoveKind.GATHER for k in rep.kernels for e in k.comm)
+    assert any("reads '__tmp1' from the previous kernel's local buffer" in n for k in rep.kernels for n in k.notes)

@@ -28,7 +28,7 @@ from dace.properties import CodeBlock
 from dace.sdfg import SDFG, SDFGState
 
 from ..analysis.constraints import Direction, KernelPlan, known_sizes, plan_nested_kernel
-from ..plan import KernelMoves, LoweringPlan, plan_lowering, role, scatters
+from ..plan import KernelMoves, LoweringPlan, Site, plan_lowering, role, scatters
 from ..solvers.node import DistributedMemlet
 from ..runtime.environment import ENVIRONMENT
 from ..compat import is_one_element_scalar, rebase_nested_argument, shift_interstate_reads
@@ -58,7 +58,7 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], options: LoweringOp
     steps = Steps()
     kernels, expanded = prepare_kernels(sdfg, grids)
     steps.done("prepare and discover kernels")
-    plan = plan_lowering(sdfg, kernels, grids, options.solvers, expanded)
+    plan = plan_lowering(sdfg, kernels, grids, options.solvers, expanded, fuse=options.fuse)
     steps.done("constraints and solver choice")
     rep, by_kernel = plan_report(sdfg.name, plan)
     pipeline = lowering_pipeline(plan, options, rep)
@@ -145,6 +145,7 @@ class Partitioned:
     init_state: SDFGState
     comm_states: FrozenSet[SDFGState]
     kernel_states: FrozenSet[SDFGState]
+    sites: Dict[Site, Tuple[SDFGState, DistributedMemlet]]  # the node made for each planned scatter and gather
 
 
 class PartitionKernels(PlanPass):
@@ -156,13 +157,13 @@ class PartitionKernels(PlanPass):
         analyses = [km.analysis for km in self.plan.kernels]
         _scalars_to_arrays(sdfg, {a.array for p in analyses for a in p.accesses})
         init_state = _add_runtime_state(sdfg, analyses)
-        comm, kernel_states = {init_state}, set()
+        comm, kernel_states, sites = {init_state}, set(), {}
         for km in self.plan.kernels:
-            pre, post = _apply_plan(sdfg, km)
+            pre, post = _apply_plan(sdfg, km, sites)
             comm |= {pre, post}
             kernel_states.add(km.kernel.state)
             comm |= set(guard(km.kernel.state, f"__dp{km.kernel.index}_member == 1"))
-        return Partitioned(init_state, frozenset(comm), frozenset(kernel_states))
+        return Partitioned(init_state, frozenset(comm), frozenset(kernel_states), sites)
 
 
 class GuardRankZeroCode(PlanPass):
@@ -474,7 +475,7 @@ def _add_runtime_state(sdfg: SDFG, plans: List[KernelPlan]) -> SDFGState:
     return st
 
 
-def _apply_plan(sdfg: SDFG, km: KernelMoves):
+def _apply_plan(sdfg: SDFG, km: KernelMoves, sites: Dict[Site, tuple]):
     plan = km.analysis
     k = plan.kernel
     state = k.state
@@ -506,6 +507,7 @@ def _apply_plan(sdfg: SDFG, km: KernelMoves):
         pm = km.find(a.array, MoveKind.SCATTER, role(a))
         dm = DistributedMemlet(f"scatter_{a.array}" + ("" if role(a) == Role.IN else "_out"), pm.move)
         dm.implementation = pm.solver
+        sites[Site(k.index, a.array, MoveKind.SCATTER, role(a))] = (pre, dm)
         pre.add_edge(pre.add_read(a.array), None, dm, "_in", Memlet.from_array(a.array, sdfg.arrays[a.array]))
         pre.add_edge(dm, "_out", pre.add_write(local), None, Memlet.from_array(local, sdfg.arrays[local]))
     for a in plan.accesses:
@@ -514,6 +516,7 @@ def _apply_plan(sdfg: SDFG, km: KernelMoves):
             pm = km.find(a.array, MoveKind.GATHER, Role.OUT)
             dm = DistributedMemlet(f"gather_{a.array}", pm.move)
             dm.implementation = pm.solver
+            sites[Site(k.index, a.array, MoveKind.GATHER, Role.OUT)] = (post, dm)
             post.add_edge(post.add_read(local), None, dm, "_in", Memlet.from_array(local, sdfg.arrays[local]))
             post.add_edge(dm, "_out", post.add_write(a.array), None, Memlet.from_array(a.array, sdfg.arrays[a.array]))
     _rewire(sdfg, plan, locals_, buffers)

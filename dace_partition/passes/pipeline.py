@@ -2,7 +2,7 @@
 made before it (:func:`lowering_pipeline`), in the order their dependencies declare.
 
     PartitionKernels      the plan's kernels on their grids: rank-local buffers, scatters and gathers
-    FuseRoundTrips        round trips through rank 0 between kernels (fuse=True)
+    FuseRoundTrips        the round trips through rank 0 between kernels that the plan removes (fuse=True)
     FuseLoops             ... and across a loop's iterations (fuse=True)
     LocalizeArguments     rank-local arguments (io="distributed")
     BroadcastBranchData   data that conditions read reaches every rank
@@ -101,7 +101,7 @@ def lowering_pipeline(plan: LoweringPlan, options: LoweringOptions, report) -> T
 
     solvers = list(options.solvers)
     if options.fuse:
-        then(FuseRoundTrips(solvers))
+        then(FuseRoundTrips(plan))
         then(FuseLoops(solvers))
     if options.io == IoMode.DISTRIBUTED:
         then(LocalizeArguments(solvers))

@@ -6,7 +6,7 @@ round trips later, deciding from the same Moves). A plan holds, per kernel, the 
 rank-local buffers (one per array and role) and those Moves, each with the first solver that implements it
 and the solver's cost.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import dace
@@ -84,6 +84,7 @@ class LoweringPlan:
     grids: Tuple[Tuple[str, Tuple[int, ...]], ...] = ()  # (map name, grid) of the schedule
     one_rank: Tuple[KernelPlan, ...] = ()  # scheduled kernels on a grid of one rank: rank 0, global arrays
     expanded: frozenset = frozenset()  # labels of library nodes replaced by their pure expansion (uneven tiles)
+    round_trips: tuple = ()  # the round trips through rank 0 removed between kernels (plan.fusion.RoundTrip)
 
     def moves(self) -> List[PlannedMove]:
         return [m for k in self.kernels for m in k.moves]
@@ -122,17 +123,23 @@ def plan_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, ...]], s
 
 
 def plan_lowering(sdfg: SDFG, kernels: Sequence[Kernel], grids: Dict[str, Tuple[int, ...]],
-                  solvers: Sequence[Solver], expanded=()) -> LoweringPlan:
-    """Plans every kernel that ``grids`` schedules on more than one rank; changes nothing. Every kernel is
-    analysed before any is planned, so a constraint that cannot hold is reported before a missing solver."""
+                  solvers: Sequence[Solver], expanded=(), fuse: bool = True) -> LoweringPlan:
+    """Plans every kernel that ``grids`` schedules on more than one rank and, with ``fuse``, the round trips
+    through rank 0 between them that go (:func:`~dace_partition.plan.fusion.plan_round_trips`); changes
+    nothing. Every kernel is analysed before any is planned, so a constraint that cannot hold is reported
+    before a missing solver."""
     analysed, needed = [], 1
     for k in kernels:
         if any(m.name in grids for m in k.maps):
             analysed.append(analyse_kernel(sdfg, k, grids))
             needed = max(needed, analysed[-1].size)
     planned = tuple(plan_kernel(sdfg, a.kernel, grids, solvers, a) for a in analysed if a.size > 1)
-    return LoweringPlan(planned, needed, tuple(kernels), tuple(grids.items()),
+    plan = LoweringPlan(planned, needed, tuple(kernels), tuple(grids.items()),
                         tuple(a for a in analysed if a.size == 1), frozenset(expanded))
+    if fuse and planned:
+        from .fusion import plan_round_trips
+        plan = replace(plan, round_trips=plan_round_trips(sdfg, plan, solvers))
+    return plan
 
 
 def refuse_loop_sized_buffers(sdfg: SDFG, plan: KernelPlan, buffers):

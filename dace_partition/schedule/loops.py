@@ -1,9 +1,17 @@
-"""Loops that hide maps: a loop whose body holds maps with extents that depend on its variable has no
+"""Loops of a program's state machine.
+
+Loops that hide maps: a loop whose body holds maps with extents that depend on its variable has no
 schedulable map of its own; DaCe's ``LoopToMap`` turns it into one where it proves the iterations
-independent. Part of discovery, so the names ``maps()`` shows are the names ``lower`` schedules."""
+independent. Part of discovery, so the names ``maps()`` shows are the names ``lower`` schedules.
+
+:func:`find_loops` gives the natural loops that remain (the plan's fusion and the loop-carry pass ask
+which states a loop holds)."""
 import copy
+from dataclasses import dataclass
+from typing import Dict, FrozenSet, List, Tuple
 
 import dace
+import sympy
 from dace import nodes
 from dace.sdfg import SDFG, SDFGState
 
@@ -147,3 +155,71 @@ def _has_dependent_map(blocks, itervar: str) -> bool:
                         if itervar in {str(s) for s in dace.symbolic.pystr_to_symbolic(str(e - b)).free_symbols}:
                             return True
     return False
+
+
+@dataclass(frozen=True)
+class Loop:
+    """A natural loop of the top-level state machine."""
+    head: SDFGState  # the guard: its out-edges decide whether to iterate
+    body: FrozenSet[SDFGState]  # every state of the loop, the guard included
+    entries: Tuple[object, ...]  # edges into the guard from outside
+    exits: Tuple[object, ...]  # edges from the loop to outside
+
+    def trips(self, sdfg: SDFG):
+        """Iterations per execution of the loop (an int or a formula in the program's symbols), None when
+        they depend on data."""
+        from dace.transformation.interstate.loop_detection import find_for_loop
+        for e in sdfg.out_edges(self.head):
+            if e.dst not in self.body:
+                continue
+            try:
+                found = find_for_loop(sdfg, self.head, e.dst)
+            except Exception:  # noqa: BLE001 - not a for loop DaCe recognises
+                found = None
+            if found:
+                _, (start, end, step), _ = found
+                n = sympy.floor((sympy.sympify(end) - start) / step) + 1
+                n = dace.symbolic.simplify(sympy.Max(n, 0))
+                return int(n) if not getattr(n, "free_symbols", None) else n
+        return None
+
+
+def find_loops(sdfg: SDFG) -> List[Loop]:
+    """Natural loops of the SDFG's own states (back edges found by depth-first search), innermost first."""
+    if any(not isinstance(b, SDFGState) for b in sdfg.nodes()):
+        return []  # control-flow regions: not handled here (their round trips stay)
+    start = sdfg.start_block
+    seen, on_stack, back = set(), set(), []
+    stack = [(start, iter(sdfg.out_edges(start)))]
+    seen.add(start)
+    on_stack.add(start)
+    while stack:
+        node, it = stack[-1]
+        e = next(it, None)
+        if e is None:
+            stack.pop()
+            on_stack.discard(node)
+            continue
+        if e.dst in on_stack:
+            back.append(e)
+        elif e.dst not in seen:
+            seen.add(e.dst)
+            on_stack.add(e.dst)
+            stack.append((e.dst, iter(sdfg.out_edges(e.dst))))
+    loops: Dict[SDFGState, set] = {}
+    for e in back:
+        head, body = e.dst, {e.dst}
+        work = [e.src]
+        while work:
+            n = work.pop()
+            if n in body:
+                continue
+            body.add(n)
+            work += [x.src for x in sdfg.in_edges(n)]
+        loops.setdefault(head, set()).update(body)
+    out = []
+    for head, body in loops.items():
+        entries = tuple(e for e in sdfg.in_edges(head) if e.src not in body)
+        exits = tuple(e for s in body for e in sdfg.out_edges(s) if e.dst not in body)
+        out.append(Loop(head, frozenset(body), entries, exits))
+    return sorted(out, key=lambda lp: len(lp.body))

@@ -51,7 +51,7 @@ from ..ir import ROOT, Cost, Distribution, Move, MoveKind, Role
 from ..ir.relations import covers, offset_inside
 from ..plan import KernelMoves, analyse_kernel, plan_kernel
 from ..passes.contractions import is_contraction
-from ..passes.fusion import only_source
+from ..plan.fusion import only_source
 from ..schedule import Kernel, KernelKind, Replicated, check_grid, ordered_states
 from ..solvers.registry import choose
 from .machine import Machine
