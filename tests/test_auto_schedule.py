@@ -303,15 +303,17 @@ def test_lower_with_ranks_and_distributed_io_runs_correctly(rng):
     np.testing.assert_allclose(got, np.exp(2.0 * x + y) - x, rtol=1e-12)
 
 
-def test_pytorch_module_and_training_step_are_scheduled_automatically():
-    """A PyTorch MLP's forward and its whole SGD training step, lowered with automatic grids (not given)
-    and run on 2 ranks, against eager PyTorch."""
+def _torch_mlp():
     torch = pytest.importorskip("torch")
-    from dace_partition.frontend import train_step as ts
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
-    x, labels = torch.randn(64, 32), torch.randint(0, 8, (64, ))
+    return torch, model, torch.randn(64, 32), torch.randint(0, 8, (64, ))
 
+
+def test_pytorch_module_is_scheduled_automatically():
+    """A PyTorch MLP's forward, lowered with automatic grids (not given) and run on 2 ranks, against eager
+    PyTorch."""
+    torch, model, x, _ = _torch_mlp()
     sdfg = dp.from_torch(model.eval(), (x, ), name="auto_torch_mlp")
     schedule = dp.auto_schedule(sdfg, 2, machine=SLOW)
     assert schedule, "nothing was partitioned"
@@ -319,6 +321,12 @@ def test_pytorch_module_and_training_step_are_scheduled_automatically():
     with torch.no_grad():
         np.testing.assert_allclose(dp.run(sdfg, 2, input=x), model(x).numpy(), rtol=1e-4, atol=1e-5)
 
+
+@pytest.mark.slow  # about 30 s; training steps with given grids run in the default suite (test_torch_train.py)
+def test_pytorch_training_step_is_scheduled_automatically():
+    """The same MLP's whole SGD training step, with automatic grids, on 2 ranks against eager PyTorch."""
+    torch, model, x, labels = _torch_mlp()
+    from dace_partition.frontend import train_step as ts
     step, state = ts.module_step(model.train(), "sgd", lr=0.1)
     sdfg = dp.from_torch_train_step(step, {"x": x, "labels": labels}, state, name="auto_torch_sgd")
     schedule = dp.auto_schedule(sdfg, 2, machine=SLOW)

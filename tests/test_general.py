@@ -20,7 +20,7 @@ def solver_of(sdfg, array, direction):
     return [e.solver for k in dp.report(sdfg).kernels for e in k.comm if e.array == array and e.direction == direction]
 
 
-@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("ranks", [pytest.param(2, marks=pytest.mark.slow), 4])  # 4 ranks covers 2 (time)
 def test_spmv(rng, ranks):
     """b[i] += A_val[j] * x[A_col[j]]: 14 rows on 2 and 4 ranks, a halo on A_row, x read indirectly."""
     sdfg = lowered(P.spmv, ((0, (ranks, )), ))
@@ -58,7 +58,9 @@ def test_count_inside_on_three_ranks(rng):
     assert res["count"][0] == 7 + np.sum(px * px + py * py <= 1.0)
 
 
-@pytest.mark.parametrize("n,ranks", [(10, 3), (10, 4), (37, 3), (37, 4), (1000, 3), (1000, 4)])
+@pytest.mark.parametrize("n,ranks", [(10, 3), pytest.param(10, 4, marks=pytest.mark.slow),  # each size uneven on
+                                     pytest.param(37, 3, marks=pytest.mark.slow), (37, 4),  # 3 or 4 ranks: the
+                                     (1000, 3), pytest.param(1000, 4, marks=pytest.mark.slow)])  # rest -m slow
 def test_elementwise_uneven(rng, n, ranks):
     prog = P.elementwise(n)
     sdfg = lowered(prog, tuple((i, (ranks, )) for i in range(len(dp.maps(prog.to_sdfg())))), tag=f"_{n}")
@@ -69,7 +71,7 @@ def test_elementwise_uneven(rng, n, ranks):
 @pytest.mark.parametrize("n,grid", [(10, (3, 1, 1)), (37, (2, 2, 1)), (37, (1, 1, 3)),
                                     pytest.param(37, (2, 1, 2), marks=pytest.mark.slow),  # (time: the
                                     pytest.param(1000, (4, 1, 1), marks=pytest.mark.slow),  # others cover
-                                    (1000, (3, 1, 1))])  # a split of k and an uneven row split)
+                                    pytest.param(1000, (3, 1, 1), marks=pytest.mark.slow)])  # a split of k, an uneven row split)
 def test_matmul_uneven(rng, n, grid):
     sdfg = lowered(P.matmul_n(n), (("_MatMult_.gemm_map", grid), ), tag=f"_{n}")
     a, b = rng.standard_normal((n, n)), rng.standard_normal((n, n))

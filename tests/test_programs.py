@@ -24,7 +24,9 @@ def test_add5(rng, grid, ranks):
     np.testing.assert_array_equal(out, x + 5)
 
 
-@pytest.mark.parametrize("grid", [(2, 1, 1), (2, 2, 1), (1, 2, 1), (2, 2, 2), (1, 1, 1)])
+# (2, 2, 1) splits both array dims that (2, 1, 1) and (1, 2, 1) split one at a time: those two under -m slow
+@pytest.mark.parametrize("grid", [pytest.param((2, 1, 1), marks=pytest.mark.slow), (2, 2, 1),
+                                  pytest.param((1, 2, 1), marks=pytest.mark.slow), (2, 2, 2), (1, 1, 1)])
 def test_broadcast_add(rng, grid):
     sdfg = lowered(P.bcast_add, ((0, grid), ))
     x, y = ints(rng, 4, 8, 16), ints(rng, 8, 16)
@@ -40,7 +42,8 @@ def test_broadcast_add_report():
     assert rep.calls("__return") == ["MPI_Gatherv(grid dims (0, 1))"]
 
 
-@pytest.mark.parametrize("grids,ranks", [(((0, (2, 2)), (1, (2, 2))), 4), (((1, (4, 1)), ), 4),
+@pytest.mark.parametrize("grids,ranks", [(((0, (2, 2)), (1, (2, 2))), 4),
+                                         pytest.param(((1, (4, 1)), ), 4, marks=pytest.mark.slow),  # (time)
                                          (((0, (1, 1)), (1, (1, 1))), 1)])
 def test_transposed_add(rng, grids, ranks):
     """x.T + y: DaCe's Transpose library node and the add map, each on its own grid (or rank 0)."""
@@ -49,7 +52,7 @@ def test_transposed_add(rng, grids, ranks):
     np.testing.assert_array_equal(dp.run(sdfg, ranks, x=x, y=y), x.T + y)
 
 
-@pytest.mark.parametrize("grid", [(2, 2), (4, 1), (1, 2), (1, 1)])
+@pytest.mark.parametrize("grid", [(2, 2), pytest.param((4, 1), marks=pytest.mark.slow), (1, 2), (1, 1)])  # (time)
 def test_transposed_map(rng, grid):
     """out[i, j] = x[j, i] + y[i, j]: the first array axis is split by the second grid dimension."""
     sdfg = lowered(P.transposed_map, ((0, grid), ))
@@ -59,7 +62,7 @@ def test_transposed_map(rng, grid):
     np.testing.assert_array_equal(res["out"], x.T + y)
 
 
-@pytest.mark.parametrize("grid", [(2, ), (4, ), (1, )])
+@pytest.mark.parametrize("grid", [(2, ), pytest.param((4, ), marks=pytest.mark.slow), (1, )])  # (time)
 def test_offset_read_uses_map_index(rng, grid):
     """out[i] = x[i+1] * i: an offset read and a tasklet that uses the global index."""
     sdfg = lowered(P.offset_read, ((0, grid), ))
@@ -68,7 +71,7 @@ def test_offset_read_uses_map_index(rng, grid):
     np.testing.assert_array_equal(res["out"], x[1:] * np.arange(64))
 
 
-@pytest.mark.parametrize("grid", [(2, 2), (4, 1), (1, 4), (1, 1)])
+@pytest.mark.parametrize("grid", [(2, 2), pytest.param((4, 1), marks=pytest.mark.slow), (1, 4), (1, 1)])  # (time)
 def test_sum_rows(rng, grid):
     """np.add.reduce(x, axis=1): reduction axis split (partial sums + MPI_Reduce) and not split."""
     sdfg = lowered(P.sum_rows, (("Reduce.reduce_output", grid), ))
@@ -81,7 +84,7 @@ def test_sum_rows(rng, grid):
         assert not any(c.startswith("MPI_Reduce") for c in calls)
 
 
-@pytest.mark.parametrize("grid", [(2, 2), (4, 1), (1, 4)])
+@pytest.mark.parametrize("grid", [(2, 2), (4, 1), pytest.param((1, 4), marks=pytest.mark.slow)])  # (time)
 def test_max_cols(rng, grid):
     sdfg = lowered(P.max_cols, (("Reduce.reduce_output", grid), ))
     x = rng.standard_normal((16, 16))
@@ -105,7 +108,8 @@ MATMUL = {
 }
 
 
-@pytest.mark.parametrize("name", list(MATMUL))
+@pytest.mark.parametrize("name", [n if n != "column-parallel" else pytest.param(n, marks=pytest.mark.slow)  # data-
+                                  for n in MATMUL])  # parallel splits one output dim too (time)
 def test_matmul(rng, name):
     grid, ranks = MATMUL[name]
     sdfg = lowered(P.matmul, (("_MatMult_.gemm_map", grid), ))
