@@ -109,7 +109,8 @@ def forward(kind):
     return module, sdfg
 
 
-@pytest.mark.parametrize("kind", ["cnn", "embedding", "residual"])
+# the embedding's forward also runs inside its SGD step below (the loss is compared): alone under -m slow (time)
+@pytest.mark.parametrize("kind", ["cnn", pytest.param("embedding", marks=pytest.mark.slow), "residual"])
 def test_forward_data_parallel_2_ranks(kind):
     module, sdfg = forward(kind)
     x = {"cnn": images(3, 1), "embedding": tokens(1), "residual": images(4, 1)}[kind]

@@ -1,7 +1,7 @@
 """Run precompiled Redistribute SDFGs on 8 ranks and compare with the simulator.
 
-Usage: mpiexec -n 8 python -m mpi4py tests/mpi_scripts/synthesis_sdfg_run.py FOLDER0 FOLDER1 ...
-(folder k holds the SDFG built for PROBLEMS[k]).  Prints "SYNTHESIS-SDFG OK <n>" on rank 0 when every
+Usage: mpiexec -n 8 python -m mpi4py tests/mpi_scripts/synthesis_sdfg_run.py K=FOLDER ...
+(FOLDER holds the SDFG built for PROBLEMS[K]).  Prints "SYNTHESIS-SDFG OK <n>" on rank 0 when every
 rank matched on every problem.
 """
 import os
@@ -46,8 +46,8 @@ def main():
     comm = MPI.COMM_WORLD
     r = comm.Get_rank()
     bad = 0
-    folders = sys.argv[1:]
-    for k, folder in enumerate(folders):
+    folders = [arg.split("=", 1) for arg in sys.argv[1:]]  # "<problem index>=<build folder>"
+    for k, folder in ((int(k), f) for k, f in folders):
         plan = plan_of(k)
         g = global_array(k)
         want = plan.simulate(g)[r]
