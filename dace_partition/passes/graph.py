@@ -10,10 +10,9 @@ from dace.sdfg import SDFG, SDFGState
 from dace.transformation import pass_pipeline as ppl
 
 from ..solvers.node import DistributedMemlet
-from ..errors import UnsupportedPattern
 from ..ir import Move
 from ..schedule import ordered_states
-from ..solvers.registry import choose
+from ..solvers.registry import implement
 
 
 class OrderedPass(ppl.Pass):
@@ -44,12 +43,7 @@ class MovePass(OrderedPass):
     def implement(self, move: Move, box: bool = False) -> str:
         """The name of the first solver that accepts ``move`` (with ``box``: among those whose code reads or
         writes a box of a larger rank-local buffer), or an UnsupportedPattern with every refusal."""
-        solvers = [s for s in self.solvers if s.box_views] if box else self.solvers
-        solver, refused = choose(move, solvers)
-        if solver is None:
-            raise UnsupportedPattern(move.array, move.dst.range, f"no solver implements {move}: " +
-                                     "; ".join(f"{n}: {why}" for n, why in refused))
-        return solver.name
+        return implement(move, [s for s in self.solvers if s.box_views] if box else self.solvers)
 
 
 def distributed_memlets(sdfg: SDFG) -> List[Tuple[object, DistributedMemlet]]:

@@ -37,6 +37,7 @@ from ..ir import ROOT, Move
 from ..ir.relations import at_most, covers, disjoint_tiles, offset_inside
 from ..solvers.node import DistributedMemlet
 from .fusion import Fusion, FusionKind
+from ..plan.fusion import block_symbols as moves_block_symbols
 from ..schedule.loops import Loop, find_loops
 from .graph import MovePass, destination_buffer, distributed_memlets, drop, rename_data, reroute, source_buffer, uses
 
@@ -48,15 +49,7 @@ def assigned_in(sdfg: SDFG, lp: Loop) -> set:
 
 def block_symbols(dm: DistributedMemlet) -> set:
     """Names of the symbols in the per-rank blocks of either side of a DistributedMemlet's move."""
-    out = set()
-    for side in ("src", "dst"):
-        dist = dm.distribution(side)
-        if dist.is_root:
-            continue
-        for rng in dist.subset:
-            for x in rng:
-                out |= {str(f) for f in getattr(x, "free_symbols", ())}
-    return out
+    return moves_block_symbols([dm.move()])
 
 
 def trips(sdfg: SDFG, state) -> Optional[object]:

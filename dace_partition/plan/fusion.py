@@ -27,13 +27,12 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 from dace.sdfg import SDFG, SDFGState
 
 from ..analysis.constraints import Direction, known_sizes
-from ..errors import UnsupportedPattern
 from ..ir import Move, MoveKind, Role
 from ..ir.relations import covers
 from ..schedule import ordered_states
-from ..schedule.loops import find_loops
+from ..schedule.loops import assigned_symbols, find_loops
 from ..solvers.base import block_shape
-from ..solvers.registry import choose
+from ..solvers.registry import implement
 from .lowering import LoweringPlan, role, scatters
 
 
@@ -171,7 +170,7 @@ def _version(flow: "_Flow", g: _Event, readers: List[_Event], gathers, solvers) 
             fusion = Fusion(FusionKind.NOOP, g.site.array, src.grid_id, dst.grid_id)
         else:
             move = Move(g.site.array, src, dst, tuple(g.move.shape), int(g.move.itemsize))
-            fusion = Fusion(FusionKind.MOVE, g.site.array, src.grid_id, dst.grid_id, move, _implement(move, solvers))
+            fusion = Fusion(FusionKind.MOVE, g.site.array, src.grid_id, dst.grid_id, move, implement(move, solvers))
         out.append(RoundTrip(fusion, s.site, g.site, last))
     return out
 
@@ -192,14 +191,6 @@ def _reuse(sdfg: SDFG, flow: "_Flow", open_scatters: List[_Event]) -> List[Round
         fusion = Fusion(FusionKind.REUSE, s.site.array, first.move.dst.grid_id, dist.grid_id)
         out.append(RoundTrip(fusion, s.site, first.site, False))
     return out
-
-
-def _implement(move: Move, solvers) -> str:
-    solver, refused = choose(move, solvers)
-    if solver is None:
-        raise UnsupportedPattern(move.array, move.dst.range, f"no solver implements {move}: " +
-                                 "; ".join(f"{n}: {why}" for n, why in refused))
-    return solver.name
 
 
 def _events(sdfg: SDFG, plan: LoweringPlan) -> List[_Event]:
@@ -243,12 +234,6 @@ def block_symbols(moves: Iterable[Move]) -> set:
     return out
 
 
-def _assigned(region) -> set:
-    out = {x for e in region.all_interstate_edges() for x in e.data.assignments}
-    return out | {r.loop_variable for r in [region, *region.all_control_flow_regions()]
-                  if getattr(r, "loop_variable", None)}
-
-
 class _Flow:
     """The program's state machine with each planned kernel's state as two points, ``(state, True)`` before
     the kernel and ``(state, False)`` after it; any other block is a point of its own."""
@@ -258,7 +243,7 @@ class _Flow:
         self.kernels = {km.kernel.state for km in plan.kernels}
         self.loops = find_loops(sdfg)
         # symbols assigned on interstate edges or by loops, and those the partition's start-up assigns
-        self.assigned = _assigned(sdfg) | {"__dp_rank"}
+        self.assigned = assigned_symbols(sdfg) | {"__dp_rank"}
         for km in plan.kernels:
             self.assigned |= {c for c in km.analysis.coords if c} | {f"__dp{km.kernel.index}_member"}
 
@@ -268,13 +253,10 @@ class _Flow:
     def exit(self, block):
         return (block, False) if block in self.kernels else block
 
-    def _block(self, point):
-        return point[0] if isinstance(point, tuple) else point
-
     def preds(self, point) -> List[object]:
         if isinstance(point, tuple) and not point[1]:
             return [(point[0], True)]
-        b = self._block(point)
+        b = _block(point)
         return [self.exit(e.src) for e in b.parent_graph.in_edges(b)]
 
     def edges(self, graph, skip=frozenset()) -> List[Tuple[object, object, object]]:
@@ -309,20 +291,17 @@ class _Flow:
         if any(e is not None and u in fwd and w in bwd and v & set(e.data.assignments) for u, w, e in edges):
             return False
         # a loop region between them may assign them
-        return not any(not isinstance(p, (tuple, SDFGState)) and v & _assigned(p) for p in fwd & bwd)
+        return not any(not isinstance(p, (tuple, SDFGState)) and v & assigned_symbols(p) for p in fwd & bwd)
 
 
 def only_source(src, reader, sources, preds: Optional[Callable] = None, entry: Optional[Callable] = None) -> bool:
     """Whether every path that reaches ``reader`` (from the program's start, around loops too) last passes
     one of ``sources`` at ``src``. Points are states unless ``preds`` (a point's predecessors) and ``entry``
     (the point where a block is entered) say otherwise."""
-    def block(p):
-        return p[0] if isinstance(p, tuple) else p
-
     preds = preds or (lambda u: [e.src for e in u.parent_graph.in_edges(u)])
     entry = entry or (lambda b: b)
-    graph = block(reader).parent_graph
-    if block(src).parent_graph is not graph or src == reader:
+    graph = _block(reader).parent_graph
+    if _block(src).parent_graph is not graph or src == reader:
         return False
     start = entry(graph.start_block)
     seen, todo, hit = {reader}, [reader], set()
@@ -340,6 +319,11 @@ def only_source(src, reader, sources, preds: Optional[Callable] = None, entry: O
             else:
                 todo.append(w)
     return hit == {src}
+
+
+def _block(point):
+    """The state or region of a point (a planned kernel's state stands for two points, see :class:`_Flow`)."""
+    return point[0] if isinstance(point, tuple) else point
 
 
 def _reach(start, edges, forward: bool) -> set:

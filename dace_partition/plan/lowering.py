@@ -146,8 +146,8 @@ def refuse_loop_sized_buffers(sdfg: SDFG, plan: KernelPlan, buffers):
     """Rank-local buffers are allocated when the program starts, so their sizes may use the program's
     symbols but not a variable that a loop assigns (a kernel of ``for i: corr[i, i+1:M] = ...`` whose tile
     has ``M - i - 1`` columns): such a kernel is refused in words before anything is rewritten."""
-    assigned = {x for e in sdfg.all_interstate_edges() for x in e.data.assignments}
-    assigned |= {r.loop_variable for r in sdfg.all_control_flow_regions() if getattr(r, "loop_variable", None)}
+    from ..schedule.loops import assigned_symbols
+    assigned = assigned_symbols(sdfg)
     if not assigned:
         return  # no loop variable: nothing to find (the buffers' shapes cost more than this)
     sizes = {}

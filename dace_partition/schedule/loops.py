@@ -79,6 +79,14 @@ def _leaks(sdfg: SDFG, itervar: str) -> bool:
     return False
 
 
+def assigned_symbols(region) -> set:
+    """The symbols that ``region`` (an SDFG or a control-flow region) assigns: on interstate edges and as
+    loop variables, nested regions included."""
+    out = {x for e in region.all_interstate_edges() for x in e.data.assignments}
+    return out | {r.loop_variable for r in [region, *region.all_control_flow_regions()]
+                  if getattr(r, "loop_variable", None)}
+
+
 def _same_loop_symbols(sdfg: SDFG):
     """Memlets name a loop's variable by the symbol ``LoopToMap`` parses from the loop's own edges.
 
@@ -86,8 +94,7 @@ def _same_loop_symbols(sdfg: SDFG):
     assumptions than the ones parsed from the loop condition; SymPy holds them unequal, so ``LoopToMap``
     cannot see that ``C[i, 0:i + 1]`` depends on ``i`` and keeps every triangular loop (syrk, syr2k,
     trmm). Same name, same symbol: only the assumptions change, never the values."""
-    names = {x for e in sdfg.all_interstate_edges() for x in e.data.assignments}
-    names |= {r.loop_variable for r in sdfg.all_control_flow_regions() if getattr(r, "loop_variable", None)}
+    names = assigned_symbols(sdfg)
     if not names:
         return
     for st in all_states(sdfg):

@@ -18,6 +18,7 @@ from dace.transformation.transformation import ExpandTransformation
 
 from .node import DistributedMemlet
 from ..runtime.environment import DacePartitionMPI
+from ..errors import UnsupportedPattern
 from ..ir import Move
 from .allreduce import AllreduceSolver
 from .base import Solver
@@ -119,6 +120,15 @@ def choose(move: Move, solvers: Sequence[Solver]) -> Tuple[Optional[Solver], Lis
             return s, refused
         refused.append((s.name, reason))
     return None, refused
+
+
+def implement(move: Move, solvers: Sequence[Solver]) -> str:
+    """The name of the first solver that accepts ``move``, or an UnsupportedPattern that names every refusal."""
+    solver, refused = choose(move, solvers)
+    if solver is None:
+        raise UnsupportedPattern(move.array, move.dst.range, f"no solver implements {move}: " +
+                                 "; ".join(f"{n}: {why}" for n, why in refused))
+    return solver.name
 
 
 # Specific before general: the first solver that accepts a move implements it.
