@@ -15,6 +15,9 @@ from dace_partition.passes import pipeline as pipeline_module
 from dace_partition.passes.partition import plan_report, prepare_kernels
 from dace_partition.passes.pipeline import LoweringOptions, lowering_pipeline
 from dace_partition.plan import FusionKind, plan_lowering
+from dace_partition.plan.carry import Drop, GatherAfter, Made, Reroute, ScatterBefore
+from dace_partition.plan.fusion import Site
+from dace_partition.schedule.loops import find_loops
 from dace_partition.solvers.node import DistributedMemlet
 from dace_partition.schedule import discover, resolve
 from dace_partition.solvers.registry import resolve_solvers
@@ -177,3 +180,47 @@ def test_the_plan_decides_which_round_trips_go_and_the_pipeline_removes_exactly_
     rep = dp.report(lowered)
     assert not any(e.array in gone and e.kind == MoveKind.GATHER for k in rep.kernels for e in k.comm)
     assert any("reads '__tmp1' from the previous kernel's local buffer" in n for k in rep.kernels for n in k.notes)
+
+
+def _jacobi_plan(fuse=True):
+    """A 2-D Jacobi time loop (its unfused maps) planned with every map on rows of two ranks."""
+    sdfg = programs.jacobi_time_small.to_sdfg()
+    sched = {i.name: (2, 1) for i in dp.maps(sdfg)}
+    grids = resolve(discover(sdfg), sched)
+    kernels, expanded = prepare_kernels(sdfg, grids)
+    before = sdfg.hash_sdfg()
+    plan = plan_lowering(sdfg, kernels, grids, SOLVERS, expanded, fuse=fuse)
+    assert sdfg.hash_sdfg() == before, "planning rewrote the program"
+    return sdfg, sched, plan
+
+
+def test_the_plan_decides_what_a_loop_keeps_on_the_grid_and_the_pipeline_does_exactly_that():
+    """Across a time loop's iterations, what stays on the grid is decided in the plan: each array is
+    scattered before the loop and gathered after it, and inside it only halos move between neighbours.
+    Lowering makes exactly the moves the plan's edits leave, and ``fuse=False`` plans none."""
+    sdfg, sched, plan = _jacobi_plan()
+    (carry, ) = plan.loop_carries
+    kinds = {(f.kind, f.array) for f in carry.fusions}
+    assert kinds == {(k, a) for k in (FusionKind.MOVE, FusionKind.INSIDE) for a in "AB"}
+    assert all(f.solver == "halo" and f.move.kind == MoveKind.REDISTRIBUTE
+               for f in carry.fusions if f.kind == FusionKind.MOVE)
+    planned = {Site(km.kernel.index, m.array, m.kind, m.role) for km in plan.kernels for m in km.moves}
+    made = set()
+    for e in carry.edits:  # each edit names a planned scatter or gather, or one an earlier edit made
+        if isinstance(e, (Drop, Reroute)):
+            assert e.node in planned or e.node in made, e
+        if isinstance(e, (ScatterBefore, GatherAfter)):
+            assert isinstance(e.made, Made) and e.made not in made
+            made.add(e.made)
+    assert _jacobi_plan(fuse=False)[2].loop_carries == ()
+
+    lowered = programs.jacobi_time_small.to_sdfg()
+    dp.lower(lowered, sched, local_optimize=False)
+    (loop, ) = [lp for lp in find_loops(lowered) if lp.head.label == carry.head.label]
+    dms = [(st, n) for st in lowered.states() for n in st.nodes() if isinstance(n, DistributedMemlet)]
+    inside = [n for st, n in dms if st in loop.body]
+    assert inside and all(n.src_grid and n.dst_grid and n.implementation == "halo" for n in inside)
+    assert len(dms) - len(inside) == len(made)  # the scatters before the loop and the gathers after it
+    dropped = sum(1 for t in plan.round_trips if t.fusion.kind in (FusionKind.NOOP, FusionKind.REUSE)) + \
+        sum(1 for t in plan.round_trips if t.last) + sum(1 for e in carry.edits if isinstance(e, Drop))
+    assert len(dms) == len(plan.moves()) - dropped + len(made)

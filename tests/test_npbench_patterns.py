@@ -161,8 +161,8 @@ def test_blocks_that_follow_a_loop_variable_stay_in_the_loop():
 def test_a_move_outside_the_loop_of_its_symbols_is_refused_in_words(monkeypatch):
     """The lowering-time check names the array, the map and the symbol when a move would use a loop's
     variable outside the loop (here with the hoisting guard switched off)."""
-    from dace_partition.passes import loops
-    monkeypatch.setattr(loops, "assigned_in", lambda sdfg, lp: set())
+    from dace_partition.plan import carry
+    monkeypatch.setattr(carry, "assigned_in", lambda sdfg, lp: set())
     sdfg = _window_sdfg()
     with pytest.raises(dp.UnsupportedPattern, match=r"'input'.*map '.*'.*'i'.*not defined"):
         dp.lower(sdfg, natural(sdfg))

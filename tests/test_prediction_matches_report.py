@@ -103,7 +103,7 @@ def either_branch_reads_x(pts: dace.float64[6], x: dace.float64[40, 8], y: dace.
 def add_where_small(pts: dace.float64[6], x: dace.float64[40, 8], out: dace.float64[40, 8]):
     """An argument updated in place under a condition inside a loop: DaCe computes ``out + z * x`` into a
     temporary and copies it into ``out`` on rank 0; the loop pass gathers the kernel's blocks straight into
-    ``out`` instead (``passes.loops.copy_to_fold``), so ``out`` stays on the grid for the whole loop."""
+    ``out`` instead (``plan.carry.copy_to_fold``), so ``out`` stays on the grid for the whole loop."""
     for i in range(6):
         z = pts[i]
         if z < 0.5:

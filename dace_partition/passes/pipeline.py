@@ -102,7 +102,7 @@ def lowering_pipeline(plan: LoweringPlan, options: LoweringOptions, report) -> T
     solvers = list(options.solvers)
     if options.fuse:
         then(FuseRoundTrips(plan))
-        then(FuseLoops(solvers))
+        then(FuseLoops(plan))
     if options.io == IoMode.DISTRIBUTED:
         then(LocalizeArguments(solvers))
     then(BroadcastBranchData(solvers, plan.ranks_needed, _world_grid(plan)))

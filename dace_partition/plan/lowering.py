@@ -85,6 +85,7 @@ class LoweringPlan:
     one_rank: Tuple[KernelPlan, ...] = ()  # scheduled kernels on a grid of one rank: rank 0, global arrays
     expanded: frozenset = frozenset()  # labels of library nodes replaced by their pure expansion (uneven tiles)
     round_trips: tuple = ()  # the round trips through rank 0 removed between kernels (plan.fusion.RoundTrip)
+    loop_carries: tuple = ()  # what each loop keeps on the grid across its iterations (plan.carry.LoopCarry)
 
     def moves(self) -> List[PlannedMove]:
         return [m for k in self.kernels for m in k.moves]
@@ -125,7 +126,8 @@ def plan_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, ...]], s
 def plan_lowering(sdfg: SDFG, kernels: Sequence[Kernel], grids: Dict[str, Tuple[int, ...]],
                   solvers: Sequence[Solver], expanded=(), fuse: bool = True) -> LoweringPlan:
     """Plans every kernel that ``grids`` schedules on more than one rank and, with ``fuse``, the round trips
-    through rank 0 between them that go (:func:`~dace_partition.plan.fusion.plan_round_trips`); changes
+    through rank 0 between them that go (:func:`~dace_partition.plan.fusion.plan_round_trips`) and what
+    each loop keeps on the grid (:func:`~dace_partition.plan.carry.plan_loop_carries`); changes
     nothing. Every kernel is analysed before any is planned, so a constraint that cannot hold is reported
     before a missing solver."""
     analysed, needed = [], 1
@@ -137,8 +139,10 @@ def plan_lowering(sdfg: SDFG, kernels: Sequence[Kernel], grids: Dict[str, Tuple[
     plan = LoweringPlan(planned, needed, tuple(kernels), tuple(grids.items()),
                         tuple(a for a in analysed if a.size == 1), frozenset(expanded))
     if fuse and planned:
+        from .carry import plan_loop_carries
         from .fusion import plan_round_trips
         plan = replace(plan, round_trips=plan_round_trips(sdfg, plan, solvers))
+        plan = replace(plan, loop_carries=plan_loop_carries(sdfg, plan, solvers))
     return plan
 
 

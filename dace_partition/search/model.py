@@ -22,7 +22,7 @@ lowering's passes would treat them:
   that writer's blocks for the whole loop (an argument that code outside the loop also uses: scattered
   before the loop and gathered after it), unless its values combine (an accumulation or reduction);
 * inside a loop, a copy ``X[box] = T`` of a kernel's temporary into an array (how DaCe writes
-  ``out[:] = out + z * x``) is folded as the loop pass folds it (``passes.loops.copy_to_fold``): the kernel
+  ``out[:] = out + z * x``) is folded as the loop pass folds it (``plan.carry.copy_to_fold``): the kernel
   writes ``X``'s shifted blocks, and the copy moves nothing;
 * with ``io="distributed"`` an argument is not scattered nor gathered, but it has one layout (its
   writer's blocks, else its first reader's: ``passes.localize_io``), and a kernel that reads other blocks
@@ -418,10 +418,11 @@ class ProgramModel:
 
     def _copy_folds(self):
         """``({kernel index: [(T, X, offset)]}, copy states)``: the copies ``X[box] = T`` inside loops that
-        the loop pass folds into the write of the kernel that computes ``T`` (``passes.loops.copy_to_fold``,
+        the loop pass folds into the write of the kernel that computes ``T`` (``plan.carry.copy_to_fold``,
         asked of the same states): that kernel then writes ``X``'s shifted blocks, and the copy moves nothing.
         Where the kernel stays on rank 0 nothing is folded, and nothing moves either way."""
-        from ..passes.loops import copy_to_fold, find_loops
+        from ..plan.carry import copy_to_fold
+        from ..schedule.loops import find_loops
         by_state = {k.state: k for k in self.kernels}
         folds: Dict[int, List[tuple]] = {}
         copies = set()
@@ -445,7 +446,7 @@ class ProgramModel:
 
     # -- data flow -------------------------------------------------------------------------------------
     def _uses(self):
-        from ..passes.loops import find_loops
+        from ..schedule.loops import find_loops
         sdfg = self.sdfg
         loops = find_loops(sdfg)
         outer = {}
