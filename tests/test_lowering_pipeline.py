@@ -9,7 +9,7 @@ import pytest
 
 import dace_partition as dp
 import programs
-from dace_partition.ir import Device, IoMode, MoveKind
+from dace_partition.ir import Device, IoMode, MoveKind, layouts_of
 from dace_partition.passes import partition as partition_module
 from dace_partition.passes import pipeline as pipeline_module
 from dace_partition.passes.partition import plan_report, prepare_kernels
@@ -224,3 +224,27 @@ def test_the_plan_decides_what_a_loop_keeps_on_the_grid_and_the_pipeline_does_ex
     dropped = sum(1 for t in plan.round_trips if t.fusion.kind in (FusionKind.NOOP, FusionKind.REUSE)) + \
         sum(1 for t in plan.round_trips if t.last) + sum(1 for e in carry.edits if isinstance(e, Drop))
     assert len(dms) == len(plan.moves()) - dropped + len(made)
+
+
+def test_the_plan_decides_the_rank_local_arguments_and_the_pipeline_makes_exactly_those():
+    """With ``io="distributed"`` the plan chooses each argument's tiles (its layout) and which scatters
+    and gathers go; lowering carries that out, so here nothing moves, and the program's record holds the
+    plan's layouts. Without it the plan has no rank-local arguments."""
+    sdfg = scaled_then_summed.to_sdfg()
+    sched = {m.name: (2, ) for m in dp.maps(sdfg)}
+    grids = resolve(discover(sdfg), sched)
+    kernels, expanded = prepare_kernels(sdfg, grids)
+    before = sdfg.hash_sdfg()
+    plan = plan_lowering(sdfg, kernels, grids, SOLVERS, expanded, io=IoMode.DISTRIBUTED)
+    assert sdfg.hash_sdfg() == before, "planning rewrote the program"
+    assert plan_lowering(sdfg, kernels, grids, SOLVERS, expanded).local_io is None
+    layouts = dict(plan.local_io.layouts)
+    assert set(layouts) == {"x", "y", "out"} and all(lay.grid == (2, ) for lay in layouts.values())
+    planned = {Site(km.kernel.index, m.array, m.kind, m.role) for km in plan.kernels for m in km.moves}
+    assert all(e.node in planned for e in plan.local_io.edits if isinstance(e, Drop))
+
+    lowered = scaled_then_summed.to_sdfg()
+    dp.lower(lowered, sched, io="distributed", local_optimize=False)
+    assert not [n for st in lowered.states() for n in st.nodes() if isinstance(n, DistributedMemlet)]
+    assert layouts_of(lowered) == layouts
+    assert all(not lowered.arrays[a].transient for a in layouts)

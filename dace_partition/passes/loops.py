@@ -92,7 +92,8 @@ class FuseLoops(OrderedPass):
         self.plan = plan
 
     def apply_pass(self, sdfg: SDFG, pipeline_results) -> List[Fusion]:
-        nodes: Dict[object, tuple] = dict(pipeline_results["PartitionKernels"].sites)  # Site / Made -> (state, node)
+        # Site / Made -> (state, node): the partition's record, kept current for the passes after this one
+        nodes: Dict[object, tuple] = pipeline_results["PartitionKernels"].sites
         written: Dict[Made, nodes_.AccessNode] = {}  # what each scatter made before a loop writes
         out: List[Fusion] = []
         for carry in self.plan.loop_carries:

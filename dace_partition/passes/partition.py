@@ -58,7 +58,7 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], options: LoweringOp
     steps = Steps()
     kernels, expanded = prepare_kernels(sdfg, grids)
     steps.done("prepare and discover kernels")
-    plan = plan_lowering(sdfg, kernels, grids, options.solvers, expanded, fuse=options.fuse)
+    plan = plan_lowering(sdfg, kernels, grids, options.solvers, expanded, fuse=options.fuse, io=options.io)
     steps.done("constraints and solver choice")
     rep, by_kernel = plan_report(sdfg.name, plan)
     pipeline = lowering_pipeline(plan, options, rep)
@@ -145,7 +145,9 @@ class Partitioned:
     init_state: SDFGState
     comm_states: FrozenSet[SDFGState]
     kernel_states: FrozenSet[SDFGState]
-    sites: Dict[Site, Tuple[SDFGState, DistributedMemlet]]  # the node made for each planned scatter and gather
+    # the node of each planned scatter and gather (Site), and of each one the loop carry makes (Made); the
+    # passes that apply the plan keep it current
+    sites: Dict[object, Tuple[SDFGState, DistributedMemlet]]
 
 
 class PartitionKernels(PlanPass):

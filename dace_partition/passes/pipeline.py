@@ -104,7 +104,7 @@ def lowering_pipeline(plan: LoweringPlan, options: LoweringOptions, report) -> T
         then(FuseRoundTrips(plan))
         then(FuseLoops(plan))
     if options.io == IoMode.DISTRIBUTED:
-        then(LocalizeArguments(solvers))
+        then(LocalizeArguments(plan))
     then(BroadcastBranchData(solvers, plan.ranks_needed, _world_grid(plan)))
     then(GuardRankZeroCode(plan))
     gpu = options.device == Device.GPU

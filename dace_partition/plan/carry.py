@@ -20,38 +20,22 @@ An array read but never written in a loop has its scatters hoisted before the lo
 into one gather of ``X`` in shifted blocks, so that ``X`` has a writer the loop can keep.
 
 Nothing is rewritten here. The decisions are a list of edits per loop (:class:`LoopCarry`) that name the
-scatters and gathers they change by :class:`~.fusion.Site` (those the partition makes) or :class:`Made`
-(those an earlier loop's edits made); :class:`~dace_partition.passes.loops.FuseLoops` carries them out.
-To decide, the planner keeps a small model of the partitioned program: where each scatter and gather
-is (before or after a kernel, before or after a loop), which buffers it reads and writes, and which
-buffers each kernel reads and writes.
+scatters and gathers they change by :class:`~.fusion.Site` (those the partition makes) or
+:class:`~.model.Made` (those an earlier loop's edits made); :class:`~dace_partition.passes.loops.FuseLoops`
+carries them out. They are decided on the :class:`~.model.PartitionModel` of the partitioned program.
 """
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass
+from typing import List, Optional, Tuple, Union
 
 import dace
 from dace.sdfg import SDFG, SDFGState
 
-from ..ir import ROOT, Move, MoveKind, Role
+from ..ir import ROOT, Move
 from ..ir.relations import at_most, covers, disjoint_tiles, offset_inside
-from ..schedule import KernelKind, ordered_states
-from ..schedule.loops import Loop, find_loops
-from ..solvers.registry import implement
-from .fusion import Fusion, FusionKind, RoundTrip, Site, _events, block_symbols
-from .lowering import LoweringPlan
-
-
-@dataclass(frozen=True)
-class Made:
-    """A scatter or gather that the loop carry makes, before or after the loop whose head is ``loop``."""
-    loop: str
-    n: int
-
-    def __str__(self):
-        return f"move {self.n} around loop '{self.loop}'"
-
-
-Node = Union[Site, Made]
+from ..schedule import ordered_states
+from ..schedule.loops import Loop
+from .fusion import Fusion, FusionKind, block_symbols
+from .model import Drop, Made, ModelAccess, ModelMove, Node, PartitionModel, Reroute
 
 
 @dataclass(frozen=True)
@@ -95,23 +79,6 @@ class GatherAfter:
 
 
 @dataclass(frozen=True)
-class Drop:
-    """The scatter or gather goes; with ``rename``, buffer ``rename[0]`` is read as ``rename[1]``."""
-    node: Node
-    rename: Optional[Tuple[str, str]] = None
-
-
-@dataclass(frozen=True)
-class Reroute:
-    """The scatter becomes ``move``, read from ``buffer`` (its ``box``, ``((begin, end), ...)``, where given)."""
-    node: Node
-    move: Move
-    solver: str
-    buffer: str
-    box: Optional[tuple] = None
-
-
-@dataclass(frozen=True)
 class CopyInside:
     """Before the loop: the ``box`` (``((begin, end), ...)``) of what ``scatter`` wrote is copied into ``buffer``."""
     scatter: Made
@@ -145,16 +112,13 @@ class LoopCarry:
     fusions: Tuple[Fusion, ...]
 
 
-def plan_loop_carries(sdfg: SDFG, plan: LoweringPlan, solvers: Sequence) -> Tuple[LoopCarry, ...]:
-    """The loop carry of ``plan`` (its round trips already decided) on ``sdfg``, the prepared program,
-    loop by loop, innermost first; changes nothing."""
-    loops = find_loops(sdfg)
-    if not loops or not plan.kernels:
-        return ()
-    net = _Net(sdfg, plan, solvers)
+def plan_loop_carries(model: PartitionModel) -> Tuple[LoopCarry, ...]:
+    """The loop carry of the program ``model`` stands for (its round trips already decided), loop by loop,
+    innermost first; changes the model as the edits will change the program, and nothing else."""
+    carrier = _Carrier(model)
     out = []
-    for lp in loops:
-        carry = net.loop(lp)
+    for lp in model.loops:
+        carry = carrier.loop(lp)
         if carry is not None:
             out.append(carry)
     return tuple(out)
@@ -213,162 +177,18 @@ def copy_to_fold(sdfg: SDFG, order: List[SDFGState], st: SDFGState, writer_of) -
     return w, t, x, offset
 
 
-# -- the model of the partitioned program ------------------------------------------------------------
-@dataclass
-class _Move:
-    """A scatter or gather of the partitioned program as the carry sees it (changes as edits are planned)."""
-    key: Node
-    point: tuple  # ("k", kernel state, 0 before / 2 after) or ("pre" / "post", loop head)
-    order: tuple
-    move: Move
-    solver: str
-    src: str  # the buffer it reads (the array, from rank 0)
-    dst: str  # the buffer it writes
+class _Carrier:
+    """The loop carry planned on a :class:`~.model.PartitionModel`, loop by loop (it changes the model
+    as it plans, as the edits will change the program)."""
 
-    @property
-    def array(self) -> str:
-        return self.move.array
-
-    @property
-    def src_grid(self) -> bool:
-        return not self.move.src.is_root
-
-    @property
-    def dst_grid(self) -> bool:
-        return not self.move.dst.is_root
-
-
-@dataclass
-class _Access:
-    """An access node that is not an end of a scatter or gather: a kernel's, rank 0's, a copy's."""
-    point: tuple
-    name: str
-    read: bool
-    written: bool
-    by_map: bool = False  # written by a map's exit
-
-
-@dataclass
-class _Net:
-    """The partitioned program as the loop carry sees it, and the carry planned on it loop by loop.
-
-    A point is where an access happens: ``("k", state, 0 | 1 | 2)`` before a planned kernel (its scatters),
-    the kernel itself, after it (its gathers); ``("s", state)`` any other state (code on rank 0);
-    ``("pre" | "post", head)`` before or after the loop whose guard is ``head``. Moves are ordered as
-    the program runs them, points of one state in that order."""
-    sdfg: SDFG
-    plan: LoweringPlan
-    solvers: Sequence
-    moves: List[_Move] = field(default_factory=list)
-    accesses: List[_Access] = field(default_factory=list)
-
-    def __post_init__(self):
-        sdfg, plan = self.sdfg, self.plan
-        self.states = ordered_states(sdfg)
-        self.index = {st: i for i, st in enumerate(self.states)}
-        self.kernel_states = {km.kernel.state: km for km in plan.kernels}
-        self.loops = find_loops(sdfg)
-        self.shapes: Dict[str, tuple] = {}
-        self.seq = 0
-        self.made = 0
+    def __init__(self, model: PartitionModel):
+        self.m = model
+        self.sdfg = model.sdfg
         self.folded = set()  # copy states emptied by a fold
-        by_site = {}
-        for e in _events(sdfg, plan):
-            km = self.kernel_states[e.state]
-            pm = km.find(e.site.array, e.site.kind, e.site.role)
-            scatter = e.site.kind == MoveKind.SCATTER
-            mv = self._add(e.site, ("k", e.state, 0 if scatter else 2), e.move, pm.solver,
-                           e.site.array if scatter else e.buffer, e.buffer if scatter else e.site.array)
-            by_site[e.site] = mv
-            self.shapes.setdefault(e.buffer, e.shape)
-        for km in plan.kernels:
-            st, bufs = km.kernel.state, km.buffer_map()
-            by_map = km.kernel.kind == KernelKind.MAP
-            for (_, r), (name, _) in bufs.items():
-                if r == Role.IN:
-                    self.accesses.append(_Access(("k", st, 1), name, True, False))
-                else:
-                    self.accesses.append(_Access(("k", st, 1), name, False, True, by_map))
-        for st in self.states:
-            if st in self.kernel_states:
-                continue
-            for n in st.data_nodes():
-                self.accesses.append(_Access(("s", st), n.data, st.out_degree(n) > 0, st.in_degree(n) > 0))
-        for d in plan.round_trips:
-            self._round_trip(d, by_site)
-
-    # -- bookkeeping
-    def _add(self, key, point, move, solver, src, dst) -> _Move:
-        self.seq += 1
-        mv = _Move(key, point, self._order(point) + (self.seq, ), move, solver, src, dst)
-        self.moves.append(mv)
-        return mv
-
-    def _order(self, point) -> tuple:
-        if point[0] == "k":
-            return (self.index[point[1]], point[2])
-        if point[0] == "pre":
-            return (self.index[point[1]], -1)
-        lp = self._loop_of(point[1])
-        dst = lp.exits[0].dst
-        return (self.index.get(dst, len(self.states)), -1)
-
-    def _loop_of(self, head) -> Loop:
-        return next(lp for lp in self.loops if lp.head is head)
-
-    def _rename(self, old: str, new: str):
-        for mv in self.moves:
-            mv.src = new if mv.src == old else mv.src
-            mv.dst = new if mv.dst == old else mv.dst
-        for a in self.accesses:
-            a.name = new if a.name == old else a.name
-
-    def _drop(self, mv: _Move):
-        self.moves.remove(mv)
-
-    def _round_trip(self, d: RoundTrip, by_site):
-        reader, source = by_site[d.reader], by_site[d.source]
-        kind = d.fusion.kind
-        if kind == FusionKind.REUSE:
-            self._drop(reader)
-            self._rename(reader.dst, source.dst)
-            return
-        if kind == FusionKind.NOOP:
-            self._drop(reader)
-            self._rename(reader.dst, source.src)
-        else:
-            reader.move, reader.solver, reader.src = d.fusion.move, d.fusion.solver, source.src
-        if d.last:
-            self._drop(source)
-
-    def _inside(self, point, lp: Loop) -> bool:
-        """Whether ``point`` lies in loop ``lp`` (a state made on an inner loop's edge lies where that edge does)."""
-        if point[0] in ("k", "s"):
-            return point[1] in lp.body
-        inner = self._loop_of(point[1])
-        e = inner.entries[0] if point[0] == "pre" else inner.exits[0]
-        return e.src in lp.body and e.dst in lp.body
-
-    def _nodes(self, name: str) -> List[_Access]:
-        """Every access of buffer or array ``name``, scatters' and gathers' ends included."""
-        out = [a for a in self.accesses if a.name == name]
-        for mv in self.moves:
-            if mv.src == name:
-                out.append(_Access(mv.point, name, True, False))
-            if mv.dst == name:
-                out.append(_Access(mv.point, name, False, True))
-        return out
-
-    def _implement(self, move: Move, box: bool = False) -> str:
-        return implement(move, [s for s in self.solvers if s.box_views] if box else self.solvers)
-
-    def _made(self, lp: Loop) -> Made:
-        self.made += 1
-        return Made(lp.head.label, self.made)
 
     # -- one loop
     def loop(self, lp: Loop) -> Optional[LoopCarry]:
-        inside = [mv for mv in self.moves if self._inside(mv.point, lp)]
+        inside = [mv for mv in self.m.moves if self.m.inside(mv.point, lp)]
         if not inside:
             return None  # nothing moves inside the loop: nothing to carry, hoist or fold
         edits: List[Edit] = []
@@ -376,7 +196,7 @@ class _Net:
         self._fold(lp, inside, edits)
         if len(lp.entries) != 1 or len(lp.exits) != 1:
             return LoopCarry(lp.head, tuple(edits), ()) if edits else None
-        inside = sorted((mv for mv in self.moves if self._inside(mv.point, lp)), key=lambda mv: mv.order)
+        inside = sorted((mv for mv in self.m.moves if self.m.inside(mv.point, lp)), key=lambda mv: mv.order)
         variant = assigned_in(self.sdfg, lp)
         plans = []
         for arr in dict.fromkeys(mv.array for mv in inside):
@@ -385,7 +205,7 @@ class _Net:
                 continue  # already grid-to-grid: leave it
             if block_symbols(mv.move for mv in seq) & variant:
                 continue  # its blocks follow the loop (``input[:, i:i + K]``): they cannot move out of it
-            if any(self._inside(a.point, lp) for a in self.accesses if a.name == arr):
+            if any(self.m.inside(a.point, lp) for a in self.m.accesses if a.name == arr):
                 continue  # code on rank 0 uses it in the loop: keep the round trip
             scatters = [mv for mv in seq if not mv.src_grid]
             gathers = [mv for mv in seq if not mv.dst_grid]
@@ -407,11 +227,11 @@ class _Net:
         for arr, gather, scatters in plans:
             if gather is None:
                 for s in scatters:  # read-only in the loop: scatter once, before it
-                    made = self._made(lp)
+                    made = self.m.make(lp.head.label)
                     edits.append(ScatterBefore(made, s.move, s.solver, s.dst))
-                    self._add(made, ("pre", lp.head), s.move, s.solver, s.src, s.dst)
+                    self.m.add(made, ("pre", lp.head), s.move, s.solver, s.src, s.dst)
                     edits.append(Drop(s.key))
-                    self._drop(s)
+                    self.m.drop(s)
                     fusions.append(Fusion(FusionKind.HOIST, arr, -1, s.move.dst.grid_id))
                 continue
             if not left:
@@ -420,8 +240,8 @@ class _Net:
             fusions += self._carry(lp, arr, gather, scatters, edits)
         return LoopCarry(lp.head, tuple(edits), tuple(fusions))
 
-    def _fold(self, lp: Loop, inside: List[_Move], edits: List[Edit]):
-        order = [st for st in self.states if st in lp.body]
+    def _fold(self, lp: Loop, inside: List[ModelMove], edits: List[Edit]):
+        order = [st for st in self.m.states if st in lp.body]
 
         def gather_of(t):
             seq = [mv for mv in inside if mv.array == t]
@@ -440,13 +260,13 @@ class _Net:
             shifted = tuple((b + o, e + o, k) for (b, e, k), o in zip(h.subset, offset))
             move = Move(x, type(h)(h.grid, h.coords, shifted, h.grid_id, h.pending), ROOT,
                         tuple(self.sdfg.arrays[x].shape), int(g.move.itemsize))
-            solver = self._implement(move)
+            solver = self.m.implement(move)
             edits.append(Fold(g.key, st, t, x, move, solver))
             g.move, g.solver, g.dst = move, solver, x
-            self.accesses = [a for a in self.accesses if a.point != ("s", st)]
+            self.m.accesses = [a for a in self.m.accesses if a.point != ("s", st)]
             self.folded.add(st)
 
-    def _carry(self, lp: Loop, arr: str, g: _Move, scatters: List[_Move], edits: List[Edit]) -> List[Fusion]:
+    def _carry(self, lp: Loop, arr: str, g: ModelMove, scatters: List[ModelMove], edits: List[Edit]) -> List[Fusion]:
         h = g.move.src
         local_h = g.src
         inplace = self._write_in_place(g, local_h, scatters)
@@ -459,21 +279,21 @@ class _Net:
             local_d = s.dst
             if local_d == local_h:
                 edits.append(Drop(s.key))
-                self._drop(s)
+                self.m.drop(s)
                 out.append(Fusion(FusionKind.NOOP, arr, h.grid_id, d.grid_id))
                 continue
             # Reading local_h in place is unsafe where the reading kernel also writes it (it might read an
             # element after writing another): then the move stays (a local copy, no message).
-            written_h = {a.point for a in self._nodes(local_h) if a.written}
-            in_place = not any(a.read and a.point in written_h for a in self._nodes(local_d))
-            if in_place and d.same_blocks(h) and self.shapes.get(local_d) == self.shapes.get(local_h):
+            written_h = {a.point for a in self.m.nodes(local_h) if a.written}
+            in_place = not any(a.read and a.point in written_h for a in self.m.nodes(local_d))
+            if in_place and d.same_blocks(h) and self.m.shapes.get(local_d) == self.m.shapes.get(local_h):
                 edits.append(Drop(s.key, (local_d, local_h)))
-                self._drop(s)
-                self._rename(local_d, local_h)
+                self.m.drop(s)
+                self.m.rename(local_d, local_h)
                 out.append(Fusion(FusionKind.NOOP, arr, h.grid_id, d.grid_id))
                 continue
             move = Move(arr, h, d, tuple(g.move.shape), int(g.move.itemsize))
-            solver = self._implement(move)
+            solver = self.m.implement(move)
             if not covers(h, d):
                 first.append((s, local_d))
             edits.append(Reroute(s.key, move, solver, local_h))
@@ -483,30 +303,30 @@ class _Net:
         for s, local_d in first:
             m = s.move
             move = Move(arr, ROOT, m.dst, m.shape, m.itemsize)
-            made = scattered[local_d] = self._made(lp)
-            solver = self._implement(move)
+            made = scattered[local_d] = self.m.make(lp.head.label)
+            solver = self.m.implement(move)
             edits.append(ScatterBefore(made, move, solver, local_d))
-            self._add(made, ("pre", lp.head), move, solver, arr, local_d)
+            self.m.add(made, ("pre", lp.head), move, solver, arr, local_d)
         inside = self._inside_a_scattered_block(h, local_h, first)
         if inside is None:
             move = Move(arr, ROOT, h, tuple(g.move.shape), int(g.move.itemsize))
-            made, solver = self._made(lp), self._implement(move)
+            made, solver = self.m.make(lp.head.label), self.m.implement(move)
             edits.append(ScatterBefore(made, move, solver, local_h))
-            self._add(made, ("pre", lp.head), move, solver, arr, local_h)
+            self.m.add(made, ("pre", lp.head), move, solver, arr, local_h)
         else:  # the written blocks' prior values are inside a reader's block that was just scattered: copy them
             local_d, offset = inside
-            edits.append(CopyInside(scattered[local_d], local_h, _box(self.shapes[local_h], offset)))
-            self.accesses.append(_Access(("pre", lp.head), local_d, True, False))
-            self.accesses.append(_Access(("pre", lp.head), local_h, False, True))
+            edits.append(CopyInside(scattered[local_d], local_h, _box(self.m.shapes[local_h], offset)))
+            self.m.accesses.append(ModelAccess(("pre", lp.head), local_d, True, False))
+            self.m.accesses.append(ModelAccess(("pre", lp.head), local_h, False, True))
             out.append(Fusion(FusionKind.INSIDE, arr, -1, h.grid_id))
-        made = self._made(lp)
+        made = self.m.make(lp.head.label)
         edits.append(GatherAfter(made, g.move, g.solver, local_h))
-        self._add(made, ("post", lp.head), g.move, g.solver, local_h, arr)
+        self.m.add(made, ("post", lp.head), g.move, g.solver, local_h, arr)
         edits.append(Drop(g.key))
-        self._drop(g)
+        self.m.drop(g)
         return out
 
-    def _carry_in_place(self, lp: Loop, arr: str, g: _Move, inplace, edits: List[Edit]) -> List[Fusion]:
+    def _carry_in_place(self, lp: Loop, arr: str, g: ModelMove, inplace, edits: List[Edit]) -> List[Fusion]:
         """The writer writes straight into the reader's block-plus-halo buffer (at the block's offset in
         it), so each iteration moves only the halo: no copy of the own block. One scatter of the
         reader's blocks before the loop (they contain the written ones), one gather of the written
@@ -515,24 +335,24 @@ class _Net:
         h, d = g.move.src, s.move.dst
         local_h = g.src
         edits.append(Retarget(kst, local_h, local_d, tuple(off)))
-        for a in self.accesses:
+        for a in self.m.accesses:
             if a.point == ("k", kst, 1) and a.name == local_h:
                 a.name = local_d
         move = Move(arr, h, d, tuple(g.move.shape), int(g.move.itemsize))
-        solver = self._implement(move, box=True)
-        box = _box(self.shapes[local_h], off)
+        solver = self.m.implement(move, box=True)
+        box = _box(self.m.shapes[local_h], off)
         edits.append(Reroute(s.key, move, solver, local_d, box))
         s.move, s.solver, s.src = move, solver, local_d
         before = Move(arr, ROOT, d, tuple(g.move.shape), int(g.move.itemsize))
-        made, bsolver = self._made(lp), self._implement(before)
+        made, bsolver = self.m.make(lp.head.label), self.m.implement(before)
         edits.append(ScatterBefore(made, before, bsolver, local_d))
-        self._add(made, ("pre", lp.head), before, bsolver, arr, local_d)
-        made, gsolver = self._made(lp), self._implement(g.move, box=True)
+        self.m.add(made, ("pre", lp.head), before, bsolver, arr, local_d)
+        made, gsolver = self.m.make(lp.head.label), self.m.implement(g.move, box=True)
         edits.append(GatherAfter(made, g.move, gsolver, local_d, box))
-        self._add(made, ("post", lp.head), g.move, gsolver, local_d, arr)
+        self.m.add(made, ("post", lp.head), g.move, gsolver, local_d, arr)
         edits.append(Drop(g.key))
-        self._drop(g)
-        if not self._nodes(local_h):
+        self.m.drop(g)
+        if not self.m.nodes(local_h):
             edits.append(Forget(local_h))
         return [Fusion(FusionKind.MOVE, arr, h.grid_id, d.grid_id, move, solver)]
 
@@ -541,18 +361,18 @@ class _Net:
         the loop, contains every rank's written block ``h`` at one offset (a stencil that reads ``u[0:n+2]``
         and writes ``u[1:n+1]``): the written buffer's prior values are then a local copy of it, not a
         second scatter of the same elements. None otherwise."""
-        shape_h = self.shapes[local_h]
+        shape_h = self.m.shapes[local_h]
         for s, local_d in first:
             off = offset_inside(h, s.move.dst)
             if off is None:
                 continue
-            shape_d = self.shapes[local_d]
+            shape_d = self.m.shapes[local_d]
             # symbolic buffer shapes (sizes known at run time) count only where proved for every size
             if len(shape_h) == len(shape_d) and all(at_most(o + n, m) for o, n, m in zip(off, shape_h, shape_d)):
                 return local_d, tuple(off)
         return None
 
-    def _write_in_place(self, g: _Move, local_h: str, scatters: List[_Move]):
+    def _write_in_place(self, g: ModelMove, local_h: str, scatters: List[ModelMove]):
         """``(reader scatter, its buffer, writer's kernel state, offset)`` when the loop's one reader of the
         array reads a block plus halo containing the written block at a constant offset on every rank,
         the writer is a map that only writes ``local_h`` and nothing else reads it, and the reader's buffer
@@ -566,7 +386,7 @@ class _Net:
         off = offset_inside(g.move.src, s.move.dst)
         if off is None:
             return None
-        users = [a for a in self._nodes(local_h) if a.point != g.point]
+        users = [a for a in self.m.nodes(local_h) if a.point != g.point]
         points = {a.point for a in users}
         if len(points) != 1:
             return None
@@ -574,7 +394,7 @@ class _Net:
         for a in users:
             if a.read or (a.written and not a.by_map):
                 return None
-        for a in self._nodes(local_d):
+        for a in self.m.nodes(local_d):
             if a.point == kpoint or (a.written and a.point != s.point):
                 return None
         return s, local_d, kpoint[1], off

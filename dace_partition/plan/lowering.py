@@ -16,7 +16,7 @@ from dace.sdfg import SDFG
 
 from ..analysis.constraints import Access, Direction, KernelPlan, plan_map_kernel, plan_nested_kernel, same_subset
 from ..errors import UnsupportedPattern
-from ..ir import ROOT, Cost, Distribution, Move, MoveKind, ReduceOp, Role
+from ..ir import ROOT, Cost, Distribution, IoMode, Move, MoveKind, ReduceOp, Role
 from ..schedule import Kernel, KernelKind
 from ..solvers.base import Solver
 from ..solvers.registry import choose
@@ -86,6 +86,7 @@ class LoweringPlan:
     expanded: frozenset = frozenset()  # labels of library nodes replaced by their pure expansion (uneven tiles)
     round_trips: tuple = ()  # the round trips through rank 0 removed between kernels (plan.fusion.RoundTrip)
     loop_carries: tuple = ()  # what each loop keeps on the grid across its iterations (plan.carry.LoopCarry)
+    local_io: Optional[object] = None  # io="distributed": the rank-local arguments (plan.local_io.LocalIo)
 
     def moves(self) -> List[PlannedMove]:
         return [m for k in self.kernels for m in k.moves]
@@ -124,11 +125,12 @@ def plan_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, ...]], s
 
 
 def plan_lowering(sdfg: SDFG, kernels: Sequence[Kernel], grids: Dict[str, Tuple[int, ...]],
-                  solvers: Sequence[Solver], expanded=(), fuse: bool = True) -> LoweringPlan:
+                  solvers: Sequence[Solver], expanded=(), fuse: bool = True, io: IoMode = IoMode.ROOT) -> LoweringPlan:
     """Plans every kernel that ``grids`` schedules on more than one rank and, with ``fuse``, the round trips
     through rank 0 between them that go (:func:`~dace_partition.plan.fusion.plan_round_trips`) and what
-    each loop keeps on the grid (:func:`~dace_partition.plan.carry.plan_loop_carries`); changes
-    nothing. Every kernel is analysed before any is planned, so a constraint that cannot hold is reported
+    each loop keeps on the grid (:func:`~dace_partition.plan.carry.plan_loop_carries`), and with
+    ``io=IoMode.DISTRIBUTED`` the rank-local arguments (:func:`~dace_partition.plan.local_io.plan_local_io`);
+    changes nothing. Every kernel is analysed before any is planned, so a constraint that cannot hold is reported
     before a missing solver."""
     analysed, needed = [], 1
     for k in kernels:
@@ -138,11 +140,19 @@ def plan_lowering(sdfg: SDFG, kernels: Sequence[Kernel], grids: Dict[str, Tuple[
     planned = tuple(plan_kernel(sdfg, a.kernel, grids, solvers, a) for a in analysed if a.size > 1)
     plan = LoweringPlan(planned, needed, tuple(kernels), tuple(grids.items()),
                         tuple(a for a in analysed if a.size == 1), frozenset(expanded))
-    if fuse and planned:
-        from .carry import plan_loop_carries
-        from .fusion import plan_round_trips
+    if not planned:
+        return plan
+    from .carry import plan_loop_carries
+    from .fusion import plan_round_trips
+    from .local_io import plan_local_io
+    from .model import PartitionModel
+    if fuse:
         plan = replace(plan, round_trips=plan_round_trips(sdfg, plan, solvers))
-        plan = replace(plan, loop_carries=plan_loop_carries(sdfg, plan, solvers))
+    model = PartitionModel(sdfg, plan, solvers) if fuse or io == IoMode.DISTRIBUTED else None
+    if fuse:
+        plan = replace(plan, loop_carries=plan_loop_carries(model))
+    if io == IoMode.DISTRIBUTED:
+        plan = replace(plan, local_io=plan_local_io(model))
     return plan
 
 

@@ -25,7 +25,7 @@ lowering's passes would treat them:
   ``out[:] = out + z * x``) is folded as the loop pass folds it (``plan.carry.copy_to_fold``): the kernel
   writes ``X``'s shifted blocks, and the copy moves nothing;
 * with ``io="distributed"`` an argument is not scattered nor gathered, but it has one layout (its
-  writer's blocks, else its first reader's: ``passes.localize_io``), and a kernel that reads other blocks
+  writer's blocks, else its first reader's: ``plan.local_io``), and a kernel that reads other blocks
   pays the move from it.
 
 The prediction is time per rank (compute + alpha * messages + beta * bytes, at the rates of
@@ -639,7 +639,7 @@ class ProgramModel:
 
     def _io_refused(self, arr: str, choice: Dict[int, int]) -> int:
         """1 where ``io="distributed"`` would keep argument ``arr`` rank-local while code on rank 0 (a
-        kernel left there, a copy) also touches it: ``passes.localize_io`` refuses that schedule."""
+        kernel left there, a copy) also touches it: ``plan.local_io`` refuses that schedule."""
         if self.io != "distributed" or self.sdfg.arrays[arr].transient:
             return 0
         part = [u.actor >= 0 and self.priced[u.actor][choice.get(u.actor, 0)].candidate.partitioned
@@ -713,7 +713,7 @@ class ProgramModel:
 
         def from_home(dst, cost, times, what=""):
             """Blocks ``dst`` filled from where the argument is: scattered from rank 0, or (``io="distributed"``)
-            moved from the layout the caller passes, where that is another (``passes.localize_io``)."""
+            moved from the layout the caller passes, where that is another (``plan.local_io``)."""
             label = f" ({what})" if what else ""
             if not free_io:
                 _add(per, comm, cost, times, m, "scatter" + label, arr)
@@ -767,7 +767,7 @@ class ProgramModel:
                             fused_gathers.append((cost, mult * u.inner))
                     elif not free_io:
                         _add(per, comm, cost, mult * u.inner, m, "gather", arr)
-                    elif src.partial:  # every replica gets the combined value (passes.localize_io)
+                    elif src.partial:  # every replica gets the combined value (plan.local_io)
                         _add(per, comm, self.move_cost(arr, src, src.combined(), desc.shape, desc.dtype.bytes),
                              mult * u.inner, m, "allreduce", arr)
 
@@ -824,7 +824,7 @@ class ProgramModel:
         return per, comm[0]
 
     def _home(self, arr: str, uses: List[Use], chosen: Dict[int, Priced]) -> Optional[Distribution]:
-        """With ``io="distributed"``, the blocks an argument's caller passes (as ``passes.localize_io``
+        """With ``io="distributed"``, the blocks an argument's caller passes (as ``plan.local_io``
         chooses them): those of its partitioned writer, else of its first partitioned reader. A reader
         that needs other blocks gets them by a grid-to-grid move from these."""
         first = None
