@@ -142,17 +142,22 @@ def test_the_lowered_program_does_not_depend_on_memory_addresses(device):
     assert all(_node_orders(device, n) == first for n in (7, 1001, 30011))
 
 
-def _mlp_plan(fuse=True):
-    """The MLP of the fusion tests planned on mixed grids (a partial sum between two of its kernels)."""
-    sdfg = programs.mlp.to_sdfg()
-    infos = dp.maps(sdfg)
-    sched = {infos[i].name: g for i, g in ((1, (2, 1, 2)), (2, (4, 1)), (3, (4, 1)), (5, (4, 1, 1)), (6, (4, 1)))}
+def _plan(program, sched_of, fuse=True):
+    """``program`` planned on the schedule ``sched_of`` gives its maps; checks that planning rewrote nothing."""
+    sdfg = program.to_sdfg()
+    sched = sched_of(dp.maps(sdfg))
     grids = resolve(discover(sdfg), sched)
     kernels, expanded = prepare_kernels(sdfg, grids)
     before = sdfg.hash_sdfg()
     plan = plan_lowering(sdfg, kernels, grids, SOLVERS, expanded, fuse=fuse)
     assert sdfg.hash_sdfg() == before, "planning rewrote the program"
     return sdfg, sched, plan
+
+
+def _mlp_plan(fuse=True):
+    """The MLP of the fusion tests planned on mixed grids (a partial sum between two of its kernels)."""
+    return _plan(programs.mlp, lambda infos: {infos[i].name: g for i, g in ((1, (2, 1, 2)), (2, (4, 1)), (3, (4, 1)),
+                                                                           (5, (4, 1, 1)), (6, (4, 1)))}, fuse)
 
 
 def test_the_plan_decides_which_round_trips_go_and_the_pipeline_removes_exactly_those():
@@ -184,14 +189,7 @@ def test_the_plan_decides_which_round_trips_go_and_the_pipeline_removes_exactly_
 
 def _jacobi_plan(fuse=True):
     """A 2-D Jacobi time loop (its unfused maps) planned with every map on rows of two ranks."""
-    sdfg = programs.jacobi_time_small.to_sdfg()
-    sched = {i.name: (2, 1) for i in dp.maps(sdfg)}
-    grids = resolve(discover(sdfg), sched)
-    kernels, expanded = prepare_kernels(sdfg, grids)
-    before = sdfg.hash_sdfg()
-    plan = plan_lowering(sdfg, kernels, grids, SOLVERS, expanded, fuse=fuse)
-    assert sdfg.hash_sdfg() == before, "planning rewrote the program"
-    return sdfg, sched, plan
+    return _plan(programs.jacobi_time_small, lambda infos: {i.name: (2, 1) for i in infos}, fuse)
 
 
 def test_the_plan_decides_what_a_loop_keeps_on_the_grid_and_the_pipeline_does_exactly_that():

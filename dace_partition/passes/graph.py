@@ -3,7 +3,7 @@ only through this module)."""
 from typing import Iterable, List, Sequence, Set, Tuple
 
 import dace
-from dace import nodes
+from dace import nodes, subsets
 from dace.memlet import Memlet
 from dace.properties import CodeBlock
 from dace.sdfg import SDFG, SDFGState
@@ -87,6 +87,30 @@ def reroute(state, dm, move: Move, solver: str, memlet: Memlet):
     dm.set_move(move)
     dm.implementation = solver
     state.add_edge(state.add_read(memlet.data), None, dm, "_in", memlet)
+
+
+def carry_out(sdfg: SDFG, nodes: dict, edit) -> bool:
+    """Carries out a plan's :class:`~dace_partition.plan.model.Drop` or
+    :class:`~dace_partition.plan.model.Reroute` on the node it names (``nodes``: Site / Made -> (state,
+    node), kept current); False for any other edit."""
+    from ..plan.model import Drop, Reroute
+    if isinstance(edit, Drop):
+        drop(*nodes.pop(edit.node))
+        if edit.rename is not None:
+            rename_data(sdfg, *edit.rename)
+        return True
+    if isinstance(edit, Reroute):
+        st, dm = nodes[edit.node]
+        reroute(st, dm, edit.move, edit.solver, buffer_memlet(sdfg, edit.buffer, edit.box))
+        return True
+    return False
+
+
+def buffer_memlet(sdfg: SDFG, buffer: str, box=None) -> Memlet:
+    """All of ``buffer``, or its ``box`` (``((begin, end), ...)``, ends included)."""
+    if box is None:
+        return Memlet.from_array(buffer, sdfg.arrays[buffer])
+    return Memlet(data=buffer, subset=subsets.Range([(b, e, 1) for b, e in box]))
 
 
 def drop(state, dm):

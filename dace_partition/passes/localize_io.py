@@ -11,8 +11,7 @@ from dace.sdfg import SDFG
 from ..ir import Layout
 from ..plan import LoweringPlan
 from ..plan.local_io import Argument, Localized, Regather
-from ..plan.model import Drop, Reroute
-from .graph import OrderedPass, drop, rename_data, reroute
+from .graph import OrderedPass, carry_out
 
 
 class LocalizeArguments(OrderedPass):
@@ -34,13 +33,8 @@ class LocalizeArguments(OrderedPass):
                 new = dace.data.Array(desc.dtype, e.shape, storage=desc.storage, transient=False)
                 sdfg.remove_data(e.array, validate=False)
                 sdfg.add_datadesc(e.array, new)
-            elif isinstance(e, Drop):
-                drop(*nodes.pop(e.node))
-                if e.rename is not None:
-                    rename_data(sdfg, *e.rename)
-            elif isinstance(e, Reroute):
-                st, dm = nodes[e.node]
-                reroute(st, dm, e.move, e.solver, Memlet.from_array(e.buffer, sdfg.arrays[e.buffer]))
+            elif carry_out(sdfg, nodes, e):
+                continue
             elif isinstance(e, Regather):
                 st, dm = nodes[e.node]
                 dm.set_move(e.move)

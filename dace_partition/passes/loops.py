@@ -20,13 +20,12 @@ from dace.sdfg import SDFG, SDFGState
 
 from ..ir import Move
 from ..plan import LoweringPlan
-from ..plan.carry import (CopyInside, Drop, Enter, Fold, Forget, GatherAfter, Leave, Made, Reroute, Retarget,
-                          ScatterBefore)
+from ..plan.carry import CopyInside, Enter, Fold, Forget, GatherAfter, Leave, Made, Retarget, ScatterBefore
 from ..plan.fusion import Fusion
 from ..plan.fusion import block_symbols as moves_block_symbols
 from ..schedule.loops import find_loops
 from ..solvers.node import DistributedMemlet
-from .graph import OrderedPass, drop, rename_data, reroute, uses
+from .graph import OrderedPass, buffer_memlet, carry_out, uses
 
 
 def block_symbols(dm: DistributedMemlet) -> set:
@@ -115,18 +114,13 @@ class FuseLoops(OrderedPass):
                     nodes[e.made] = (pre, dm)
                 elif isinstance(e, GatherAfter):
                     dm = _dm(f"gather_{e.move.array}", e.move, e.solver)
-                    src = _memlet(sdfg, e.buffer, e.box)
+                    src = buffer_memlet(sdfg, e.buffer, e.box)
                     post.add_edge(post.add_read(e.buffer), None, dm, "_in", src)
                     post.add_edge(dm, "_out", post.add_write(e.move.array), None,
                                   Memlet.from_array(e.move.array, sdfg.arrays[e.move.array]))
                     nodes[e.made] = (post, dm)
-                elif isinstance(e, Drop):
-                    drop(*nodes.pop(e.node))
-                    if e.rename is not None:
-                        rename_data(sdfg, *e.rename)
-                elif isinstance(e, Reroute):
-                    st, dm = nodes[e.node]
-                    reroute(st, dm, e.move, e.solver, _memlet(sdfg, e.buffer, e.box))
+                elif carry_out(sdfg, nodes, e):
+                    continue
                 elif isinstance(e, CopyInside):
                     box = subsets.Range([(b, end, 1) for b, end in e.box])
                     pre.add_nedge(written[e.scatter], pre.add_write(e.buffer),
@@ -144,13 +138,6 @@ def _dm(label: str, move: Move, solver: str) -> DistributedMemlet:
     dm = DistributedMemlet(label, move)
     dm.implementation = solver
     return dm
-
-
-def _memlet(sdfg: SDFG, buffer: str, box) -> Memlet:
-    """All of ``buffer``, or its ``box`` (``((begin, end), ...)``)."""
-    if box is None:
-        return Memlet.from_array(buffer, sdfg.arrays[buffer])
-    return Memlet(data=buffer, subset=subsets.Range([(b, e, 1) for b, e in box]))
 
 
 def _fold(sdfg: SDFG, where, f: Fold):

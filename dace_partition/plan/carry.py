@@ -230,8 +230,7 @@ class _Carrier:
                     made = self.m.make(lp.head.label)
                     edits.append(ScatterBefore(made, s.move, s.solver, s.dst))
                     self.m.add(made, ("pre", lp.head), s.move, s.solver, s.src, s.dst)
-                    edits.append(Drop(s.key))
-                    self.m.drop(s)
+                    edits.append(self.m.dropped(s))
                     fusions.append(Fusion(FusionKind.HOIST, arr, -1, s.move.dst.grid_id))
                 continue
             if not left:
@@ -278,8 +277,7 @@ class _Carrier:
             d = s.move.dst
             local_d = s.dst
             if local_d == local_h:
-                edits.append(Drop(s.key))
-                self.m.drop(s)
+                edits.append(self.m.dropped(s))
                 out.append(Fusion(FusionKind.NOOP, arr, h.grid_id, d.grid_id))
                 continue
             # Reading local_h in place is unsafe where the reading kernel also writes it (it might read an
@@ -287,17 +285,14 @@ class _Carrier:
             written_h = {a.point for a in self.m.nodes(local_h) if a.written}
             in_place = not any(a.read and a.point in written_h for a in self.m.nodes(local_d))
             if in_place and d.same_blocks(h) and self.m.shapes.get(local_d) == self.m.shapes.get(local_h):
-                edits.append(Drop(s.key, (local_d, local_h)))
-                self.m.drop(s)
-                self.m.rename(local_d, local_h)
+                edits.append(self.m.dropped(s, (local_d, local_h)))
                 out.append(Fusion(FusionKind.NOOP, arr, h.grid_id, d.grid_id))
                 continue
             move = Move(arr, h, d, tuple(g.move.shape), int(g.move.itemsize))
             solver = self.m.implement(move)
             if not covers(h, d):
                 first.append((s, local_d))
-            edits.append(Reroute(s.key, move, solver, local_h))
-            s.move, s.solver, s.src = move, solver, local_h
+            edits.append(self.m.rerouted(s, move, local_h, solver))
             out.append(Fusion(FusionKind.MOVE, arr, h.grid_id, d.grid_id, move, solver))
         scattered = {}  # reader's buffer -> the scatter before the loop that fills it
         for s, local_d in first:
@@ -322,8 +317,7 @@ class _Carrier:
         made = self.m.make(lp.head.label)
         edits.append(GatherAfter(made, g.move, g.solver, local_h))
         self.m.add(made, ("post", lp.head), g.move, g.solver, local_h, arr)
-        edits.append(Drop(g.key))
-        self.m.drop(g)
+        edits.append(self.m.dropped(g))
         return out
 
     def _carry_in_place(self, lp: Loop, arr: str, g: ModelMove, inplace, edits: List[Edit]) -> List[Fusion]:
@@ -341,8 +335,7 @@ class _Carrier:
         move = Move(arr, h, d, tuple(g.move.shape), int(g.move.itemsize))
         solver = self.m.implement(move, box=True)
         box = _box(self.m.shapes[local_h], off)
-        edits.append(Reroute(s.key, move, solver, local_d, box))
-        s.move, s.solver, s.src = move, solver, local_d
+        edits.append(self.m.rerouted(s, move, local_d, solver, box))
         before = Move(arr, ROOT, d, tuple(g.move.shape), int(g.move.itemsize))
         made, bsolver = self.m.make(lp.head.label), self.m.implement(before)
         edits.append(ScatterBefore(made, before, bsolver, local_d))
@@ -350,8 +343,7 @@ class _Carrier:
         made, gsolver = self.m.make(lp.head.label), self.m.implement(g.move, box=True)
         edits.append(GatherAfter(made, g.move, gsolver, local_d, box))
         self.m.add(made, ("post", lp.head), g.move, gsolver, local_d, arr)
-        edits.append(Drop(g.key))
-        self.m.drop(g)
+        edits.append(self.m.dropped(g))
         if not self.m.nodes(local_h):
             edits.append(Forget(local_h))
         return [Fusion(FusionKind.MOVE, arr, h.grid_id, d.grid_id, move, solver)]

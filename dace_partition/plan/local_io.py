@@ -107,26 +107,19 @@ def plan_local_io(model: PartitionModel) -> LocalIo:
             edits.append(Regather(home.key, move, solver))
             home.move, home.solver, home.dst = move, solver, name
         else:
-            edits.append(Drop(home.key, (local, name)))
-            model.drop(home)
-            model.rename(local, name)
+            edits.append(model.dropped(home, (local, name)))
         model.shapes[name] = shape
         for mv in scatters:
             if mv is home:
                 continue
             target, dst = mv.dst, mv.move.dst
             if dst.same_blocks(home_dist) and model.shapes.get(target) == shape and not home_dist.partial:
-                edits.append(Drop(mv.key, (target, name) if target != name else None))
-                model.drop(mv)
-                if target != name:
-                    model.rename(target, name)
+                edits.append(model.dropped(mv, (target, name) if target != name else None))
                 readers.append(dst.grid_id)
                 continue
             # Another kernel needs other blocks: a grid-to-grid move from the argument's tiles.
             move = Move(name, home_dist.combined(), dst, tuple(mv.move.shape), int(mv.move.itemsize))
-            solver = model.implement(move)
-            edits.append(Reroute(mv.key, move, solver, name))
-            mv.move, mv.solver, mv.src = move, solver, name
+            edits.append(model.rerouted(mv, move, name))
         localized.append(Localized(name, home_dist.grid_id, tuple(readers)))
     return LocalIo(tuple(layouts.items()), tuple(localized), tuple(edits))
 
@@ -143,17 +136,12 @@ def _halo_tile_home(model: PartitionModel, name: str, tile: ModelMove, scatters,
     shape = model.shapes[local]
     edits.append(Argument(name, shape))
     localized.append(Localized(name, dist.grid_id))
-    edits.append(Drop(tile.key, (local, name)))
-    model.drop(tile)
-    model.rename(local, name)
+    edits.append(model.dropped(tile, (local, name)))
     model.shapes[name] = shape
     for mv in scatters:
-        if mv is tile:
-            continue
-        move = Move(name, dist, mv.move.dst, tuple(mv.move.shape), int(mv.move.itemsize))
-        solver = model.implement(move)
-        edits.append(Reroute(mv.key, move, solver, name))
-        mv.move, mv.solver, mv.src = move, solver, name
+        if mv is not tile:
+            edits.append(model.rerouted(mv, Move(name, dist, mv.move.dst, tuple(mv.move.shape), int(mv.move.itemsize)),
+                                        name))
     move = Move(name, gather.move.src, dist, tuple(gather.move.shape), int(gather.move.itemsize))
     solver = model.implement(move, box=True)
     edits.append(Regather(gather.key, move, solver))

@@ -163,6 +163,21 @@ class PartitionModel:
     def drop(self, mv: ModelMove):
         self.moves.remove(mv)
 
+    def dropped(self, mv: ModelMove, rename: Optional[Tuple[str, str]] = None) -> Drop:
+        """The edit that drops ``mv`` (and reads buffer ``rename[0]`` as ``rename[1]``), the model changed to match."""
+        self.drop(mv)
+        if rename is not None:
+            self.rename(*rename)
+        return Drop(mv.key, rename)
+
+    def rerouted(self, mv: ModelMove, move: Move, buffer: str, solver: Optional[str] = None,
+                 box: Optional[tuple] = None) -> Reroute:
+        """The edit that makes ``mv`` perform ``move`` from ``buffer`` (with the first solver that implements it,
+        unless ``solver`` is given), the model changed to match."""
+        solver = solver or self.implement(move)
+        mv.move, mv.solver, mv.src = move, solver, buffer
+        return Reroute(mv.key, move, solver, buffer, box)
+
     def _round_trip(self, d: RoundTrip, by_site):
         reader, source = by_site[d.reader], by_site[d.source]
         kind = d.fusion.kind
