@@ -191,7 +191,7 @@ def to_state_machine(sdfg) -> int:
     interstate edges, in place; returns how many regions it inlined.
 
     Why a state machine and not the regions: the package's loop and branch passes (schedule discovery in
-    program order, :mod:`.passes.loops` loop carry, :mod:`.passes.conditions`) read loops as back edges and
+    program order, :mod:`.plan.carry` loop carry, :mod:`.plan.branch`) read loops as back edges and
     branches as conditional edges. DaCe 1.0.2's frontend produces exactly that (it builds regions and
     inlines them unless asked for ``use_experimental_cfg_blocks``); DaCe 2's frontend keeps them
     (``use_explicit_cf=True`` by default). Inlining here with DaCe's own utility gives both generations the

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import dace_partition as dp
+from dace_partition.solvers.node import DistributedMemlet
 from dace_partition.compat import DACE_MAJOR
 from dace_partition.errors import UnsupportedPattern
 from dace_partition.runtime.mpi_count import count_run
@@ -232,18 +233,45 @@ def test_branch_data_is_what_conditions_read_and_only_rank_0_keeps():
     an array through a symbol assigned from a transient (how DaCe writes ``while res[0] > tol``) gets that
     transient broadcast where the symbol is assigned (before the loop and at the end of each iteration)."""
     from dace_partition.compat import to_state_machine
-    from dace_partition.passes.conditions import BroadcastBranchData
+    from dace_partition.plan.branch import branch_data
     one = jacobi1d.to_sdfg()
-    to_state_machine(one)  # the pass reads state machines (DaCe 2's loop regions are inlined by discovery)
-    assert BroadcastBranchData([], 2, 9).decide(one) == []
+    to_state_machine(one)  # the plan reads state machines (DaCe 2's loop regions are inlined by discovery)
+    assert branch_data(one) == {}
     sdfg = jacobi_until.to_sdfg()
     to_state_machine(sdfg)
-    found = BroadcastBranchData([], 2, 9).decide(sdfg)
-    assert len(found) == 2 and all(len(b.arrays) == 1 for b in found), found
-    name = found[0].arrays[0]
-    assert sdfg.arrays[name].transient and all(b.arrays == (name, ) for b in found)
+    found = branch_data(sdfg)
+    assert len(found) == 2 and all(len(names) == 1 for names in found.values()), found
+    name = next(iter(found.values()))[0]
+    assert sdfg.arrays[name].transient and all(names == [name] for names in found.values())
     # the guard reads the symbol, not data: no broadcast after it
-    assert all(not b.after.endswith("guard") for b in found), found
+    assert all(not st.label.endswith("guard") for st in found), found
+
+
+def test_the_plan_decides_the_branch_data_broadcasts_and_lowering_makes_exactly_those():
+    """Without the compiler: the plan of ``while res[0] > tol`` around partitioned kernels holds each
+    broadcast (where, which data, its Move from rank 0 to every rank and the solver); lowering adds one
+    broadcast state per planned broadcast, after the state the plan names, and no other."""
+    from dace_partition.ir import MoveKind
+    from dace_partition.passes.partition import prepare_kernels
+    from dace_partition.plan import plan_lowering
+    from dace_partition.schedule import discover, resolve
+    from dace_partition.solvers.registry import resolve_solvers
+    sdfg = jacobi_until.to_sdfg()
+    sched = {m.name: (2, ) + (1, ) * (len(m.params) - 1) for m in dp.maps(sdfg) if m.name != "Reduce.reduce_init_map"}
+    grids = resolve(discover(sdfg), sched)
+    kernels, expanded = prepare_kernels(sdfg, grids)
+    plan = plan_lowering(sdfg, kernels, grids, resolve_solvers(None), expanded)
+    assert plan.broadcasts, plan
+    for b in plan.broadcasts:
+        for m in b.moves:
+            assert m.move.kind == MoveKind.SCATTER and m.move.dst.grid == (plan.ranks_needed, ) and m.solver
+    lowered = lower_all(jacobi_until, (2, ), "t_loops_until_plan", skip=("Reduce.reduce_init_map", ))
+    made = sorted(st.label for st in lowered.states() if st.label.startswith("dp_branch_data_"))
+    assert made == sorted(f"dp_branch_data_{b.label}" for b in plan.broadcasts)
+    for b in plan.broadcasts:
+        (st, ) = [st for st in lowered.states() if st.label == f"dp_branch_data_{b.label}"]
+        sent = sorted(n.move().array for n in st.nodes() if isinstance(n, DistributedMemlet))
+        assert sent == sorted(b.arrays)
 
 
 def test_io_distributed_stencil_tiles_are_block_plus_halo(rng):

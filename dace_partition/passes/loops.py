@@ -9,6 +9,7 @@ res[0] > tol``) runs as well: :mod:`.conditions` broadcasts that data from rank 
 :func:`trips` gives the trip count of the loops around a state (the report multiplies per-iteration bytes
 by it).
 """
+from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 import dace
@@ -81,20 +82,28 @@ def _edge_on(sdfg: SDFG, edge, label: str, before_head: bool) -> SDFGState:
     return st
 
 
+@dataclass(frozen=True)
+class Carried:
+    """What :class:`FuseLoops` did: the fusions (for the report) and the states it made before and after
+    loops, by ``("pre" | "post", loop guard)``."""
+    fusions: List[Fusion]
+    states: Dict[tuple, SDFGState]
+
+
 class FuseLoops(OrderedPass):
     """Carries out the plan's loop carry (``LoweringPlan.loop_carries``, :mod:`dace_partition.plan.carry`):
     per loop, innermost first, the edits in the order the plan made them. Returns the fusions they
-    amount to (for the report)."""
+    amount to and the states it made (:class:`Carried`)."""
 
     def __init__(self, plan: LoweringPlan, after=()):
         super().__init__(after)
         self.plan = plan
 
-    def apply_pass(self, sdfg: SDFG, pipeline_results) -> List[Fusion]:
+    def apply_pass(self, sdfg: SDFG, pipeline_results) -> "Carried":
         # Site / Made -> (state, node): the partition's record, kept current for the passes after this one
         nodes: Dict[object, tuple] = pipeline_results["PartitionKernels"].sites
         written: Dict[Made, nodes_.AccessNode] = {}  # what each scatter made before a loop writes
-        out: List[Fusion] = []
+        out = Carried([], {})
         for carry in self.plan.loop_carries:
             lp = next(lp for lp in find_loops(sdfg) if lp.head is carry.head)
             pre = post = None
@@ -102,9 +111,11 @@ class FuseLoops(OrderedPass):
                 if isinstance(e, Fold):
                     _fold(sdfg, nodes[e.gather], e)
                 elif isinstance(e, Enter):
-                    pre = _edge_on(sdfg, lp.entries[0], f"dp_loop_{lp.head.label}_pre", True)
+                    pre = out.states[("pre", lp.head)] = _edge_on(sdfg, lp.entries[0], f"dp_loop_{lp.head.label}_pre",
+                                                                  True)
                 elif isinstance(e, Leave):
-                    post = _edge_on(sdfg, lp.exits[0], f"dp_loop_{lp.head.label}_post", False)
+                    post = out.states[("post", lp.head)] = _edge_on(sdfg, lp.exits[0],
+                                                                    f"dp_loop_{lp.head.label}_post", False)
                 elif isinstance(e, ScatterBefore):
                     dm = _dm(f"scatter_{e.move.array}", e.move, e.solver)
                     pre.add_edge(pre.add_read(e.move.array), None, dm, "_in",
@@ -130,7 +141,7 @@ class FuseLoops(OrderedPass):
                     _retarget(e)
                 elif isinstance(e, Forget):
                     del sdfg.arrays[e.name]
-            out += carry.fusions
+            out.fusions.extend(carry.fusions)
         return out
 
 

@@ -65,7 +65,8 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], options: LoweringOp
     results = pipeline.apply_pass(sdfg, {}) or {}
     steps.timed(pipeline.times)
     rep.timings = steps.times
-    for f in results.get(FuseRoundTrips.__name__, []) + results.get(FuseLoops.__name__, []):
+    carried = results.get(FuseLoops.__name__)
+    for f in results.get(FuseRoundTrips.__name__, []) + (carried.fusions if carried is not None else []):
         _note_fusion(f, by_kernel)
     layouts = {}
     if options.io == IoMode.DISTRIBUTED:
@@ -148,6 +149,7 @@ class Partitioned:
     # the node of each planned scatter and gather (Site), and of each one the loop carry makes (Made); the
     # passes that apply the plan keep it current
     sites: Dict[object, Tuple[SDFGState, DistributedMemlet]]
+    gathers: Dict[SDFGState, SDFGState]  # each kernel's state -> the state of its gathers
 
 
 class PartitionKernels(PlanPass):
@@ -159,13 +161,14 @@ class PartitionKernels(PlanPass):
         analyses = [km.analysis for km in self.plan.kernels]
         _scalars_to_arrays(sdfg, {a.array for p in analyses for a in p.accesses})
         init_state = _add_runtime_state(sdfg, analyses)
-        comm, kernel_states, sites = {init_state}, set(), {}
+        comm, kernel_states, sites, gathers = {init_state}, set(), {}, {}
         for km in self.plan.kernels:
             pre, post = _apply_plan(sdfg, km, sites)
+            gathers[km.kernel.state] = post
             comm |= {pre, post}
             kernel_states.add(km.kernel.state)
             comm |= set(guard(km.kernel.state, f"__dp{km.kernel.index}_member == 1"))
-        return Partitioned(init_state, frozenset(comm), frozenset(kernel_states), sites)
+        return Partitioned(init_state, frozenset(comm), frozenset(kernel_states), sites, gathers)
 
 
 class GuardRankZeroCode(PlanPass):

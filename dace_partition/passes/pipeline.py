@@ -5,7 +5,7 @@ made before it (:func:`lowering_pipeline`), in the order their dependencies decl
     FuseRoundTrips        the round trips through rank 0 between kernels that the plan removes (fuse=True)
     FuseLoops             ... and across a loop's iterations (fuse=True)
     LocalizeArguments     rank-local arguments (io="distributed")
-    BroadcastBranchData   data that conditions read reaches every rank
+    BroadcastBranchData   the data that conditions read, broadcast to every rank as planned
     GuardRankZeroCode     everything not partitioned runs on rank 0 only
     ContractionsToBlas    contractions on rank-local tiles become GEMMs (before the GPU offload on a GPU)
     OffloadToGpu          kernels and their arrays to the GPU (device=GPU)
@@ -99,13 +99,12 @@ def lowering_pipeline(plan: LoweringPlan, options: LoweringOptions, report) -> T
         p.after = frozenset({type(passes[-1])})
         passes.append(p)
 
-    solvers = list(options.solvers)
     if options.fuse:
         then(FuseRoundTrips(plan))
         then(FuseLoops(plan))
     if options.io == IoMode.DISTRIBUTED:
         then(LocalizeArguments(plan))
-    then(BroadcastBranchData(solvers, plan.ranks_needed, _world_grid(plan)))
+    then(BroadcastBranchData(plan))
     then(GuardRankZeroCode(plan))
     gpu = options.device == Device.GPU
     if gpu:
@@ -121,8 +120,3 @@ def lowering_pipeline(plan: LoweringPlan, options: LoweringOptions, report) -> T
     steps = dict(STEP_NAMES)
     names = {type(p): steps.get(type(p).__name__, type(p).__name__) for p in passes}
     return TimedPipeline(passes, names)
-
-
-def _world_grid(plan: LoweringPlan) -> int:
-    """A grid id no kernel uses, for the grid of every rank (the branch data's broadcasts)."""
-    return max((k.kernel.index for k in plan.kernels), default=-1) + 1

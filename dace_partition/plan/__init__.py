@@ -4,11 +4,13 @@
 and gathers with the solver that implements each and that solver's :class:`~dace_partition.ir.Cost`);
 :func:`plan_lowering` does it for every scheduled kernel of a program, :mod:`.fusion` decides which
 round trips through rank 0 between kernels go, :mod:`.carry` what each loop keeps on the grid, and
-:mod:`.local_io` the rank-local arguments of ``io="distributed"`` (both on :mod:`.model`'s model of the
+:mod:`.local_io` the rank-local arguments of ``io="distributed"``, and :mod:`.branch` the data that
+interstate edges read, broadcast to every rank (the last three on :mod:`.model`'s model of the
 partitioned program). The partition pass applies a
 :class:`LoweringPlan`; the schedule search (:mod:`dace_partition.search`) prices candidate grids with
 :func:`plan_kernel` and never rewrites an SDFG to score one.
 """
+from .branch import Broadcast, plan_branch_data
 from .carry import LoopCarry, Made, plan_loop_carries
 from .local_io import LocalIo, Localized, plan_local_io
 from .model import PartitionModel
@@ -16,5 +18,5 @@ from .fusion import Fusion, FusionKind, RoundTrip, Site, plan_round_trips
 from .lowering import (KernelMoves, LoweringPlan, PlannedMove, analyse_kernel, local_buffers, plan_kernel,
                        plan_lowering, role, scatters)
 
-__all__ = ["LoopCarry", "Made", "plan_loop_carries", "LocalIo", "Localized", "plan_local_io", "PartitionModel", "Fusion", "FusionKind", "RoundTrip", "Site", "plan_round_trips", "KernelMoves", "LoweringPlan", "PlannedMove", "analyse_kernel", "local_buffers", "plan_kernel",
+__all__ = ["Broadcast", "plan_branch_data", "LoopCarry", "Made", "plan_loop_carries", "LocalIo", "Localized", "plan_local_io", "PartitionModel", "Fusion", "FusionKind", "RoundTrip", "Site", "plan_round_trips", "KernelMoves", "LoweringPlan", "PlannedMove", "analyse_kernel", "local_buffers", "plan_kernel",
            "plan_lowering", "role", "scatters"]

@@ -87,6 +87,7 @@ class LoweringPlan:
     round_trips: tuple = ()  # the round trips through rank 0 removed between kernels (plan.fusion.RoundTrip)
     loop_carries: tuple = ()  # what each loop keeps on the grid across its iterations (plan.carry.LoopCarry)
     local_io: Optional[object] = None  # io="distributed": the rank-local arguments (plan.local_io.LocalIo)
+    broadcasts: tuple = ()  # data that interstate edges read, sent to every rank (plan.branch.Broadcast)
 
     def moves(self) -> List[PlannedMove]:
         return [m for k in self.kernels for m in k.moves]
@@ -129,9 +130,10 @@ def plan_lowering(sdfg: SDFG, kernels: Sequence[Kernel], grids: Dict[str, Tuple[
     """Plans every kernel that ``grids`` schedules on more than one rank and, with ``fuse``, the round trips
     through rank 0 between them that go (:func:`~dace_partition.plan.fusion.plan_round_trips`) and what
     each loop keeps on the grid (:func:`~dace_partition.plan.carry.plan_loop_carries`), and with
-    ``io=IoMode.DISTRIBUTED`` the rank-local arguments (:func:`~dace_partition.plan.local_io.plan_local_io`);
-    changes nothing. Every kernel is analysed before any is planned, so a constraint that cannot hold is reported
-    before a missing solver."""
+    ``io=IoMode.DISTRIBUTED`` the rank-local arguments (:func:`~dace_partition.plan.local_io.plan_local_io`),
+    and the data that interstate edges read broadcast to every rank
+    (:func:`~dace_partition.plan.branch.plan_branch_data`); changes nothing. Every kernel is analysed
+    before any is planned, so a constraint that cannot hold is reported before a missing solver."""
     analysed, needed = [], 1
     for k in kernels:
         if any(m.name in grids for m in k.maps):
@@ -142,6 +144,7 @@ def plan_lowering(sdfg: SDFG, kernels: Sequence[Kernel], grids: Dict[str, Tuple[
                         tuple(a for a in analysed if a.size == 1), frozenset(expanded))
     if not planned:
         return plan
+    from .branch import plan_branch_data
     from .carry import plan_loop_carries
     from .fusion import plan_round_trips
     from .local_io import plan_local_io
@@ -153,7 +156,7 @@ def plan_lowering(sdfg: SDFG, kernels: Sequence[Kernel], grids: Dict[str, Tuple[
         plan = replace(plan, loop_carries=plan_loop_carries(model))
     if io == IoMode.DISTRIBUTED:
         plan = replace(plan, local_io=plan_local_io(model))
-    return plan
+    return replace(plan, broadcasts=plan_branch_data(model or PartitionModel(sdfg, plan, solvers), plan))
 
 
 def refuse_loop_sized_buffers(sdfg: SDFG, plan: KernelPlan, buffers):

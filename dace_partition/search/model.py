@@ -601,10 +601,10 @@ class ProgramModel:
 
     def _branch_part(self, choice: Dict[int, int], trace: Optional[list] = None) -> Tuple[List[int], float]:
         """(bytes per rank, seconds) of broadcasting the data that interstate conditions read, from rank 0
-        to every rank the program needs, before each evaluation (``passes.conditions``): nothing while
+        to every rank the program needs, before each evaluation (``plan.branch``): nothing while
         every kernel runs on rank 0. Which data depends on the partitioned kernels: a symbol assigned from
         data that such a kernel reads must reach every rank too."""
-        from ..passes.conditions import branch_data
+        from ..plan.branch import branch_data
         if self._symbols is None:  # symbols of transients, and of each kernel's state
             self._symbols = ({str(x) for d in self.sdfg.arrays.values() if d.transient for x in d.free_symbols},
                              {k.index: {str(x) for x in k.state.free_symbols} for k in self.kernels})
