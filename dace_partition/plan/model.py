@@ -1,6 +1,7 @@
 """A small model of the program as the partition will leave it, for the decisions that follow it.
 
-The loop carry (:mod:`.carry`) and rank-local arguments (:mod:`.local_io`) are decided on the partitioned
+The loop carry (:mod:`.carry`), rank-local arguments (:mod:`.local_io`) and the broadcasts of branch
+data (:mod:`.branch`) are decided on the partitioned
 program's scatters and gathers, after the round trips between kernels (:mod:`.fusion`) are gone; the
 plan makes them before anything is rewritten, so it keeps this model of that program instead:
 :class:`PartitionModel`, made from the prepared program and the plan, and changed by each decision as
@@ -86,7 +87,8 @@ class ModelAccess:
 
 @dataclass
 class PartitionModel:
-    """The partitioned program as the plan's later decisions (loop carry, rank-local arguments) see it,
+    """The partitioned program as the plan's later decisions (loop carry, rank-local arguments, branch
+    data) see it,
     kept current as they plan their edits: which scatters and gathers there are, where, what they move
     and which buffers they read and write, and which buffers the kernels and rank 0's code access.
 
@@ -136,6 +138,8 @@ class PartitionModel:
 
     # -- bookkeeping
     def add(self, key, point, move, solver, src, dst) -> ModelMove:
+        """A scatter or gather named ``key`` at ``point``: ``move`` by ``solver``, reading buffer ``src`` and
+        writing ``dst``."""
         self.seq += 1
         mv = ModelMove(key, point, self._order(point) + (self.seq, ), move, solver, src, dst)
         self.moves.append(mv)
