@@ -179,6 +179,8 @@ def machine() -> Machine:
 
 _PINGPONG = r"""
 import time, numpy as np
+import mpi4py
+mpi4py.rc.thread_level = "single"  # as the lowered programs initialise MPI (MPI_Init)
 from mpi4py import MPI
 c = MPI.COMM_WORLD
 def pp(n, reps):
@@ -203,8 +205,10 @@ def measure_link(launcher=None) -> Tuple[float, float]:
     from ..runtime.launchers import mpi_environment, mpiexec_command
     cmd = mpiexec_command(2, launcher) + [sys.executable, "-c", _PINGPONG]
     failed = []
-    for _ in range(2):  # a job that fails while it starts (MPICH's "Internal error" right after a node came
-        # up, seen once on the emulated cluster) is started once more; the error keeps both answers
+    for pause in (0, 2, 5):  # a job that fails while it starts (MPICH's "Internal error", twice in a row in
+        # MPI_Init on one emulated node right after other jobs there) is started again after a pause; the
+        # error keeps every answer
+        time.sleep(pause)
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=180,
                              env={**mpi_environment(), "OMP_NUM_THREADS": "1"})
         vals = out.stdout.split()
@@ -212,7 +216,7 @@ def measure_link(launcher=None) -> Tuple[float, float]:
             return float(vals[0]), max(float(vals[1]), 1e-12)
         text = (out.stderr or out.stdout).strip()
         failed.append(f"exit {out.returncode}: {text[:400]}{' ... ' + text[-400:] if len(text) > 800 else text[400:]}")
-    raise RuntimeError(f"the ping-pong under {' '.join(cmd[:4])} ... failed twice:\n" + "\n".join(failed))
+    raise RuntimeError(f"the ping-pong under {' '.join(cmd[:4])} ... failed {len(failed)} times:\n" + "\n".join(failed))
 
 
 def _gpu_calibration() -> Optional[Machine]:
