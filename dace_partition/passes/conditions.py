@@ -8,19 +8,14 @@ import dace
 from dace.memlet import Memlet
 from dace.sdfg import SDFG, SDFGState
 
-from ..plan import LoweringPlan
 from ..plan.branch import WORLD_GRID_LABEL, BranchMove, Broadcast, world_grid
 from ..solvers.node import DistributedMemlet
-from .graph import OrderedPass
+from .graph import PlanPass
 
 
-class BroadcastBranchData(OrderedPass):
+class BroadcastBranchData(PlanPass):
     """Broadcasts the data that interstate conditions read before they are evaluated, as the plan says
     (``LoweringPlan.broadcasts``). Returns the broadcasts it made."""
-
-    def __init__(self, plan: LoweringPlan, after=()):
-        super().__init__(after)
-        self.plan = plan
 
     def apply_pass(self, sdfg: SDFG, pipeline_results) -> List[Broadcast]:
         if not self.plan.broadcasts:

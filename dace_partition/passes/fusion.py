@@ -10,20 +10,15 @@ from typing import Dict, List, Tuple
 from dace.memlet import Memlet
 from dace.sdfg import SDFG
 
-from ..plan import LoweringPlan
 from ..plan.fusion import Fusion, FusionKind, RoundTrip, Site, only_source
-from .graph import OrderedPass, destination_buffer, drop, rename_data, reroute, source_buffer, uses
+from .graph import PlanPass, destination_buffer, drop, rename_data, reroute, source_buffer, uses
 
 __all__ = ["Fusion", "FusionKind", "FuseRoundTrips", "only_source"]
 
 
-class FuseRoundTrips(OrderedPass):
+class FuseRoundTrips(PlanPass):
     """Removes the round trips of intermediates through rank 0, and the repeated scatters of inputs, that
     the plan lists (``LoweringPlan.round_trips``). Returns the fusions it made."""
-
-    def __init__(self, plan: LoweringPlan, after=()):
-        super().__init__(after)
-        self.plan = plan
 
     def apply(self, sdfg: SDFG, trips: Tuple[RoundTrip, ...], sites: Dict[Site, tuple]) -> List[Fusion]:
         for d in trips:

@@ -44,7 +44,7 @@ from ..runtime.cuda_build import CUDA_ENVIRONMENT
 from ..solvers.node import DistributedMemlet
 from ..schedule import expand_all
 from .gpu_rows import fuse_rows
-from .pipeline import PlanPass
+from .graph import PlanPass
 
 #: A device twin of argument ``x`` is the program's argument ``__dp_dev_x`` (never ``__return...``, which
 #: DaCe would allocate and return itself).

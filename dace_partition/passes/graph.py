@@ -1,6 +1,6 @@
 """Small graph queries and edits that the passes share (public: the passes use each other's pieces
 only through this module)."""
-from typing import Iterable, List, Sequence, Set, Tuple
+from typing import Iterable, List, Set, Tuple
 
 import dace
 from dace import nodes, subsets
@@ -9,10 +9,11 @@ from dace.properties import CodeBlock
 from dace.sdfg import SDFG, SDFGState
 from dace.transformation import pass_pipeline as ppl
 
-from ..solvers.node import DistributedMemlet
 from ..ir import Move
+from ..plan import LoweringPlan
+from ..plan.model import Drop, Reroute
 from ..schedule import ordered_states
-from ..solvers.registry import implement
+from ..solvers.node import DistributedMemlet
 
 
 class OrderedPass(ppl.Pass):
@@ -33,17 +34,15 @@ class OrderedPass(ppl.Pass):
         return False
 
 
-class MovePass(OrderedPass):
-    """A pass that rewrites DistributedMemlets and has the solver registry implement the moves it makes."""
+class PlanPass(OrderedPass):
+    """A pass that applies part of a :class:`~dace_partition.plan.LoweringPlan` and decides nothing of its own."""
 
-    def __init__(self, solvers: Sequence = (), after: Iterable[type] = ()):
+    def __init__(self, plan: LoweringPlan, after: Iterable[type] = ()):
         super().__init__(after)
-        self.solvers = list(solvers)
+        self.plan = plan
 
-    def implement(self, move: Move, box: bool = False) -> str:
-        """The name of the first solver that accepts ``move`` (with ``box``: among those whose code reads or
-        writes a box of a larger rank-local buffer), or an UnsupportedPattern with every refusal."""
-        return implement(move, [s for s in self.solvers if s.box_views] if box else self.solvers)
+    def modifies(self) -> ppl.Modifies:
+        return ppl.Modifies.Everything
 
 
 def distributed_memlets(sdfg: SDFG) -> List[Tuple[object, DistributedMemlet]]:
@@ -93,7 +92,6 @@ def carry_out(sdfg: SDFG, nodes: dict, edit) -> bool:
     """Carries out a plan's :class:`~dace_partition.plan.model.Drop` or
     :class:`~dace_partition.plan.model.Reroute` on the node it names (``nodes``: Site / Made -> (state,
     node), kept current); False for any other edit."""
-    from ..plan.model import Drop, Reroute
     if isinstance(edit, Drop):
         drop(*nodes.pop(edit.node))
         if edit.rename is not None:

@@ -9,18 +9,13 @@ from dace.memlet import Memlet
 from dace.sdfg import SDFG
 
 from ..ir import Layout
-from ..plan import LoweringPlan
 from ..plan.local_io import Argument, Localized, Regather
-from .graph import OrderedPass, carry_out
+from .graph import PlanPass, carry_out
 
 
-class LocalizeArguments(OrderedPass):
+class LocalizeArguments(PlanPass):
     """Makes the plan's rank-local arguments (``LoweringPlan.local_io``). Returns their layouts and what
     became of each (for the record and the report)."""
-
-    def __init__(self, plan: LoweringPlan, after=()):
-        super().__init__(after)
-        self.plan = plan
 
     def apply_pass(self, sdfg: SDFG, pipeline_results) -> Tuple[Dict[str, Layout], Dict[str, Localized]]:
         local = self.plan.local_io

@@ -20,13 +20,12 @@ from dace.memlet import Memlet
 from dace.sdfg import SDFG, SDFGState
 
 from ..ir import Move
-from ..plan import LoweringPlan
 from ..plan.carry import CopyInside, Enter, Fold, Forget, GatherAfter, Leave, Made, Retarget, ScatterBefore
 from ..plan.fusion import Fusion
 from ..plan.fusion import block_symbols as moves_block_symbols
 from ..schedule.loops import find_loops
 from ..solvers.node import DistributedMemlet
-from .graph import OrderedPass, buffer_memlet, carry_out, uses
+from .graph import PlanPass, buffer_memlet, carry_out, uses
 
 
 def block_symbols(dm: DistributedMemlet) -> set:
@@ -90,14 +89,10 @@ class Carried:
     states: Dict[tuple, SDFGState]
 
 
-class FuseLoops(OrderedPass):
+class FuseLoops(PlanPass):
     """Carries out the plan's loop carry (``LoweringPlan.loop_carries``, :mod:`dace_partition.plan.carry`):
     per loop, innermost first, the edits in the order the plan made them. Returns the fusions they
     amount to and the states it made (:class:`Carried`)."""
-
-    def __init__(self, plan: LoweringPlan, after=()):
-        super().__init__(after)
-        self.plan = plan
 
     def apply_pass(self, sdfg: SDFG, pipeline_results) -> "Carried":
         # Site / Made -> (state, node): the partition's record, kept current for the passes after this one

@@ -38,7 +38,8 @@ from .contractions import ContractionsToBlas
 from .fusion import FuseRoundTrips, FusionKind
 from .localize_io import LocalizeArguments
 from .loops import FuseLoops
-from .pipeline import LoweringOptions, PlanPass, lowering_pipeline
+from .graph import PlanPass
+from .pipeline import LoweringOptions, lowering_pipeline
 from .prepare import keep_names, split_kernels
 from .graph import RANK, distributed_memlets, guard, has_moves, trips_of
 from ..report import Steps, KernelReport, LoweringReport, entry

@@ -18,7 +18,7 @@ and those results (:func:`dace_partition.passes.partition.partition`).
 """
 import time
 from dataclasses import dataclass
-from typing import Dict, Iterable, List
+from typing import Dict, List
 
 from dace.sdfg import SDFG
 from dace.transformation import pass_pipeline as ppl
@@ -28,20 +28,8 @@ from ..plan import LoweringPlan
 from .conditions import BroadcastBranchData
 from .contractions import ContractionsToBlas
 from .fusion import FuseRoundTrips
-from .graph import OrderedPass
 from .localize_io import LocalizeArguments
 from .loops import FuseLoops
-
-
-class PlanPass(OrderedPass):
-    """A pass that applies part of a :class:`LoweringPlan` and decides nothing of its own."""
-
-    def __init__(self, plan: LoweringPlan, after: Iterable[type] = ()):
-        super().__init__(after)
-        self.plan = plan
-
-    def modifies(self) -> ppl.Modifies:
-        return ppl.Modifies.Everything
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ kernel's grid also decide the same way. :class:`~dace_partition.passes.condition
 carries the decisions out.
 """
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Set, Tuple
 
 import dace
 from dace import subsets

@@ -151,12 +151,12 @@ def plan_lowering(sdfg: SDFG, kernels: Sequence[Kernel], grids: Dict[str, Tuple[
     from .model import PartitionModel
     if fuse:
         plan = replace(plan, round_trips=plan_round_trips(sdfg, plan, solvers))
-    model = PartitionModel(sdfg, plan, solvers) if fuse or io == IoMode.DISTRIBUTED else None
+    model = PartitionModel(sdfg, plan, solvers)
     if fuse:
         plan = replace(plan, loop_carries=plan_loop_carries(model))
     if io == IoMode.DISTRIBUTED:
         plan = replace(plan, local_io=plan_local_io(model))
-    return replace(plan, broadcasts=plan_branch_data(model or PartitionModel(sdfg, plan, solvers), plan))
+    return replace(plan, broadcasts=plan_branch_data(model, plan))
 
 
 def refuse_loop_sized_buffers(sdfg: SDFG, plan: KernelPlan, buffers):
