@@ -94,6 +94,32 @@ def check(got, variant):
     return errors
 
 
+
+def profile(call, calls=3):
+    """Where one call's time goes, from PyTorch's profiler (CUPTI sees every kernel and copy of the
+    process, ours included): per GPU kernel, copy or runtime call, its count and microseconds per call."""
+    try:
+        from torch.profiler import ProfilerActivity
+        from torch.profiler import profile as torch_profile
+        with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                call()
+                sync()
+        out = []
+        for e in prof.key_averages():
+            dev = getattr(e, "device_time_total", None)
+            if dev is None:
+                dev = getattr(e, "cuda_time_total", 0)
+            cpu = getattr(e, "self_cpu_time_total", 0)
+            if dev or e.key.startswith("cuda") or e.key.startswith("cu"):
+                out.append({"name": e.key[:90], "count_per_call": e.count / calls, "device_us_per_call": dev / calls,
+                            "cpu_us_per_call": cpu / calls})
+        out.sort(key=lambda r: -(r["device_us_per_call"] or r["cpu_us_per_call"]))
+        return out[:25]
+    except Exception as e:  # noqa: BLE001 - a profile is extra information
+        return [{"error": f"{type(e).__name__}: {e}"}]
+
+
 for variant in ("device", "numpy"):
     args = {k: (to_device(v.copy()) if variant == "device" else v.copy()) for k, v in tiles.items()}
     try:
@@ -126,6 +152,14 @@ for variant in ("device", "numpy"):
     row[f"{variant}_best_s"] = min(times)
     row[f"{variant}_median_s"] = statistics.median(times)
     row[f"{variant}_calls"] = len(times)
+    if not w.inplace:  # results again after the timed calls (their buffers reused from the runtime's pool)
+        again = check(results(args, prog(**args, **syms)), f"{variant}_again")
+        row[f"{variant}_again_correct"] = not again
+        if again:
+            row[f"{variant}_again_errors"] = again[:4]
+    if variant == "device" and comm.size == 1 and not emulated and os.environ.get("GPU_PROFILE", "1") == "1":
+        row["device_profile"] = profile(lambda: prog(**args, **syms))
+
 
 if rank == 0:
     with open(out_path, "w") as f:

@@ -22,11 +22,17 @@ class GpuWorkload:
     arrays: Dict[str, Tuple[Tuple[str, ...], str]]  # argument -> (shape in size names, dtype)
     inplace: Tuple[str, ...] = ()  # arguments the program updates (the Jacobi's A and B)
     rtol: float = 1e-4
-    apart: bool = False  # the same program with its kernels kept apart (DACE_PARTITION_GPU_FUSION=0)
+    base: str = ""  # a variant of this workload's program, lowered under ``settings``
+    settings: Tuple[Tuple[str, str], ...] = ()  # environment while lowering (a GPU pass's switch)
 
     @property
     def program(self):
-        return self.name[:-len("_apart")] if self.apart else self.name
+        return self.base or self.name
+
+    @property
+    def apart(self) -> bool:
+        """A variant of another workload (the peers run only the workload itself)."""
+        return bool(self.base)
 
     def shape(self, arg, sizes):
         return tuple(sizes[s] for s in self.arrays[arg][0])
@@ -44,7 +50,11 @@ WORKLOADS = {
         GpuWorkload("softmax", "row softmax float32[8192, 4096]", dict(N=8192, M=4096), dict(N=64, M=48),
                     {"x": (("N", "M"), "float32")}),
         GpuWorkload("softmax_apart", "row softmax float32[8192, 4096], four kernels (not fused)",
-                    dict(N=8192, M=4096), dict(N=64, M=48), {"x": (("N", "M"), "float32")}, apart=True),
+                    dict(N=8192, M=4096), dict(N=64, M=48), {"x": (("N", "M"), "float32")}, base="softmax",
+                    settings=(("DACE_PARTITION_GPU_FUSION", "0"), )),
+        GpuWorkload("softmax_unstaged", "row softmax float32[8192, 4096], one row kernel reading x three times",
+                    dict(N=8192, M=4096), dict(N=64, M=48), {"x": (("N", "M"), "float32")}, base="softmax",
+                    settings=(("DACE_PARTITION_GPU_ROW_CACHE", "0"), )),
         GpuWorkload("matmul", "matmul float64 4096^2", dict(N=4096), dict(N=64),
                     {"A": (("N", "N"), "float64"), "B": (("N", "N"), "float64")}, rtol=1e-10),
         GpuWorkload("mlp", "MLP float32 x[8192,1024] @ W1[1024,4096], ReLU, @ W2[4096,1024]",
@@ -73,18 +83,18 @@ def lowered(name, ranks, small=False):
 
 @contextlib.contextmanager
 def kernels_apart(w):
-    """``DACE_PARTITION_GPU_FUSION=0`` while an apart workload is lowered or priced; the caller's setting
-    is back afterwards."""
-    before = os.environ.get("DACE_PARTITION_GPU_FUSION")
-    if w.apart:
-        os.environ["DACE_PARTITION_GPU_FUSION"] = "0"
+    """The variant's settings (``DACE_PARTITION_GPU_FUSION=0``, ...) while it is lowered or priced; the
+    caller's settings are back afterwards."""
+    before = {k: os.environ.get(k) for k, _ in w.settings}
+    os.environ.update(dict(w.settings))
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop("DACE_PARTITION_GPU_FUSION", None)
-        else:
-            os.environ["DACE_PARTITION_GPU_FUSION"] = before
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def torch_of(torch, a):

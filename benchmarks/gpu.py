@@ -117,7 +117,8 @@ def _table(rows, peers):
 
         def peer(k):
             return _ms(p[k]["best_s"]) if k in p else "-"
-        ok = "error" not in r and r.get("device_correct") and r.get("numpy_correct")
+        ok = "error" not in r and r.get("device_correct") and r.get("numpy_correct") and \
+                r.get("device_again_correct", True) and r.get("numpy_again_correct", True)
         lines.append(f"| {r['workload']} | {r['ranks']} | {_ms(r.get('device_best_s'))} / "
                      f"{_ms(r.get('device_median_s'))} | {_ms(r.get('numpy_best_s'))} | {'yes' if ok else 'NO'} | "
                      f"{peer('cupy_device')} | {peer('cupy_numpy_io')} | {peer('jax_device')} | "

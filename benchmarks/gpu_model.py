@@ -9,6 +9,8 @@ wrong shows none).
 
     python benchmarks/gpu_model.py benchmarks/results/gpu_calls_h200.json benchmarks/results/gpu_calls_h200_fixed.json
     python benchmarks/gpu_model.py benchmarks/results/gpu_calls_h100_rows.json   # the row kernels (H100)
+    python benchmarks/gpu_model.py --calibrated benchmarks/results/gpu_calls_h100_staged.json
+        # priced on the rates dp.calibrate(device="gpu") measured in that device call (the file's "calibration")
 """
 import json
 import sys
@@ -19,17 +21,25 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-def main(paths):
+def main(paths, calibrated=False):
     warnings.filterwarnings("ignore")
+    import dataclasses
     import dace_partition as dp
     from dace_partition.passes.local_optimize import LocalOptimize, steps_of
     from _gpu_workloads import WORKLOADS, kernels_apart, programs
-    measured = {}
+    measured, rates = {}, None
     for path in paths:
-        for r in json.loads(Path(path).read_text())["rows"]:
+        data = json.loads(Path(path).read_text())
+        rates = data.get("calibration", rates)
+        for r in data["rows"]:
             if "device_best_s" in r or "device_correct" in r:  # a later file's row replaces, a wrong one too
                 measured[(r["workload"], r["ranks"])] = r.get("device_best_s") if r.get("device_correct") else None
     machine = dp.gpu_machine(gpus=1)
+    if calibrated:
+        if rates is None:
+            sys.exit("--calibrated: no 'calibration' in the result files")
+        fields = {f.name for f in dataclasses.fields(machine)}
+        machine = dataclasses.replace(machine, **{k: v for k, v in rates.items() if k in fields and k != "gpus"})
     print(machine)
     print("| workload | ranks | predicted | measured | measured / predicted |\n|---|---|---|---|---|")
     for name, w in WORKLOADS.items():
@@ -47,4 +57,5 @@ def main(paths):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    args = sys.argv[1:]
+    main([a for a in args if a != "--calibrated"], "--calibrated" in args)

@@ -123,8 +123,9 @@ def _memory_bound(gpus=1):
 
 def test_a_row_softmax_is_priced_as_the_one_row_kernel_it_becomes(monkeypatch):
     """The GPU pass fuses the softmax's four kernels into one row kernel (passes.gpu_rows); the search
-    prices that kernel: one launch, and loops that read ``x`` three times (the row max, the row sum of the
-    recomputed exponentials, the division) and store the result once. Apart (``DACE_PARTITION_GPU_FUSION=0``),
+    prices that kernel: one launch, ``x`` read once (its row staged in shared memory, which the row max,
+    the row sum of the recomputed exponentials and the division read) and the result stored once; without
+    the staging (``DACE_PARTITION_GPU_ROW_CACHE=0``) ``x`` is read in each of the three loops. Apart (``DACE_PARTITION_GPU_FUSION=0``),
     six launches (each reduction is expanded to a map that initialises and one that accumulates) and six
     passes over [N, N] arrays (x twice, the exponentials written once and read twice, the result), plus
     the two row vectors each written once and read once."""
@@ -132,8 +133,12 @@ def test_a_row_softmax_is_priced_as_the_one_row_kernel_it_becomes(monkeypatch):
     big, row = n * n * 4, n * 4
     m = _memory_bound()
     fused = dp.auto_schedule(row_softmax.to_sdfg(), 1, machine=m, sizes=SIZES)
-    assert fused.predicted.compute == pytest.approx(m.launch + 4 * big / m.stream, rel=1e-12)
-    assert "priced as a GPU row kernel: 4 kernels" in fused.explain()
+    assert fused.predicted.compute == pytest.approx(m.launch + 2 * big / m.stream, rel=1e-12)
+    assert "priced as a GPU row kernel: 4 kernels" in fused.explain() and "staged in shared memory" in fused.explain()
+    monkeypatch.setenv("DACE_PARTITION_GPU_ROW_CACHE", "0")
+    unstaged = dp.auto_schedule(row_softmax.to_sdfg(), 1, machine=m, sizes=SIZES)
+    assert unstaged.predicted.compute == pytest.approx(m.launch + 4 * big / m.stream, rel=1e-12)
+    monkeypatch.delenv("DACE_PARTITION_GPU_ROW_CACHE")
     monkeypatch.setenv("DACE_PARTITION_GPU_FUSION", "0")
     apart = dp.auto_schedule(row_softmax.to_sdfg(), 1, machine=m, sizes=SIZES)
     assert apart.predicted.compute == pytest.approx(6 * m.launch + (6 * big + 4 * row) / m.stream, rel=1e-12)
@@ -208,4 +213,21 @@ def test_the_gpu_measurement_checks_its_kernels_and_gives_rates():
     got = json.loads([ln for ln in res.stdout.splitlines() if ln.startswith("{")][-1])
     assert got["correct"] is True
     assert all(got[k] > 0 and np.isfinite(got[k]) for k in ("launch", "stream", "pcie"))
+    # a kernel's cost is the difference per step of a call that runs 33 of them (its result checked above);
+    # the call's own is the rest of a one-kernel call (on the host a "kernel" costs next to nothing)
+    assert got["steps"] == 33 and got["steps_s"] > 0 and got["call"] >= 0
+    assert got["call"] + got["launch"] == pytest.approx(got["axpy_small_s"], rel=1e-9) or got["call"] == 0
     assert got["axpy_device_s"] > 0 and "blas_flops" not in got  # gemm=0: no GEMM measured
+
+
+def test_a_gpu_call_costs_its_overhead_once_whatever_the_schedule():
+    """``call`` (what calibrate(device="gpu") measures as a call's cost beside its kernels) is added once
+    to every candidate's prediction: the choice of grids does not change, each prediction grows by it."""
+    base = dp.gpu_machine(gpus=2)
+    slow = dataclasses.replace(base, call=1e-3)
+    for ranks in (1, 2):
+        a = dp.auto_schedule(row_softmax.to_sdfg(), ranks, machine=base, sizes=SIZES)
+        b = dp.auto_schedule(row_softmax.to_sdfg(), ranks, machine=slow, sizes=SIZES)
+        assert dict(a) == dict(b)
+        assert b.predicted.compute == pytest.approx(a.predicted.compute + 1e-3, rel=1e-12)
+        assert "call 1000 us" in str(slow) and "call" not in str(base)

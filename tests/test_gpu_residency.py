@@ -456,3 +456,32 @@ def test_device_arrays_go_in_and_out_of_the_gpu_data_flow_on_two_ranks():
     res = mpi_script(os.path.join(os.path.dirname(__file__), "mpi_scripts", "device_arrays_run.py"), 2, *folders,
                      timeout=240)
     assert res.returncode == 0 and "OK" in res.stdout, res.stdout + res.stderr[-3000:]
+
+
+def _row_kernel(prog, sizes):
+    sdfg = prog.to_sdfg()
+    if sizes:
+        sdfg.specialize(sizes)
+    dp.lower(sdfg, {m.name: (2, ) + (1, ) * (len(m.params) - 1) for m in dp.maps(sdfg)}, device="gpu")
+    code = "".join(n.code.as_string for n, _ in sdfg.all_nodes_recursive()
+                   if isinstance(n, nodes.Tasklet) and n.label.startswith("row_kernel"))
+    return dp.report(sdfg).row_kernels, code
+
+
+def test_a_row_kernel_stages_in_shared_memory_the_rows_it_reads_more_than_once(monkeypatch):
+    """``x / max(x) * 2`` reads each row of ``x`` twice (the row max, then the map): the row kernel stages
+    the row in shared memory, read from GPU memory once, where the row length is a constant and the row
+    fits (32 columns of float64); a row of 8192 float64 (64 KiB) does not fit, a row length known only at
+    run time (``MR`` not specialized) has no compile-time buffer, and ``DACE_PARTITION_GPU_ROW_CACHE=0`` turns staging off: then
+    both loops read ``x`` from memory."""
+    rows, code = _row_kernel(_rows_scaled, dict(NR=16, MR=32))
+    assert len(rows) == 1 and "staged in shared memory" in rows[0], rows
+    assert "__DPR_SHARED double __dpr_c_" in code and "[32];" in code
+    assert code.count("__dpr_in0[") == 1, "x is read from GPU memory in the staging loop only"
+    for sizes in (dict(NR=16, MR=8192), dict(NR=16)):
+        rows, code = _row_kernel(_rows_scaled, sizes)
+        assert len(rows) == 1 and "staged" not in rows[0] and "__DPR_SHARED double" not in code, rows
+        assert code.count("__dpr_in0[") == 2
+    monkeypatch.setenv("DACE_PARTITION_GPU_ROW_CACHE", "0")
+    rows, code = _row_kernel(_rows_scaled, dict(NR=16, MR=32))
+    assert len(rows) == 1 and "staged" not in rows[0] and code.count("__dpr_in0[") == 2

@@ -70,6 +70,7 @@ DACE_EXPORTED void *__dp_gpu_malloc(size_t bytes) {
     return cudaMalloc(&p, bytes ? bytes : 1) == cudaSuccess ? p : nullptr;
 }
 DACE_EXPORTED void __dp_gpu_free(void *p) { cudaFree(p); }
+DACE_EXPORTED int __dp_gpu_sync() { return (int)cudaDeviceSynchronize(); }
 DACE_EXPORTED int __dp_gpu_copy(void *dst, const void *src, size_t bytes) {
     dace_partition_cuda::select_device();
     return (int)cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);

@@ -6,8 +6,9 @@ memory. Where every kernel of a chain of consecutive states keeps to its rows (a
 ``[rows, columns]`` that reads its own element and per-row values, or a reduction of a ``[rows, columns]``
 array over the columns), the chain becomes one kernel with a thread block per row: the block reduces with
 warp shuffles and shared memory, every thread keeps the per-row results in registers, and an intermediate
-that only the chain uses is recomputed where it is read instead of stored (its inputs are in the block's
-cache). The softmax then reads ``x`` from GPU memory once per reduction and writes the result once.
+that only the chain uses is recomputed where it is read instead of stored. An input row that several
+loops read is staged in shared memory (:func:`_row_cache`), so the softmax reads ``x`` from GPU memory
+once and writes the result once.
 
 :func:`row_chains` decides (pure: which states fuse); :func:`fuse_row_chain`
 rewrites one chain into its first state (the other states are emptied; their guards stay and, holding the
@@ -34,6 +35,9 @@ from ..compat import all_states
 
 #: Threads per row block at most (8 warps); fewer for short rows.
 ROW_THREADS = 256
+
+#: Shared memory a row block may stage its row's inputs in (bytes; a block may use 48 KiB without opting in).
+ROW_CACHE_BYTES = 32 * 1024
 
 #: The reductions a row kernel computes: DaCe's reduction type -> (the combining helper, its identity).
 _REDUCTIONS = MappingProxyType({
@@ -75,12 +79,21 @@ class RowChain:
     stages: List[_Stage]
     cols: object
     internal: Set[str] = field(default_factory=set)
+    cached: Tuple[str, ...] = ()  # inputs staged in shared memory: read from GPU memory once per row
 
     def loops(self) -> List["RowLoop"]:
         """The fused kernel's loops over a row's columns, in order, with what each reads from and writes to
         GPU memory: a reduction's loop, and a map's store where its result is kept. A value the chain
         computed is not read back: a reduction's stays in registers, a map's is recomputed from its inputs
-        where it is read (so the softmax reads ``x`` in three loops). The cost model prices these."""
+        where it is read (so the softmax evaluates ``x`` in three loops). An input staged in shared memory
+        is read from GPU memory once, in a first loop that only stages. The cost model prices these."""
+        out = self._loops()
+        if not self.cached:
+            return out
+        staged = frozenset(self.cached)
+        return [RowLoop(staged, None, ())] + [RowLoop(lp.reads - staged, lp.writes, lp.evaluates) for lp in out]
+
+    def _loops(self) -> List["RowLoop"]:
         producer = {s.out: s for s in self.stages}
 
         def expand(name: str, reads: Set[str], evaluates: List[SDFGState]):
@@ -105,7 +118,8 @@ class RowChain:
 
     def __str__(self):
         return (f"{len(self.stages)} kernels ({', '.join(s.state.label for s in self.stages)}) -> one row kernel"
-                f"{' (not stored: ' + ', '.join(sorted(self.internal)) + ')' if self.internal else ''}")
+                f"{' (not stored: ' + ', '.join(sorted(self.internal)) + ')' if self.internal else ''}"
+                f"{'; rows of ' + ', '.join(self.cached) + ' staged in shared memory' if self.cached else ''}")
 
 
 @dataclass(frozen=True)
@@ -120,6 +134,42 @@ class RowLoop:
 
 def enabled() -> bool:
     return os.environ.get("DACE_PARTITION_GPU_FUSION", "1").lower() not in ("0", "no", "off", "false")
+
+
+def cache_enabled() -> bool:
+    return os.environ.get("DACE_PARTITION_GPU_ROW_CACHE", "1").lower() not in ("0", "no", "off", "false")
+
+
+def _constant_cols(sdfg: SDFG, chain: RowChain) -> Optional[int]:
+    """The row length as an integer, where it is one at compile time (the program's constants included)."""
+    try:
+        return int(symbolic.evaluate(chain.cols, {k: v for k, v in sdfg.constants.items()
+                                                  if isinstance(v, numbers.Number)}))
+    except (TypeError, ValueError, KeyError):
+        return None
+
+
+def _row_cache(sdfg: SDFG, chain: RowChain) -> Tuple[str, ...]:
+    """The inputs a row kernel stages in shared memory: ``[rows, cols]`` arrays that more than one of its
+    loops reads (a loop that recomputes an intermediate reads that intermediate's inputs), most-read first,
+    while their rows fit :data:`ROW_CACHE_BYTES`. Each thread stages and later reads only its own columns,
+    so staging needs no barrier; a row length known only at run time stages nothing (the buffer's size is
+    a compile-time constant)."""
+    cols = _constant_cols(sdfg, chain)
+    if not cache_enabled() or cols is None:
+        return ()
+    count: Dict[str, int] = {}
+    for lp in chain._loops():
+        for name in lp.reads:
+            if len(sdfg.arrays[name].shape) == 2:
+                count[name] = count.get(name, 0) + 1
+    out, used = [], 0
+    for name in sorted(count, key=lambda n: (-count[n], n)):
+        size = cols * sdfg.arrays[name].dtype.bytes
+        if count[name] >= 2 and used + size <= ROW_CACHE_BYTES:
+            out.append(name)
+            used += size
+    return tuple(out)
 
 
 def _same(a, b, constants=None) -> bool:
@@ -342,7 +392,9 @@ def _check(sdfg: SDFG, stages: List[_Stage]) -> Optional[RowChain]:
     known |= {str(x) for x in rng.free_symbols} | set(map(str, sdfg.constants))
     if any(s.symbols - known for s in stages):
         return None
-    return RowChain(list(stages), cols, internal)
+    chain = RowChain(list(stages), cols, internal)
+    chain.cached = _row_cache(sdfg, chain)
+    return chain
 
 
 def _renamed(e):
@@ -392,6 +444,8 @@ class _Emitter:
             if p.kind == _Kind.REDUCE:
                 return f"__dpr_{_ident(name)}"
             return f"__dpr_f_{_ident(name)}(__dpr_j)"
+        if name in self.chain.cached and kind == _Index.ELEMENT:
+            return f"__dpr_c_{_ident(name)}[__dpr_j]"
         return self.mem(name, kind, self.conn_in(name))
 
     def map_body(self, s: _Stage, done: Set[str]) -> str:
@@ -448,20 +502,28 @@ class _Emitter:
     def emit(self) -> str:
         done: Set[str] = set()
         code = []
+        for name in self.chain.cached:  # each thread stages its own columns, and reads only those later
+            t = self.sdfg.arrays[name].dtype.ctype
+            v = f"__dpr_c_{_ident(name)}"
+            code.append(f"__DPR_SHARED {t} {v}[{_constant_cols(self.sdfg, self.chain)}];")
+            code.append(f"__DPR_UNROLL for (long long __dpr_j = __dpr_lane; __dpr_j < __dpr_cols; "
+                        f"__dpr_j += __dpr_step) {v}[__dpr_j] = "
+                        f"{self.mem(name, _Index.ELEMENT, self.conn_in(name))};")
         for s in self.chain.stages:
             if s.kind == _Kind.REDUCE:
                 t = self.sdfg.arrays[s.out].dtype.ctype
                 src = self.value(s.reads[0], _Index.ELEMENT, done)
                 v = f"__dpr_{_ident(s.out)}"
                 code.append(f"{t} {v} = {s.identity};")
-                code.append(f"for (long long __dpr_j = __dpr_lane; __dpr_j < __dpr_cols; __dpr_j += __dpr_step) "
-                            f"{{ {t} __dpr_x = {src}; {v} = __dpr_{s.op}({v}, __dpr_x); }}")
+                code.append(f"__DPR_UNROLL for (long long __dpr_j = __dpr_lane; __dpr_j < __dpr_cols; "
+                            f"__dpr_j += __dpr_step) {{ {t} __dpr_x = {src}; {v} = __dpr_{s.op}({v}, __dpr_x); }}")
                 code.append(f"{v} = __DPR_ALLREDUCE({s.op}, {v});")
             else:
                 code.append(self.map_body(s, done))
                 if s.out not in self.chain.internal:
                     conn = self.conn_out(s.out)
-                    code.append(f"for (long long __dpr_j = __dpr_lane; __dpr_j < __dpr_cols; __dpr_j += __dpr_step) "
+                    code.append(f"__DPR_UNROLL for (long long __dpr_j = __dpr_lane; __dpr_j < __dpr_cols; "
+                                f"__dpr_j += __dpr_step) "
                                 f"{self.mem(s.out, _Index.ELEMENT, conn)} = __dpr_f_{_ident(s.out)}(__dpr_j);")
             done.add(s.out)
         return "\n".join(code)
@@ -495,14 +557,20 @@ def _topological(state: SDFGState, inner) -> list:
 
 
 #: The per-thread code's frame: on the GPU the block's threads share the columns and reduce together; on
-#: the host (the emulation) the map's first thread does the whole row.
+#: the host (the emulation) the map's first thread does the whole row (its staged rows on its stack). The
+#: column loops are unrolled on the GPU so that a thread has several loads in flight: a block per row
+#: otherwise waits out one memory latency per element it reads.
 _FRAME = """
 #ifdef __CUDA_ARCH__
 const long long __dpr_lane = {lane}; const long long __dpr_step = {threads};
 #define __DPR_ALLREDUCE(op, v) __dpr_block_##op(v)
+#define __DPR_SHARED __shared__
+#define __DPR_UNROLL _Pragma("unroll 8")
 #else
 const long long __dpr_lane = 0; const long long __dpr_step = 1;
 #define __DPR_ALLREDUCE(op, v) (v)
+#define __DPR_SHARED
+#define __DPR_UNROLL
 if ({lane} == 0)
 #endif
 {{
@@ -510,6 +578,8 @@ const long long __dpr_l = {row}; const long long __dpr_cols = {cols};
 {body}
 }}
 #undef __DPR_ALLREDUCE
+#undef __DPR_SHARED
+#undef __DPR_UNROLL
 """
 
 #: The helpers of the row kernels: the combining operators (the host's emulation uses them too) and, for

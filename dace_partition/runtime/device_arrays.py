@@ -18,8 +18,9 @@ Device memory is the program's own: allocation and copies go through functions i
 tests run the GPU data flow without a GPU) uses :class:`HostMemory`, where "device" memory is host memory.
 """
 import ctypes
+import math
 from dataclasses import dataclass
-from typing import Dict, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -56,7 +57,7 @@ class DeviceView:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)  # Python ints: exact, and no NumPy reduction per call
 
     @property
     def nbytes(self) -> int:
@@ -114,7 +115,7 @@ class DeviceArray:
         self.shape = tuple(int(n) for n in shape)
         self.dtype = np.dtype(dtype)
         self.strides = _c_strides(self.shape, self.dtype.itemsize)
-        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        self.nbytes = math.prod(self.shape) * self.dtype.itemsize
         self.ptr, self._keep = memory.malloc(self.nbytes)
 
     @property
@@ -140,10 +141,19 @@ class DeviceArray:
 
 
 class CudaMemory:
-    """GPU memory through the functions the program's CUDA file exports (``passes.gpu._DEVICE_MEMORY``)."""
+    """GPU memory through the functions the program's CUDA file exports (``passes.gpu._DEVICE_MEMORY``).
+
+    A freed buffer is kept for the next allocation of the same size (up to :attr:`KEEP` per size), as
+    CuPy's and PyTorch's pools do: a program that returns a new device array per call would otherwise pay
+    a ``cudaMalloc`` and a ``cudaFree`` (which waits for the whole device) per call. Before a kept buffer is
+    handed out again the device is synchronized, so no kernel the caller queued on the old array (on any
+    stream) still reads it when the program writes it."""
+
+    KEEP = 2
 
     def __init__(self, compiled):
         self._compiled = compiled
+        self._pool: Dict[int, List[int]] = {}
 
         def fn(name, restype, *argtypes):
             f = compiled._lib.get_symbol(name, restype)
@@ -154,16 +164,39 @@ class CudaMemory:
         self._copy = fn("__dp_gpu_copy", ctypes.c_int, vp, vp, size)
         self._device_of = fn("__dp_gpu_device_of", ctypes.c_int, vp)
         self._current = fn("__dp_gpu_current", ctypes.c_int)
+        sync = compiled.get_exported_function("__dp_gpu_sync", ctypes.c_int)
+        self._sync = fn("__dp_gpu_sync", ctypes.c_int) if sync is not None else None  # older builds: no pool
 
     def malloc(self, nbytes):
+        kept = self._pool.get(nbytes)
+        if kept:
+            err = self._sync()
+            if err:
+                raise RuntimeError(f"cudaDeviceSynchronize failed (CUDA error {err}) before reusing a buffer")
+            return kept.pop(), nbytes
         p = self._malloc(nbytes)
+        if not p and self._pool:  # out of memory: give the kept buffers back and try again
+            self.release()
+            p = self._malloc(nbytes)
         if not p:
             raise MemoryError(f"cudaMalloc of {nbytes} bytes failed on GPU {self.current()}")
-        return p, None
+        return p, nbytes
 
-    def free(self, ptr, _keep):
-        if self._compiled._lib.is_loaded():  # at exit the library may be gone first: the process frees it
+    def free(self, ptr, nbytes):
+        if not self._compiled._lib.is_loaded():  # at exit the library may be gone first: the process frees it
+            return
+        kept = self._pool.setdefault(nbytes, [])
+        if self._sync is not None and len(kept) < self.KEEP:
+            kept.append(ptr)
+        else:
             self._free(ptr)
+
+    def release(self):
+        """Frees the kept buffers."""
+        for kept in self._pool.values():
+            for p in kept:
+                self._free(p)
+        self._pool.clear()
 
     def copy(self, dst: int, src: int, nbytes: int):
         err = self._copy(dst, src, nbytes)

@@ -17,6 +17,18 @@ def gpu_axpy(x: dace.float32[N], y: dace.float32[N]):
         y[i] = 2.0 * x[i] + y[i]
 
 
+T = dace.symbol("T")
+
+
+@dace.program
+def gpu_axpy_steps(x: dace.float32[N], y: dace.float32[N]):
+    """``gpu_axpy`` repeated ``T`` times in one call: a kernel launch (and DaCe's synchronization after its
+    state) per step, which the calibration separates from the cost of the call itself."""
+    for t in range(T):
+        for i in dace.map[0:N]:
+            y[i] = 2.0 * x[i] + y[i]
+
+
 @dace.program
 def gpu_gemm(A: dace.float64[N, N], B: dace.float64[N, N]):
     """``calibrate(device="gpu")``'s contraction (cuBLAS where the toolkit has it)."""

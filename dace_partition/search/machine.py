@@ -32,7 +32,8 @@ class Machine:
 
     A GPU machine (``gpus > 0``) adds what ``device="gpu"`` lowerings pay: ``pcie`` (bytes/s between a
     rank's GPU and its pinned host memory, crossed twice by every byte MPI moves: to the host at the
-    sender, back to the device at the receiver), ``launch`` (seconds per kernel) and ``gpus`` (the GPUs
+    sender, back to the device at the receiver), ``launch`` (seconds per kernel), ``call`` (seconds per
+    program call: the runtime's argument handling and DaCe's dispatch, the same for every schedule) and ``gpus`` (the GPUs
     the job's ranks share: ranks take GPUs round-robin by node-local rank, so a grid of S ranks runs
     ``ceil(S / gpus)`` tiles one after another on each GPU), and ``switch``: seconds per kernel for each
     further rank on the same GPU (processes time-share a GPU without MPS: a switch between their contexts
@@ -47,6 +48,7 @@ class Machine:
     pcie: float = 0.0  # bytes/s host <-> GPU (pinned)
     launch: float = 0.0  # seconds per GPU kernel
     switch: float = 0.0  # seconds per kernel per further rank sharing its GPU
+    call: float = 0.0  # seconds per program call on a GPU (whatever it launches)
     # Between nodes (0: as inside a node). alpha and beta above are the link inside a node.
     node_alpha: float = 0.0  # seconds per message from another node
     node_beta: float = 0.0  # seconds per byte from another node
@@ -98,7 +100,8 @@ class Machine:
 
     def __str__(self):
         gpu = (f", {self.gpus} GPU(s) shared by the ranks, PCIe {self.pcie / 1e9:.0f} GB/s, launch "
-               f"{self.launch * 1e6:.0f} us, switch {self.switch * 1e6:.0f} us") if self.gpus else ""
+               f"{self.launch * 1e6:.0f} us, switch {self.switch * 1e6:.0f} us" +
+               (f", call {self.call * 1e6:.0f} us" if self.call else "")) if self.gpus else ""
         nodes = (f", between nodes alpha {self.node_link[0] * 1e6:.2f} us, beta "
                  f"{1 / self.node_link[1] / 1e9:.2f} GB/s" +
                  (f", {self.ranks_per_node} rank(s) per node" if self.ranks_per_node else "")) if self.two_levels else ""
@@ -261,7 +264,7 @@ def calibrate_gpu(save: bool = True, launcher=None) -> Machine:
     from ..runtime.cuda_build import gpu_names
     names = gpu_names()
     base = gpu_machine(host=host)
-    m = replace(base, stream=got["stream"], pcie=got["pcie"], launch=got["launch"],
+    m = replace(base, stream=got["stream"], pcie=got["pcie"], launch=got["launch"], call=got.get("call", 0.0),
                 blas_flops=got.get("blas_flops", base.blas_flops),
                 gpus=len(names) or 1, source=f"GPU calibrated {time.strftime('%Y-%m-%d')} "
                                               f"({names[0] if names else 'GPU'}); MPI link: {host.source}")

@@ -543,7 +543,8 @@ class ProgramModel:
         (array, what, bytes per call) for every priced move. Each array's part is computed once per
         combination of the candidates of the kernels that touch it (a search changes one kernel at a time)."""
         per = [0] * self.ranks
-        comm = compute = 0.0
+        comm = 0.0
+        compute = self.machine.call if self.machine.gpus else 0.0  # once per call, whatever the schedule
         memory = 0
         chosen = {k.index: self.priced[k.index][choice.get(k.index, 0)] for k in self.kernels}
         for k in self.kernels:
