@@ -23,13 +23,12 @@ class BroadcastBranchData(PlanPass):
         made = pipeline_results["PartitionKernels"]
         carried = pipeline_results.get("FuseLoops")
         for b in self.plan.broadcasts:
-            kind = b.after[0]
-            if kind == "k":
-                src = made.gathers[b.after[1]]
-            elif kind in ("pre", "post"):
+            if b.after.at_kernel:
+                src = made.gathers[b.after.state]
+            elif b.after.on_loop:
                 src = carried.states[b.after]
             else:
-                src = b.after[1]
+                src = b.after.state
             st = sdfg.add_state(f"dp_branch_data_{src.label}")
             for e in list(sdfg.out_edges(src)):
                 sdfg.remove_edge(e)

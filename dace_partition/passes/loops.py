@@ -22,6 +22,7 @@ from dace.sdfg import SDFG, SDFGState
 from ..ir import Move
 from ..plan.carry import CopyInside, Enter, Fold, Forget, GatherAfter, Leave, Made, Retarget, ScatterBefore
 from ..plan.fusion import Fusion
+from ..plan.model import At, Point
 from ..plan.fusion import block_symbols as moves_block_symbols
 from ..schedule.loops import find_loops
 from ..solvers.node import DistributedMemlet
@@ -84,9 +85,9 @@ def _edge_on(sdfg: SDFG, edge, label: str, before_head: bool) -> SDFGState:
 @dataclass(frozen=True)
 class Carried:
     """What :class:`FuseLoops` did: the fusions (for the report) and the states it made before and after
-    loops, by ``("pre" | "post", loop guard)``."""
+    loops, by their :class:`~dace_partition.plan.model.Point`."""
     fusions: List[Fusion]
-    states: Dict[tuple, SDFGState]
+    states: Dict[Point, SDFGState]
 
 
 class FuseLoops(PlanPass):
@@ -106,10 +107,10 @@ class FuseLoops(PlanPass):
                 if isinstance(e, Fold):
                     _fold(sdfg, nodes[e.gather], e)
                 elif isinstance(e, Enter):
-                    pre = out.states[("pre", lp.head)] = _edge_on(sdfg, lp.entries[0], f"dp_loop_{lp.head.label}_pre",
+                    pre = out.states[Point(At.BEFORE_LOOP, lp.head)] = _edge_on(sdfg, lp.entries[0], f"dp_loop_{lp.head.label}_pre",
                                                                   True)
                 elif isinstance(e, Leave):
-                    post = out.states[("post", lp.head)] = _edge_on(sdfg, lp.exits[0],
+                    post = out.states[Point(At.AFTER_LOOP, lp.head)] = _edge_on(sdfg, lp.exits[0],
                                                                     f"dp_loop_{lp.head.label}_post", False)
                 elif isinstance(e, ScatterBefore):
                     dm = _dm(f"scatter_{e.move.array}", e.move, e.solver)

@@ -27,7 +27,7 @@ from ..schedule import ordered_states
 from .carry import Enter, Leave
 from .fusion import block_symbols
 from .lowering import LoweringPlan
-from .model import PartitionModel
+from .model import At, PartitionModel, Point
 
 WORLD_GRID_LABEL = "branch data"
 
@@ -45,8 +45,8 @@ class BranchMove:
 class Broadcast:
     """The containers ``moves`` reach every rank after the point ``after`` of the partitioned program (a
     state, the gathers after a kernel, or a state made before or after a loop; see
-    :class:`~.model.PartitionModel`), whose state is labelled ``label``."""
-    after: tuple
+    :class:`~.model.Point`), whose state is labelled ``label``."""
+    after: "Point"
     label: str
     moves: Tuple[BranchMove, ...]
 
@@ -142,12 +142,12 @@ def world_grid(plan: LoweringPlan) -> int:
     return max((k.kernel.index for k in plan.kernels), default=-1) + 1
 
 
-def _label(point) -> str:
-    if point[0] == "k":
-        return f"{point[1].label}_gather"
-    if point[0] in ("pre", "post"):
-        return f"dp_loop_{point[1].label}_{point[0]}"
-    return point[1].label
+def _label(point: Point) -> str:
+    if point.at_kernel:
+        return f"{point.state.label}_gather"
+    if point.on_loop:
+        return f"dp_loop_{point.state.label}_{'pre' if point.at == At.BEFORE_LOOP else 'post'}"
+    return point.state.label
 
 
 def _edges(model: PartitionModel, plan: LoweringPlan) -> list:
@@ -159,7 +159,7 @@ def _edges(model: PartitionModel, plan: LoweringPlan) -> list:
     loops = {lp.head: lp for lp in model.loops}
 
     def point(state):
-        return ("k", state, 2) if state in model.kernel_states else ("s", state)
+        return Point(At.AFTER_KERNEL if state in model.kernel_states else At.STATE, state)
 
     chains = {id(e): [[point(e.src), None if e.data.is_unconditional() else e.data.condition,
                        dict(e.data.assignments)]] for e in sdfg.edges()}
@@ -169,11 +169,11 @@ def _edges(model: PartitionModel, plan: LoweringPlan) -> list:
             if isinstance(edit, Enter):  # the part into the guard: condition, then the new state, then assignments
                 chain = chains[id(lp.entries[0])]
                 last = chain[-1]
-                chain.append([("pre", lp.head), None, last[2]])
+                chain.append([Point(At.BEFORE_LOOP, lp.head), None, last[2]])
                 last[2] = {}
             elif isinstance(edit, Leave):  # the part out of the loop: the new state after condition and assignments
                 chain = chains[id(lp.exits[0])]
-                chain.insert(1, [("post", lp.head), None, {}])
+                chain.insert(1, [Point(At.AFTER_LOOP, lp.head), None, {}])
     return [tuple(seg) for e in sdfg.edges() for seg in chains[id(e)]]
 
 

@@ -35,7 +35,7 @@ from ..ir.relations import at_most, covers, disjoint_tiles, offset_inside
 from ..schedule import ordered_states
 from ..schedule.loops import Loop
 from .fusion import Fusion, FusionKind, block_symbols
-from .model import Drop, Made, ModelAccess, ModelMove, Node, PartitionModel, Reroute
+from .model import At, Drop, Made, ModelAccess, ModelMove, Node, PartitionModel, Point, Reroute
 
 
 @dataclass(frozen=True)
@@ -229,7 +229,7 @@ class _Carrier:
                 for s in scatters:  # read-only in the loop: scatter once, before it
                     made = self.m.make(lp.head.label)
                     edits.append(ScatterBefore(made, s.move, s.solver, s.dst))
-                    self.m.add(made, ("pre", lp.head), s.move, s.solver, s.src, s.dst)
+                    self.m.add(made, Point(At.BEFORE_LOOP, lp.head), s.move, s.solver, s.src, s.dst)
                     edits.append(self.m.dropped(s))
                     fusions.append(Fusion(FusionKind.HOIST, arr, -1, s.move.dst.grid_id))
                 continue
@@ -244,13 +244,17 @@ class _Carrier:
 
         def gather_of(t):
             seq = [mv for mv in inside if mv.array == t]
-            if len(seq) != 1 or seq[0].dst_grid or seq[0].point[0] != "k":
+            if len(seq) != 1 or seq[0].dst_grid or not seq[0].point.at_kernel:
                 return None
             g = seq[0]
             return None if g.move.accumulates or g.move.op or g.move.src.partial else g
 
+        def writer_of(t):  # the state of the kernel whose gather to rank 0 makes t
+            g = gather_of(t)
+            return g.point.state if g is not None else None
+
         for st in order:
-            found = None if st in self.folded else copy_to_fold(self.sdfg, order, st, lambda t: getattr(gather_of(t), "point", (None, None))[1])
+            found = None if st in self.folded else copy_to_fold(self.sdfg, order, st, writer_of)
             if found is None:
                 continue
             _, t, x, offset = found
@@ -262,7 +266,7 @@ class _Carrier:
             solver = self.m.implement(move)
             edits.append(Fold(g.key, st, t, x, move, solver))
             g.move, g.solver, g.dst = move, solver, x
-            self.m.accesses = [a for a in self.m.accesses if a.point != ("s", st)]
+            self.m.accesses = [a for a in self.m.accesses if a.point != Point(At.STATE, st)]
             self.folded.add(st)
 
     def _carry(self, lp: Loop, arr: str, g: ModelMove, scatters: List[ModelMove], edits: List[Edit]) -> List[Fusion]:
@@ -301,22 +305,22 @@ class _Carrier:
             made = scattered[local_d] = self.m.make(lp.head.label)
             solver = self.m.implement(move)
             edits.append(ScatterBefore(made, move, solver, local_d))
-            self.m.add(made, ("pre", lp.head), move, solver, arr, local_d)
+            self.m.add(made, Point(At.BEFORE_LOOP, lp.head), move, solver, arr, local_d)
         inside = self._inside_a_scattered_block(h, local_h, first)
         if inside is None:
             move = Move(arr, ROOT, h, tuple(g.move.shape), int(g.move.itemsize))
             made, solver = self.m.make(lp.head.label), self.m.implement(move)
             edits.append(ScatterBefore(made, move, solver, local_h))
-            self.m.add(made, ("pre", lp.head), move, solver, arr, local_h)
+            self.m.add(made, Point(At.BEFORE_LOOP, lp.head), move, solver, arr, local_h)
         else:  # the written blocks' prior values are inside a reader's block that was just scattered: copy them
             local_d, offset = inside
             edits.append(CopyInside(scattered[local_d], local_h, _box(self.m.shapes[local_h], offset)))
-            self.m.accesses.append(ModelAccess(("pre", lp.head), local_d, True, False))
-            self.m.accesses.append(ModelAccess(("pre", lp.head), local_h, False, True))
+            self.m.accesses.append(ModelAccess(Point(At.BEFORE_LOOP, lp.head), local_d, True, False))
+            self.m.accesses.append(ModelAccess(Point(At.BEFORE_LOOP, lp.head), local_h, False, True))
             out.append(Fusion(FusionKind.INSIDE, arr, -1, h.grid_id))
         made = self.m.make(lp.head.label)
         edits.append(GatherAfter(made, g.move, g.solver, local_h))
-        self.m.add(made, ("post", lp.head), g.move, g.solver, local_h, arr)
+        self.m.add(made, Point(At.AFTER_LOOP, lp.head), g.move, g.solver, local_h, arr)
         edits.append(self.m.dropped(g))
         return out
 
@@ -330,7 +334,7 @@ class _Carrier:
         local_h = g.src
         edits.append(Retarget(kst, local_h, local_d, tuple(off)))
         for a in self.m.accesses:
-            if a.point == ("k", kst, 1) and a.name == local_h:
+            if a.point == Point(At.KERNEL, kst) and a.name == local_h:
                 a.name = local_d
         move = Move(arr, h, d, tuple(g.move.shape), int(g.move.itemsize))
         solver = self.m.implement(move, box=True)
@@ -339,10 +343,10 @@ class _Carrier:
         before = Move(arr, ROOT, d, tuple(g.move.shape), int(g.move.itemsize))
         made, bsolver = self.m.make(lp.head.label), self.m.implement(before)
         edits.append(ScatterBefore(made, before, bsolver, local_d))
-        self.m.add(made, ("pre", lp.head), before, bsolver, arr, local_d)
+        self.m.add(made, Point(At.BEFORE_LOOP, lp.head), before, bsolver, arr, local_d)
         made, gsolver = self.m.make(lp.head.label), self.m.implement(g.move, box=True)
         edits.append(GatherAfter(made, g.move, gsolver, local_d, box))
-        self.m.add(made, ("post", lp.head), g.move, gsolver, local_d, arr)
+        self.m.add(made, Point(At.AFTER_LOOP, lp.head), g.move, gsolver, local_d, arr)
         edits.append(self.m.dropped(g))
         if not self.m.nodes(local_h):
             edits.append(Forget(local_h))
@@ -389,4 +393,4 @@ class _Carrier:
         for a in self.m.nodes(local_d):
             if a.point == kpoint or (a.written and a.point != s.point):
                 return None
-        return s, local_d, kpoint[1], off
+        return s, local_d, kpoint.state, off

@@ -9,6 +9,8 @@ the edit it plans will change the program. Edits name a scatter or gather by :cl
 (one the partition makes) or :class:`Made` (one an earlier edit makes).
 """
 from dataclasses import dataclass, field
+from enum import Enum
+from types import MappingProxyType
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from dace.sdfg import SDFG
@@ -19,6 +21,39 @@ from ..schedule.loops import Loop, find_loops
 from ..solvers.registry import implement
 from .fusion import FusionKind, RoundTrip, Site, _events
 from .lowering import LoweringPlan
+
+
+class At(Enum):
+    """Where in the partitioned program a :class:`Point` lies."""
+    BEFORE_KERNEL = "before a planned kernel (its scatters)"
+    KERNEL = "a planned kernel"
+    AFTER_KERNEL = "after a planned kernel (its gathers)"
+    STATE = "a state without a planned kernel (code on rank 0, a copy)"
+    BEFORE_LOOP = "before a loop (the state the loop carry makes on its entry edge)"
+    AFTER_LOOP = "after a loop (the state made on its exit edge)"
+
+
+#: A planned kernel's state stands for three points, in this order.
+_SLOT = MappingProxyType({At.BEFORE_KERNEL: 0, At.KERNEL: 1, At.AFTER_KERNEL: 2})
+
+
+@dataclass(frozen=True)
+class Point:
+    """Where an access happens: ``at`` a state of the prepared program (``state``), or before or after the
+    loop whose guard is ``state``."""
+    at: At
+    state: object
+
+    @property
+    def on_loop(self) -> bool:
+        return self.at in (At.BEFORE_LOOP, At.AFTER_LOOP)
+
+    @property
+    def at_kernel(self) -> bool:
+        return self.at in _SLOT
+
+    def __str__(self):
+        return f"{self.at.value}: '{self.state.label}'"
 
 
 @dataclass(frozen=True)
@@ -55,7 +90,7 @@ class Reroute:
 class ModelMove:
     """A scatter or gather of the partitioned program as the carry sees it (changes as edits are planned)."""
     key: Node
-    point: tuple  # ("k", kernel state, 0 before / 2 after) or ("pre" / "post", loop head)
+    point: Point  # before or after a kernel, or before or after a loop
     order: tuple
     move: Move
     solver: str
@@ -78,7 +113,7 @@ class ModelMove:
 @dataclass
 class ModelAccess:
     """An access node that is not an end of a scatter or gather: a kernel's, rank 0's, a copy's."""
-    point: tuple
+    point: Point
     name: str
     read: bool
     written: bool
@@ -92,10 +127,8 @@ class PartitionModel:
     kept current as they plan their edits: which scatters and gathers there are, where, what they move
     and which buffers they read and write, and which buffers the kernels and rank 0's code access.
 
-    A point is where an access happens: ``("k", state, 0 | 1 | 2)`` before a planned kernel (its scatters),
-    the kernel itself, after it (its gathers); ``("s", state)`` any other state (code on rank 0);
-    ``("pre" | "post", head)`` before or after the loop whose guard is ``head``. Moves are ordered as
-    the program runs them, points of one state in that order."""
+    Each access happens at a :class:`Point`. Moves are ordered as the program runs them, the points of one
+    kernel's state in the order before, kernel, after."""
     sdfg: SDFG
     plan: LoweringPlan
     solvers: Sequence
@@ -116,7 +149,7 @@ class PartitionModel:
             km = self.kernel_states[e.state]
             pm = km.find(e.site.array, e.site.kind, e.site.role)
             scatter = e.site.kind == MoveKind.SCATTER
-            mv = self.add(e.site, ("k", e.state, 0 if scatter else 2), e.move, pm.solver,
+            mv = self.add(e.site, Point(At.BEFORE_KERNEL if scatter else At.AFTER_KERNEL, e.state), e.move, pm.solver,
                            e.site.array if scatter else e.buffer, e.buffer if scatter else e.site.array)
             by_site[e.site] = mv
             self.shapes.setdefault(e.buffer, e.shape)
@@ -125,14 +158,15 @@ class PartitionModel:
             by_map = km.kernel.kind == KernelKind.MAP
             for (_, r), (name, _) in bufs.items():
                 if r == Role.IN:
-                    self.accesses.append(ModelAccess(("k", st, 1), name, True, False))
+                    self.accesses.append(ModelAccess(Point(At.KERNEL, st), name, True, False))
                 else:
-                    self.accesses.append(ModelAccess(("k", st, 1), name, False, True, by_map))
+                    self.accesses.append(ModelAccess(Point(At.KERNEL, st), name, False, True, by_map))
         for st in self.states:
             if st in self.kernel_states:
                 continue
             for n in st.data_nodes():
-                self.accesses.append(ModelAccess(("s", st), n.data, st.out_degree(n) > 0, st.in_degree(n) > 0))
+                self.accesses.append(ModelAccess(Point(At.STATE, st), n.data, st.out_degree(n) > 0,
+                                                 st.in_degree(n) > 0))
         for d in plan.round_trips:
             self._round_trip(d, by_site)
 
@@ -145,12 +179,12 @@ class PartitionModel:
         self.moves.append(mv)
         return mv
 
-    def _order(self, point) -> tuple:
-        if point[0] == "k":
-            return (self.index[point[1]], point[2])
-        if point[0] == "pre":
-            return (self.index[point[1]], -1)
-        lp = self._loop_of(point[1])
+    def _order(self, point: Point) -> tuple:
+        if point.at_kernel:
+            return (self.index[point.state], _SLOT[point.at])
+        if point.at == At.BEFORE_LOOP:
+            return (self.index[point.state], -1)
+        lp = self._loop_of(point.state)
         dst = lp.exits[0].dst
         return (self.index.get(dst, len(self.states)), -1)
 
@@ -197,12 +231,12 @@ class PartitionModel:
         if d.last:
             self.drop(source)
 
-    def inside(self, point, lp: Loop) -> bool:
+    def inside(self, point: Point, lp: Loop) -> bool:
         """Whether ``point`` lies in loop ``lp`` (a state made on an inner loop's edge lies where that edge does)."""
-        if point[0] in ("k", "s"):
-            return point[1] in lp.body
-        inner = self._loop_of(point[1])
-        e = inner.entries[0] if point[0] == "pre" else inner.exits[0]
+        if not point.on_loop:
+            return point.state in lp.body
+        inner = self._loop_of(point.state)
+        e = inner.entries[0] if point.at == At.BEFORE_LOOP else inner.exits[0]
         return e.src in lp.body and e.dst in lp.body
 
     def nodes(self, name: str) -> List["ModelAccess"]:
