@@ -67,7 +67,9 @@ _DEVICE_MEMORY = """
 DACE_EXPORTED void *__dp_gpu_malloc(size_t bytes) {
     dace_partition_cuda::select_device();
     void *p = nullptr;
-    return cudaMalloc(&p, bytes ? bytes : 1) == cudaSuccess ? p : nullptr;
+    if (cudaMalloc(&p, bytes ? bytes : 1) == cudaSuccess) return p;
+    cudaGetLastError();  // out of memory is not sticky: cleared, so the next call's error check stays clean
+    return nullptr;
 }
 DACE_EXPORTED void __dp_gpu_free(void *p) { cudaFree(p); }
 DACE_EXPORTED int __dp_gpu_sync() { return (int)cudaDeviceSynchronize(); }
