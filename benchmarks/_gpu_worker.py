@@ -94,7 +94,6 @@ def check(got, variant):
     return errors
 
 
-
 def profile(call, calls=3):
     """Where one call's time goes, from PyTorch's profiler (CUPTI sees every kernel and copy of the
     process, ours included): per GPU kernel, copy or runtime call, its count and microseconds per call."""
@@ -111,7 +110,7 @@ def profile(call, calls=3):
             if dev is None:
                 dev = getattr(e, "cuda_time_total", 0)
             cpu = getattr(e, "self_cpu_time_total", 0)
-            if dev or e.key.startswith("cuda") or e.key.startswith("cu"):
+            if dev or e.key.startswith("cu"):  # kernels and copies, CUDA runtime and driver calls
                 out.append({"name": e.key[:90], "count_per_call": e.count / calls, "device_us_per_call": dev / calls,
                             "cpu_us_per_call": cpu / calls})
         out.sort(key=lambda r: -(r["device_us_per_call"] or r["cpu_us_per_call"]))

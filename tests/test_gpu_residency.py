@@ -485,3 +485,37 @@ def test_a_row_kernel_stages_in_shared_memory_the_rows_it_reads_more_than_once(m
     monkeypatch.setenv("DACE_PARTITION_GPU_ROW_CACHE", "0")
     rows, code = _row_kernel(_rows_scaled, dict(NR=16, MR=32))
     assert len(rows) == 1 and "staged" not in rows[0] and code.count("__dpr_in0[") == 2
+
+
+def test_the_device_result_pool_reuses_freed_buffers_after_a_synchronization():
+    """The runtime's pool of freed device buffers (runtime.device_arrays.BufferPool, what CudaMemory keeps
+    results in), on host memory: a buffer given back is handed out again for the same size only, after a
+    synchronization; at most two per size and ``keep_bytes`` in all are kept, the rest freed at once;
+    release() frees what is kept; a failed synchronization frees the buffer and says so."""
+    from dace_partition.runtime.device_arrays import BufferPool, HostMemory
+    host = HostMemory()
+    owners, freed, syncs = {}, [], []
+
+    def alloc(nbytes):
+        ptr, buf = host.malloc(nbytes)
+        owners[ptr] = buf
+        return ptr
+
+    pool = BufferPool(freed.append, lambda: syncs.append(1) or 0, keep=2, keep_bytes=64)
+    a, b, c, d = alloc(16), alloc(16), alloc(16), alloc(48)
+    assert pool.take(16) is None and not syncs
+    for p in (a, b, c):
+        pool.give(p, 16)
+    assert freed == [c] and pool.kept_bytes == 32  # two kept per size
+    pool.give(d, 48)
+    assert freed == [c, d] and pool.kept_bytes == 32  # 80 bytes would exceed keep_bytes
+    assert pool.take(8) is None and not syncs  # another size: nothing to reuse
+    got = pool.take(16)
+    assert got in (a, b) and syncs == [1] and pool.kept_bytes == 16
+    pool.release()
+    assert set(freed) == {c, d, ({a, b} - {got}).pop()} and pool.kept_bytes == 0 and pool.take(16) is None
+    failing = BufferPool(freed.append, lambda: 700)
+    failing.give(got, 16)
+    with pytest.raises(RuntimeError, match="CUDA error 700"):
+        failing.take(16)
+    assert freed[-1] == got

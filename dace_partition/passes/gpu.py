@@ -71,8 +71,11 @@ DACE_EXPORTED void *__dp_gpu_malloc(size_t bytes) {
     cudaGetLastError();  // out of memory is not sticky: cleared, so the next call's error check stays clean
     return nullptr;
 }
-DACE_EXPORTED void __dp_gpu_free(void *p) { cudaFree(p); }
-DACE_EXPORTED int __dp_gpu_sync() { return (int)cudaDeviceSynchronize(); }
+DACE_EXPORTED void __dp_gpu_free(void *p) { dace_partition_cuda::select_device(); cudaFree(p); }
+DACE_EXPORTED int __dp_gpu_sync() {  // the rank's own GPU, whatever the calling thread selected
+    dace_partition_cuda::select_device();
+    return (int)cudaDeviceSynchronize();
+}
 DACE_EXPORTED int __dp_gpu_copy(void *dst, const void *src, size_t bytes) {
     dace_partition_cuda::select_device();
     return (int)cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);

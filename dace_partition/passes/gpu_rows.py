@@ -151,10 +151,10 @@ def _constant_cols(sdfg: SDFG, chain: RowChain) -> Optional[int]:
 
 def _row_cache(sdfg: SDFG, chain: RowChain) -> Tuple[str, ...]:
     """The inputs a row kernel stages in shared memory: ``[rows, cols]`` arrays that more than one of its
-    loops reads (a loop that recomputes an intermediate reads that intermediate's inputs), most-read first,
-    while their rows fit :data:`ROW_CACHE_BYTES`. Each thread stages and later reads only its own columns,
-    so staging needs no barrier; a row length known only at run time stages nothing (the buffer's size is
-    a compile-time constant)."""
+    loops reads (a loop that recomputes an intermediate reads that intermediate's inputs), taken most-read
+    first where their rows still fit in :data:`ROW_CACHE_BYTES`. Each thread stages and later reads only
+    its own columns, so staging needs no barrier; a row length known only at run time stages nothing (the
+    buffer's size is a compile-time constant)."""
     cols = _constant_cols(sdfg, chain)
     if not cache_enabled() or cols is None:
         return ()

@@ -22,8 +22,8 @@ from dace.sdfg import SDFG, SDFGState
 from ..ir import Move
 from ..plan.carry import CopyInside, Enter, Fold, Forget, GatherAfter, Leave, Made, Retarget, ScatterBefore
 from ..plan.fusion import Fusion
-from ..plan.model import At, Point
 from ..plan.fusion import block_symbols as moves_block_symbols
+from ..plan.model import At, Point
 from ..schedule.loops import find_loops
 from ..solvers.node import DistributedMemlet
 from .graph import PlanPass, buffer_memlet, carry_out, uses
@@ -107,11 +107,11 @@ class FuseLoops(PlanPass):
                 if isinstance(e, Fold):
                     _fold(sdfg, nodes[e.gather], e)
                 elif isinstance(e, Enter):
-                    pre = out.states[Point(At.BEFORE_LOOP, lp.head)] = _edge_on(sdfg, lp.entries[0], f"dp_loop_{lp.head.label}_pre",
-                                                                  True)
+                    pre = _edge_on(sdfg, lp.entries[0], f"dp_loop_{lp.head.label}_pre", True)
+                    out.states[Point(At.BEFORE_LOOP, lp.head)] = pre
                 elif isinstance(e, Leave):
-                    post = out.states[Point(At.AFTER_LOOP, lp.head)] = _edge_on(sdfg, lp.exits[0],
-                                                                    f"dp_loop_{lp.head.label}_post", False)
+                    post = _edge_on(sdfg, lp.exits[0], f"dp_loop_{lp.head.label}_post", False)
+                    out.states[Point(At.AFTER_LOOP, lp.head)] = post
                 elif isinstance(e, ScatterBefore):
                     dm = _dm(f"scatter_{e.move.array}", e.move, e.solver)
                     pre.add_edge(pre.add_read(e.move.array), None, dm, "_in",

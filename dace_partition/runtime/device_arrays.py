@@ -140,20 +140,57 @@ class DeviceArray:
             pass
 
 
+class BufferPool:
+    """Freed device buffers kept for the next allocation of the same size (up to ``keep`` per size and
+    ``keep_bytes`` in all), as CuPy's and PyTorch's pools do: a program that returns a new device array per
+    call would otherwise pay a ``cudaMalloc`` and a ``cudaFree`` (which waits for the whole device) per call.
+    Before a kept buffer is handed out again ``sync`` runs (the device is synchronized), so no kernel the
+    caller queued on the old array (on any stream) still reads it when the program writes it. ``free``
+    gives memory back to the device."""
+
+    def __init__(self, free, sync, keep: int = 2, keep_bytes: int = 4 << 30):
+        self._free, self._sync = free, sync
+        self.keep, self.keep_bytes = keep, keep_bytes
+        self._kept: Dict[int, List[int]] = {}
+        self.kept_bytes = 0
+
+    def take(self, nbytes: int) -> Optional[int]:
+        """A kept buffer of ``nbytes``, safe to write, or None."""
+        kept = self._kept.get(nbytes)
+        if not kept:
+            return None
+        p = kept.pop()  # taken before the synchronization, which lets other threads run
+        self.kept_bytes -= nbytes
+        err = self._sync()
+        if err:
+            self._free(p)
+            raise RuntimeError(f"cudaDeviceSynchronize failed (CUDA error {err}) before reusing a buffer")
+        return p
+
+    def give(self, ptr: int, nbytes: int):
+        """Keeps ``ptr`` for a later allocation of ``nbytes``, or frees it where enough is kept."""
+        if len(self._kept.get(nbytes, ())) < self.keep and self.kept_bytes + nbytes <= self.keep_bytes:
+            self._kept.setdefault(nbytes, []).append(ptr)
+            self.kept_bytes += nbytes
+        else:
+            self._free(ptr)
+
+    def release(self):
+        """Frees every kept buffer."""
+        for kept in self._kept.values():
+            for p in kept:
+                self._free(p)
+        self._kept.clear()
+        self.kept_bytes = 0
+
+
 class CudaMemory:
-    """GPU memory through the functions the program's CUDA file exports (``passes.gpu._DEVICE_MEMORY``).
-
-    A freed buffer is kept for the next allocation of the same size (up to :attr:`KEEP` per size), as
-    CuPy's and PyTorch's pools do: a program that returns a new device array per call would otherwise pay
-    a ``cudaMalloc`` and a ``cudaFree`` (which waits for the whole device) per call. Before a kept buffer is
-    handed out again the device is synchronized, so no kernel the caller queued on the old array (on any
-    stream) still reads it when the program writes it."""
-
-    KEEP = 2
+    """GPU memory through the functions the program's CUDA file exports (``passes.gpu._DEVICE_MEMORY``),
+    freed buffers kept in a :class:`BufferPool` (``memory.pool.release()`` frees them; an allocation that
+    fails does so first). Builds older than the pool (no ``__dp_gpu_sync``) free at once."""
 
     def __init__(self, compiled):
         self._compiled = compiled
-        self._pool: Dict[int, List[int]] = {}
 
         def fn(name, restype, *argtypes):
             f = compiled._lib.get_symbol(name, restype)
@@ -164,39 +201,25 @@ class CudaMemory:
         self._copy = fn("__dp_gpu_copy", ctypes.c_int, vp, vp, size)
         self._device_of = fn("__dp_gpu_device_of", ctypes.c_int, vp)
         self._current = fn("__dp_gpu_current", ctypes.c_int)
-        sync = compiled.get_exported_function("__dp_gpu_sync", ctypes.c_int)
-        self._sync = fn("__dp_gpu_sync", ctypes.c_int) if sync is not None else None  # older builds: no pool
+        has_sync = compiled.get_exported_function("__dp_gpu_sync", ctypes.c_int) is not None
+        self.pool = BufferPool(self._free, fn("__dp_gpu_sync", ctypes.c_int), keep=2) if has_sync else \
+            BufferPool(self._free, None, keep=0)
 
     def malloc(self, nbytes):
-        kept = self._pool.get(nbytes)
-        if kept:
-            err = self._sync()
-            if err:
-                raise RuntimeError(f"cudaDeviceSynchronize failed (CUDA error {err}) before reusing a buffer")
-            return kept.pop(), nbytes
+        p = self.pool.take(nbytes)
+        if p is not None:
+            return p, nbytes
         p = self._malloc(nbytes)
-        if not p and self._pool:  # out of memory: give the kept buffers back and try again
-            self.release()
+        if not p and self.pool.kept_bytes:  # out of memory: give the kept buffers back and try again
+            self.pool.release()
             p = self._malloc(nbytes)
         if not p:
             raise MemoryError(f"cudaMalloc of {nbytes} bytes failed on GPU {self.current()}")
         return p, nbytes
 
     def free(self, ptr, nbytes):
-        if not self._compiled._lib.is_loaded():  # at exit the library may be gone first: the process frees it
-            return
-        kept = self._pool.setdefault(nbytes, [])
-        if self._sync is not None and len(kept) < self.KEEP:
-            kept.append(ptr)
-        else:
-            self._free(ptr)
-
-    def release(self):
-        """Frees the kept buffers."""
-        for kept in self._pool.values():
-            for p in kept:
-                self._free(p)
-        self._pool.clear()
+        if self._compiled._lib.is_loaded():  # at exit the library may be gone first: the process frees it
+            self.pool.give(ptr, nbytes)
 
     def copy(self, dst: int, src: int, nbytes: int):
         err = self._copy(dst, src, nbytes)

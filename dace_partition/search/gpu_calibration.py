@@ -43,6 +43,8 @@ def _program(prog, name):
 def measure(big: int = 1 << 25, small: int = 1 << 10, gemm: int = 4096, steps: int = 33) -> dict:
     from ..runtime.device_arrays import DeviceArray
     from .calibration_programs import gpu_axpy, gpu_axpy_steps, gpu_gemm
+    if steps < 2:
+        raise ValueError(f"steps={steps}: a kernel's cost is the difference per step between 1 and {steps} steps")
 
     axpy = _program(gpu_axpy, "dace_partition_calibrate_gpu_axpy")
     mem = axpy.device.memory
@@ -71,7 +73,7 @@ def measure(big: int = 1 << 25, small: int = 1 << 10, gemm: int = 4096, steps: i
     host = _best(lambda: axpy(x=hx, y=hy, N=big), 10)
     out = dict(launch=launch, call=call, stream=3 * 4 * big / max(device - once, 1e-9),
                pcie=3 * 4 * big / max(host - device, 1e-9), axpy_device_s=device, axpy_numpy_s=host,
-               axpy_small_s=once, steps_s=many, steps=steps, correct=correct)
+               axpy_small_s=once, steps_s=many, step_s=few, steps=steps, correct=correct)
     from ..runtime.cuda_build import cublas_available
     if not gemm or not cublas_available():  # DaCe's pure GEMM maps are not what a contraction costs
         return out

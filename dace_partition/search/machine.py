@@ -232,8 +232,8 @@ def _gpu_calibration() -> Optional[Machine]:
 
 def calibrate_gpu(save: bool = True, launcher=None) -> Machine:
     """``calibrate(device="gpu")``: measures this machine's GPU (:mod:`.gpu_calibration`, in a one-rank job
-    under ``launcher``: a kernel's launch, GPU memory and PCIe bytes/s, a float64 GEMM on cuBLAS) and the MPI
-    link between two ranks (host buffers: MPI never sees GPU memory), and caches them for
+    under ``launcher``: a kernel's launch, a call's own cost, GPU memory and PCIe bytes/s, a float64 GEMM
+    on cuBLAS) and the MPI link between two ranks (host buffers: MPI never sees GPU memory), and caches them for
     :func:`gpu_machine`. What it does not measure stays as :func:`gpu_machine` documents: the map rate
     (1e12 op/s) and the cost of ranks sharing a GPU (``switch``). Takes about a minute (two nvcc builds).
     Raises RuntimeError, before building anything, where there is no GPU or no nvcc."""
