@@ -102,7 +102,7 @@ def main():
 
     rows = []
     for name, w in WORKLOADS.items():
-        if args.only and name not in args.only.split(",") or w.apart:
+        if args.only and name not in args.only.split(",") or w.is_variant:
             continue
         sizes = w.small if args.small else w.sizes
         data = w.inputs(np.random.default_rng(0), sizes)

@@ -30,7 +30,7 @@ class GpuWorkload:
         return self.base or self.name
 
     @property
-    def apart(self) -> bool:
+    def is_variant(self) -> bool:
         """A variant of another workload (the peers run only the workload itself)."""
         return bool(self.base)
 
@@ -76,13 +76,13 @@ def lowered(name, ranks, small=False):
     sdfg.name = f"gpu_{name}_{ranks}r{'_small' if small else ''}"
     sdfg.specialize({k: v for k, v in sizes.items() if k != "T"})
     schedule = {m.name: (ranks, ) + (1, ) * (len(m.params) - 1) for m in dp.maps(sdfg)}
-    with kernels_apart(w):
+    with variant_settings(w):
         dp.lower(sdfg, schedule, device="gpu", io="distributed")
     return sdfg
 
 
 @contextlib.contextmanager
-def kernels_apart(w):
+def variant_settings(w):
     """The variant's settings (``DACE_PARTITION_GPU_FUSION=0``, ...) while it is lowered or priced; the
     caller's settings are back afterwards."""
     before = {k: os.environ.get(k) for k, _ in w.settings}

@@ -26,7 +26,7 @@ def main(paths, calibrated=False):
     import dataclasses
     import dace_partition as dp
     from dace_partition.passes.local_optimize import LocalOptimize, steps_of
-    from _gpu_workloads import WORKLOADS, kernels_apart, programs
+    from _gpu_workloads import WORKLOADS, programs, variant_settings
     measured, rates = {}, None
     for path in paths:
         data = json.loads(Path(path).read_text())
@@ -48,7 +48,7 @@ def main(paths, calibrated=False):
             sdfg.specialize({k: v for k, v in w.sizes.items() if k != "T"})
             LocalOptimize(steps_of(True)).apply(sdfg)
             schedule = {} if ranks == 1 else {m.name: (ranks, ) + (1, ) * (len(m.params) - 1) for m in dp.maps(sdfg)}
-            with kernels_apart(w):  # priced as lowered
+            with variant_settings(w):  # priced as lowered
                 p = dp.search.predict(sdfg, schedule, ranks, sizes=dict(w.sizes), machine=machine, io="distributed")
             got = measured.get((name, ranks))
             ratio = f"{got / p.time:.2f}" if got else "-"

@@ -132,12 +132,16 @@ class RowLoop:
     evaluates: Tuple[SDFGState, ...]
 
 
+def _switched_on(variable: str) -> bool:
+    return os.environ.get(variable, "1").lower() not in ("0", "no", "off", "false")
+
+
 def enabled() -> bool:
-    return os.environ.get("DACE_PARTITION_GPU_FUSION", "1").lower() not in ("0", "no", "off", "false")
+    return _switched_on("DACE_PARTITION_GPU_FUSION")
 
 
 def cache_enabled() -> bool:
-    return os.environ.get("DACE_PARTITION_GPU_ROW_CACHE", "1").lower() not in ("0", "no", "off", "false")
+    return _switched_on("DACE_PARTITION_GPU_ROW_CACHE")
 
 
 def _constant_cols(sdfg: SDFG, chain: RowChain) -> Optional[int]:

@@ -46,7 +46,7 @@ class Broadcast:
     """The containers ``moves`` reach every rank after the point ``after`` of the partitioned program (a
     state, the gathers after a kernel, or a state made before or after a loop; see
     :class:`~.model.Point`), whose state is labelled ``label``."""
-    after: "Point"
+    after: Point
     label: str
     moves: Tuple[BranchMove, ...]
 

@@ -201,9 +201,8 @@ class CudaMemory:
         self._copy = fn("__dp_gpu_copy", ctypes.c_int, vp, vp, size)
         self._device_of = fn("__dp_gpu_device_of", ctypes.c_int, vp)
         self._current = fn("__dp_gpu_current", ctypes.c_int)
-        has_sync = compiled.get_exported_function("__dp_gpu_sync", ctypes.c_int) is not None
-        self.pool = BufferPool(self._free, fn("__dp_gpu_sync", ctypes.c_int), keep=2) if has_sync else \
-            BufferPool(self._free, None, keep=0)
+        sync = compiled.get_exported_function("__dp_gpu_sync", ctypes.c_int)  # None in builds older than the pool
+        self.pool = BufferPool(self._free, sync, keep=2 if sync is not None else 0)
 
     def malloc(self, nbytes):
         p = self.pool.take(nbytes)
