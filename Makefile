@@ -124,7 +124,7 @@ test-cluster: $(VENV)/.installed
 DACE2_VENV ?= .venv-dace2
 DACE2_PY := $(DACE2_VENV)/bin/python
 DACE2_ENV := PATH=$(abspath $(DACE2_VENV))/bin:$$PATH DACE_default_build_folder=.dacecache-dace2
-DACE2_TESTS := tests/test_compat.py tests/test_loops.py tests/test_local_kernels.py \
+DACE2_TESTS := tests/test_compat.py tests/test_loops.py tests/test_local_kernels.py tests/test_prediction_matches_report.py \
 	tests/test_halo_reads.py tests/test_halo_solver.py \
 	"tests/test_programs.py::test_add5" "tests/test_programs.py::test_transposed_map" \
 	"tests/test_programs.py::test_sum_rows" "tests/test_programs.py::test_matmul" \

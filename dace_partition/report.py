@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Tuple
 
 import sympy
 
-from .ir import Cost, Distribution, Move, MoveKind
+from .ir import Cost, Move, MoveKind
 
 
 SLOW_LOWERING_S = 20.0  # a lowering slower than this says where the time went (report and a warning)
@@ -115,7 +115,7 @@ class Traffic:
         iterations = symbols.pop("iterations", None)
         if per is None and symbols and self.move is not None:
             from .solvers.registry import get
-            cost = get(self.solver).cost(_bind(self.move, symbols))
+            cost = get(self.solver).cost(self.move.bound(symbols))
             per = None if cost.per_rank is None else list(cost.per_rank)
         n = _value(self.trips, symbols) if self.trips is not None else iterations
         if per is None or n is None:
@@ -129,7 +129,7 @@ class Traffic:
         per = self.per_call(**dict(symbols))
         if per is None or self.move is None:
             return None
-        move = _bind(self.move, symbols) if symbols else self.move
+        move = self.move.bound(symbols) if symbols else self.move
         off = off_node_bytes(move, tuple(per), layout)
         return None if off is None else list(off)
 
@@ -286,22 +286,6 @@ def _value(expr, symbols):
     e = sympy.sympify(expr)
     e = e.subs({f: symbols[str(f)] for f in e.free_symbols if str(f) in symbols})
     return int(e) if not e.free_symbols else None
-
-
-def _bind(move: Move, symbols) -> Move:
-    """``move`` with the program's symbols replaced by values (so its blocks can be computed)."""
-    def sub(x):
-        x = sympy.sympify(x)
-        return x.subs({f: symbols[str(f)] for f in x.free_symbols if str(f) in symbols})
-
-    def dist(d: Distribution) -> Distribution:
-        if d.is_root:
-            return d
-        return Distribution(d.grid, d.coords, tuple((sub(b), sub(e), sub(s)) for b, e, s in d.subset), d.grid_id,
-                            d.pending)
-
-    return Move(move.array, dist(move.src), dist(move.dst), tuple(sub(x) for x in move.shape), move.itemsize,
-                move.op, move.accumulates)
 
 
 def entry(move: Move, solver, refused=(), trips=1) -> Tuple[CommEntry, Traffic]:

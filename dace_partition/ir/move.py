@@ -60,6 +60,24 @@ class Move:
     def world(self) -> int:
         return max(self.src.size, self.dst.size, 1)
 
+    def bound(self, symbols) -> "Move":
+        """This move with ``symbols`` ({name: value}: the program's sizes, a loop's variable) replaced by
+        their values, so that its blocks, and what each rank receives, can be computed."""
+        import sympy
+
+        def sub(x):
+            x = sympy.sympify(x)
+            return x.subs({f: symbols[str(f)] for f in x.free_symbols if str(f) in symbols})
+
+        def dist(d: Distribution) -> Distribution:
+            if d.is_root:
+                return d
+            return Distribution(d.grid, d.coords, tuple((sub(b), sub(e), sub(s)) for b, e, s in d.subset),
+                                d.grid_id, d.pending)
+
+        return Move(self.array, dist(self.src), dist(self.dst), tuple(sub(x) for x in self.shape), self.itemsize,
+                    self.op, self.accumulates)
+
     def minimum(self, world: Optional[int] = None) -> Optional[List[int]]:
         """Bytes each rank must receive whatever the algorithm, given the two distributions: the part of its
         destination block it does not hold, the partial results it has to combine (an allreduce at its

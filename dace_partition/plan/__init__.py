@@ -16,7 +16,8 @@ from .local_io import LocalIo, Localized, plan_local_io
 from .model import PartitionModel
 from .fusion import Fusion, FusionKind, RoundTrip, Site, plan_round_trips
 from .lowering import (KernelMoves, LoweringPlan, PlannedMove, analyse_kernel, local_buffers, plan_kernel,
-                       plan_lowering, role, scatters)
+                       decide, plan_lowering, role, scatters)
+from .traffic import Traffic, traffic
 
 __all__ = ["Broadcast", "plan_branch_data", "LoopCarry", "Made", "plan_loop_carries", "LocalIo", "Localized", "plan_local_io", "PartitionModel", "Fusion", "FusionKind", "RoundTrip", "Site", "plan_round_trips", "KernelMoves", "LoweringPlan", "PlannedMove", "analyse_kernel", "local_buffers", "plan_kernel",
-           "plan_lowering", "role", "scatters"]
+           "plan_lowering", "role", "scatters", "decide", "Traffic", "traffic"]

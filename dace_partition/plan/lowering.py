@@ -88,6 +88,9 @@ class LoweringPlan:
     loop_carries: tuple = ()  # what each loop keeps on the grid across its iterations (plan.carry.LoopCarry)
     local_io: Optional[object] = None  # io="distributed": the rank-local arguments (plan.local_io.LocalIo)
     broadcasts: tuple = ()  # data that interstate edges read, sent to every rank (plan.branch.Broadcast)
+    # every scatter, gather and grid-to-grid move the partitioned program makes, after the decisions above
+    # (plan.traffic.Traffic; the broadcasts apart): what the search prices and the report counts
+    traffic: tuple = ()
 
     def moves(self) -> List[PlannedMove]:
         return [m for k in self.kernels for m in k.moves]
@@ -145,6 +148,17 @@ def plan_lowering(sdfg: SDFG, kernels: Sequence[Kernel], grids: Dict[str, Tuple[
     if not planned:
         return plan
     from .branch import plan_branch_data
+    from .traffic import traffic
+    plan, model = decide(sdfg, plan, solvers, fuse, io)
+    return replace(plan, broadcasts=plan_branch_data(model, plan), traffic=traffic(model))
+
+
+def decide(sdfg: SDFG, plan: LoweringPlan, solvers: Sequence[Solver], fuse: bool = True, io: IoMode = IoMode.ROOT):
+    """``(plan, model)``: ``plan`` with the round trips that go, each loop's carry and (``io=IoMode.DISTRIBUTED``)
+    the rank-local arguments decided, and the model of the partitioned program those decisions leave (its
+    moves are the program's). Raises :class:`UnsupportedPattern` where an argument cannot be rank-local.
+    The lowering decides on the whole plan; the search on a plan restricted to the arrays it prices
+    (:func:`~dace_partition.plan.traffic.restricted`): every decision is one array's, or a copy's pair."""
     from .carry import plan_loop_carries
     from .fusion import plan_round_trips
     from .local_io import plan_local_io
@@ -156,7 +170,7 @@ def plan_lowering(sdfg: SDFG, kernels: Sequence[Kernel], grids: Dict[str, Tuple[
         plan = replace(plan, loop_carries=plan_loop_carries(model))
     if io == IoMode.DISTRIBUTED:
         plan = replace(plan, local_io=plan_local_io(model))
-    return replace(plan, broadcasts=plan_branch_data(model, plan))
+    return plan, model
 
 
 def refuse_loop_sized_buffers(sdfg: SDFG, plan: KernelPlan, buffers):

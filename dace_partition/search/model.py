@@ -1,42 +1,25 @@
 """The cost model of a whole schedule: a program's kernels, each priced on each candidate grid, and the
-data flow between them.
+data flow between them, priced by the lowering's own planner.
 
 Each kernel is planned on each candidate (:func:`dace_partition.plan.plan_kernel`: its scatters and
 gathers with the solvers' costs, its rank-local buffers) and its work is estimated on the rank's tile. A
-schedule (one candidate per kernel) is then priced by walking every array's uses in program order, as the
-lowering's passes would treat them:
-
-* an array that only partitioned kernels touch (a transient, or any array whose uses all lie in one loop)
-  stays on the grids: a reader gets the last writer's blocks by the grid-to-grid Move that the solvers
-  would choose (nothing when the blocks are the same, an allreduce of partial sums, a halo exchange, a
-  synthesized redistribution), and it is scattered once before and gathered once after;
-* any other array goes through rank 0: gathered after each partitioned write, scattered before each
-  partitioned read (an input nobody writes is scattered once per distinct block layout, where that first
-  scatter runs on every path to the later read: two exclusive branches scatter it twice);
-* an accumulation into blocks that several ranks hold (every rank adding into a whole histogram) is not
-  fused: its prior value goes out from, and its sums come back to, rank 0, and so do the reads after it;
-* inside a loop, the uses are walked twice, once for the first iteration and once, multiplied by the trip
-  count minus one, for the others (loop-carried values come from the previous iteration's writer; inputs
-  the loop does not write are not scattered again); a use inside loops nested in that one counts their
-  trips too. An array that one kernel of the loop writes and only partitioned kernels touch there stays on
-  that writer's blocks for the whole loop (an argument that code outside the loop also uses: scattered
-  before the loop and gathered after it), unless its values combine (an accumulation or reduction);
-* inside a loop, a copy ``X[box] = T`` of a kernel's temporary into an array (how DaCe writes
-  ``out[:] = out + z * x``) is folded as the loop pass folds it (``plan.carry.copy_to_fold``): the kernel
-  writes ``X``'s shifted blocks, and the copy moves nothing;
-* with ``io="distributed"`` an argument is not scattered nor gathered, but it has one layout (its
-  writer's blocks, else its first reader's: ``plan.local_io``), and a kernel that reads other blocks
-  pays the move from it.
+schedule (one candidate per kernel) is then priced array by array: the kernels that touch an array, as
+planned on their candidates and restricted to that array, go through the same decisions ``lower`` makes
+(:func:`dace_partition.plan.decide`: the round trips through rank 0 that go, what each loop keeps on the
+grid, ``io="distributed"``'s rank-local arguments), and every move left (:mod:`dace_partition.plan.traffic`)
+is priced by its solver, times the runs of the loops around it. An array's part is computed once per choice
+of the kernels that touch it (a search changes one kernel at a time); an array a loop's copy folds into
+another is priced with it. A schedule the planner refuses (an argument no tile serves) costs infinity.
+The data that interstate conditions read is broadcast to every rank (:mod:`dace_partition.plan.branch`).
 
 The prediction is time per rank (compute + alpha * messages + beta * bytes, at the rates of
 :mod:`.machine`) and the bytes each rank receives: the unit the report and the PMPI counter use.
 """
 import copy
-import itertools
 import math
 import re
 from dataclasses import dataclass, field, replace
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import numpy as np
 import sympy
@@ -47,13 +30,12 @@ from dace.subsets import Range
 from ..analysis.constraints import find_entry
 from ..compat import all_states
 from ..errors import ScheduleError, UnsupportedPattern
-from ..ir import ROOT, Cost, Distribution, Move, MoveKind, Role
-from ..ir.relations import covers, offset_inside
-from ..plan import KernelMoves, analyse_kernel, plan_kernel
+from ..ir import ROOT, Cost, Distribution, IoMode, Move, MoveKind, Role
+from ..plan import KernelMoves, LoweringPlan, analyse_kernel, decide, plan_kernel
 from ..passes.contractions import is_contraction
-from ..plan.fusion import only_source
+from ..plan.traffic import coupled_arrays, loops_around, restricted, traffic
 from ..schedule import Kernel, KernelKind, Replicated, check_grid, ordered_states
-from ..solvers.registry import choose
+from ..solvers.registry import choose, get as get_solver
 from .machine import Machine
 
 # Library nodes that stay calls into BLAS on the rank-local tile (their work runs at the BLAS rate).
@@ -83,15 +65,8 @@ class Priced:
     ranks: int = 1
     reads: Dict[str, Tuple[Distribution, Cost]] = field(default_factory=dict)  # array -> scatter into "in"
     writes: Dict[str, Tuple[Distribution, Cost]] = field(default_factory=dict)  # array -> gather
-    # array -> prior values of its write scattered into the write's blocks: a read like the others (the
-    # previous writer's blocks may hold them: FuseRoundTrips fuses this scatter as it fuses a read)
-    fills: Dict[str, Tuple[Distribution, Cost]] = field(default_factory=dict)
     memory: int = 0  # bytes of rank-local buffers per rank
-    # arrays this kernel accumulates into blocks that several ranks hold (a histogram's ``hist[b] += 1``
-    # on every rank): the prior value must count once, so FuseRoundTrips leaves such a move to rank 0
-    overlapping: set = field(default_factory=set)
-    # arrays whose moves combine values (an accumulation or a reduction op): FuseLoops leaves them alone
-    combined: set = field(default_factory=set)
+    plan: Optional[KernelMoves] = None  # the kernel planned on this candidate (None: on rank 0)
     # kernels of a GPU row chain only (ProgramModel._row_part): seconds of its operations on the tile, and
     # the bytes per rank of each array it touches
     ops: float = 0.0
@@ -105,16 +80,6 @@ class _Chain:
     kernels: Tuple[int, ...]
     loops: tuple
     text: str
-
-
-@dataclass
-class Use:
-    actor: int  # kernel index, or -1 for code on rank 0 (tasklets, copies, conditions)
-    read: bool
-    write: bool
-    loop: Optional[object]  # the outermost loop around it (None outside loops)
-    inner: int = 1  # runs per iteration of that loop: the trips of the loops nested in it around the use
-    node: bool = True  # an access node in a state (False: a condition or assignment reads it)
 
 
 @dataclass
@@ -170,6 +135,9 @@ def prepare_with_rules(sdfg: SDFG, sizes: Optional[Dict[str, int]], solvers
     fixed = {k: v for k, v in work.constants.items() if isinstance(v, (int, np.integer))}
     if fixed:
         work.replace_dict({k: str(int(v)) for k, v in fixed.items()})
+        for k, v in fixed.items():  # DaCe 2's replace_dict drops them; the kernels' maps still name the sizes
+            if k not in work.constants:
+                work.add_constant(k, v)
         numbers = {name: int(v) for name, v in fixed.items()}
         for k in kernels:
             if k.body_node is not None:
@@ -240,8 +208,10 @@ class ProgramModel:
                  sizes: Optional[Dict[str, int]] = None):
         self.sdfg, self.ranks, self.solvers, self.machine = sdfg, ranks, solvers, machine
         self.sizes = dict(sizes or {})  # values of symbols that are not the SDFG's (a loop's bound argument)
-        self._kernel_trips: Dict[int, int] = {}
-        self._same: Dict[tuple, bool] = {}
+        self._kernel_trips: Dict[object, int] = {}  # a state's runs per call, a loop's iterations
+        self._costs: Dict[tuple, Optional[Cost]] = {}
+        self._trips_at: Dict[object, int] = {}
+        self._middle: Optional[Dict[str, int]] = None  # loop variables' middle values (_loop_values)
         self._memo: Dict[tuple, Tuple[List[int], float]] = {}
         self._kernel_parts: Dict[tuple, tuple] = {}
         self._branch: Dict[tuple, Tuple[List[int], float]] = {}  # (world, partitioned kernels) -> part
@@ -251,17 +221,16 @@ class ProgramModel:
         self.kernels: List[Kernel] = kernels  # from prepare(): named as dp.maps names them
         self.refused: Dict[int, List[Tuple[Candidate, str]]] = {}
         self.priced: Dict[int, List[Priced]] = {}
-        self._moves: Dict[tuple, Optional[Cost]] = {}
+        self._moves: Dict[tuple, Optional[Cost]] = {}  # scatters of branch data
         self._layout = False  # the node layout, looked up on first need (None: one node)
         self._contractions: Dict[int, bool] = {}
-        self._folds, self._copies = self._copy_folds()
         self._chains = self._row_chains()
         self._in_chain = {k for c in self._chains for k in c.kernels}
         self._rows: Dict[tuple, float] = {}
         for k in self.kernels:
             cands = candidates[k.index] if candidates and k.index in candidates else candidate_grids(k, ranks)
             self.priced[k.index] = self._price_all(k, cands)
-        self._uses()
+        self._groups()
 
     # -- kernels on candidates -------------------------------------------------------------------------
     def principal(self, k: Kernel):
@@ -290,29 +259,11 @@ class ProgramModel:
         km = plan_kernel(self.sdfg, k, grids, self.solvers, analysis)
         p = self._row_parts(k, km, Priced(c, self.work(k, km), analysis.size))
         for pm in km.moves:
-            cost = self._levels(pm.move, pm.cost) if pm.cost is not None else None  # a kernel's own moves cross nodes too
             if pm.kind == MoveKind.SCATTER and pm.role == Role.IN:
-                p.reads[pm.array] = (pm.move.dst, cost)
-            elif pm.kind == MoveKind.SCATTER:
-                p.fills[pm.array] = (pm.move.dst, cost)
-            else:
-                p.writes[pm.array] = (pm.move.src, cost)
-            if pm.move.accumulates and pm.move.grid_side.may_overlap():
-                p.overlapping.add(pm.array)
-            if pm.move.accumulates or pm.move.op is not None:
-                p.combined.add(pm.array)
-        for t, x, offset in self._folds.get(k.index, ()):
-            if t in p.writes:  # the loop pass gathers the kernel's blocks of t straight into x's shifted blocks
-                h, cost = p.writes.pop(t)
-                box = tuple((b + o, e + o, s) for (b, e, s), o in zip(h.subset, offset))
-                shifted = Distribution(h.grid, h.coords, box, h.grid_id, h.pending)
-                desc = self.sdfg.arrays[x]
-                mc = self.move_cost(x, shifted, ROOT, desc.shape, desc.dtype.bytes)  # never None: ROOT is no grid
-                p.writes[x] = (shifted, cost if mc.per_rank is None else mc)
-                for flags in (p.overlapping, p.combined):
-                    if t in flags:
-                        flags.discard(t)
-                        flags.add(x)
+                p.reads[pm.array] = (pm.move.dst, pm.cost)
+            elif pm.kind == MoveKind.GATHER:
+                p.writes[pm.array] = (pm.move.src, pm.cost)
+        p.plan = km
         p.memory = _buffer_bytes(self.sdfg, km)
         return p
 
@@ -416,95 +367,25 @@ class ProgramModel:
             self._contractions[k.index] = is_contraction(k.state, k.node)
         return self._contractions[k.index]
 
-    def _copy_folds(self):
-        """``({kernel index: [(T, X, offset)]}, copy states)``: the copies ``X[box] = T`` inside loops that
-        the loop pass folds into the write of the kernel that computes ``T`` (``plan.carry.copy_to_fold``,
-        asked of the same states): that kernel then writes ``X``'s shifted blocks, and the copy moves nothing.
-        Where the kernel stays on rank 0 nothing is folded, and nothing moves either way."""
-        from ..plan.carry import copy_to_fold
-        from ..schedule.loops import find_loops
+    # -- data flow: each group of arrays priced by the lowering's planner --------------------------------
+    def _groups(self):
+        """The arrays the program's states touch, in the groups the planner decides together
+        (:func:`~dace_partition.plan.traffic.coupled_arrays`), and the kernels that touch each group."""
         by_state = {k.state: k for k in self.kernels}
-        folds: Dict[int, List[tuple]] = {}
-        copies = set()
-        states = ordered_states(self.sdfg)
-        for lp in find_loops(self.sdfg):  # innermost first, as FuseLoops folds them
-            order = [st for st in states if st in lp.body]
-
-            def writer_of(t):
-                ws = [st for st in order if st in by_state
-                      and any(n.data == t and st.in_degree(n) > 0 for n in st.data_nodes())]
-                plain = len(ws) == 1 and not any(e.data.wcr is not None for n in ws[0].data_nodes() if n.data == t
-                                                 for e in ws[0].in_edges(n))
-                return ws[0] if plain else None
-            for st in order:
-                found = None if st in copies else copy_to_fold(self.sdfg, order, st, writer_of)
-                if found is not None:
-                    w, t, x, offset = found
-                    folds.setdefault(by_state[w].index, []).append((t, x, offset))
-                    copies.add(st)
-        return folds, copies
-
-    # -- data flow -------------------------------------------------------------------------------------
-    def _uses(self):
-        from ..schedule.loops import find_loops
-        sdfg = self.sdfg
-        loops = find_loops(sdfg)
-        outer = {}
-        for lp in sorted(loops, key=lambda lp: -len(lp.body)):
-            for st in lp.body:
-                outer.setdefault(st, lp)
-        every = {}
-        for lp in loops:
-            try:
-                every[lp] = max(_const(lp.trips(sdfg), {**sdfg.constants, **self.sizes}), 1)
-            except (TypeError, ValueError):
-                every[lp] = DEFAULT_TRIPS
-        self.loop_trips = {lp: t for lp, t in every.items() if lp in outer.values()}
-
-        def inner(st):  # adi's sweeps: a loop over rows inside the time loop runs its moves N times per step
-            n = 1
-            for lp in loops:
-                if st in lp.body and lp is not outer.get(st):
-                    n *= every[lp]
-            return n
-        by_state = {k.state: k for k in self.kernels}
-        self.uses: Dict[str, List[Use]] = {}
-        for st in ordered_states(sdfg):
-            lp = outer.get(st)
+        touched: Dict[str, set] = {}
+        for st in ordered_states(self.sdfg):
             k = by_state.get(st)
-            touched: Dict[str, List[bool]] = {}
-            folded = {t: x for t, x, _ in self._folds.get(k.index, ())} if k is not None else {}
-            for n in st.data_nodes() if st not in self._copies else ():
-                rw = touched.setdefault(folded.get(n.data, n.data), [False, False])
-                rw[0] |= st.out_degree(n) > 0
-                rw[1] |= st.in_degree(n) > 0
-            n = inner(st) if lp is not None else 1
-            for arr, (r, w) in touched.items():
-                if arr in sdfg.arrays:
-                    self.uses.setdefault(arr, []).append(Use(k.index if k is not None else -1, r, w, lp, n))
-            for e in sdfg.out_edges(st):  # conditions and assignments read data on rank 0
-                for arr in e.data.read_symbols() & set(sdfg.arrays):
-                    self.uses.setdefault(arr, []).append(Use(-1, True, False, lp, n, node=False))
-        self.written = {a for a, us in self.uses.items() if any(u.write for u in us)}
-        self._actors = {a: sorted({u.actor for u in us if u.actor >= 0}) for a, us in self.uses.items()}
-        self._arrays_of: Dict[int, List[str]] = {}
-        for a, actors in self._actors.items():
-            for k in actors:
-                self._arrays_of.setdefault(k, []).append(a)
-
-    def move_cost(self, array: str, src: Distribution, dst: Distribution, shape, itemsize) -> Optional[Cost]:
-        """The cost of the move ``src -> dst`` (grid to grid, or a gather to ``ROOT``) from the first solver
-        that implements it (None: nothing moves; no solver: a cost without bytes, priced as a gather and a
-        scatter by the caller)."""
-        key = (array, src, dst)
-        if key not in self._moves:
-            if not src.partial and self.same(src, dst):
-                self._moves[key] = None
-            else:
-                move = Move(array, src, dst, tuple(shape), itemsize)
-                solver, _ = choose(move, self.solvers)
-                self._moves[key] = self._levels(move, solver.cost(move)) if solver is not None else Cost(None, None, ())
-        return self._moves[key]
+            for n in st.data_nodes():
+                if n.data in self.sdfg.arrays:
+                    kernels = touched.setdefault(n.data, set())
+                    if k is not None:
+                        kernels.add(k.index)
+        self.groups = [g for g in coupled_arrays(self.sdfg, touched) if any(touched[a] for a in g)]
+        self._actors = {g: tuple(sorted(set().union(*(touched[a] for a in g)))) for g in self.groups}
+        self._groups_of: Dict[int, List[FrozenSet[str]]] = {}
+        for g, ks in self._actors.items():
+            for k in ks:
+                self._groups_of.setdefault(k, []).append(g)
 
     def scatter_cost(self, array: str, dist: Distribution, desc) -> Optional[Cost]:
         """What filling ``dist`` (final values) from rank 0 costs, with the first solver that does it."""
@@ -526,17 +407,6 @@ class ProgramModel:
         from ..ir.levels import off_node_bytes
         return replace(cost, off_node=off_node_bytes(move, cost.per_rank, self._layout))
 
-    def same(self, a: Distribution, b: Distribution) -> bool:
-        """``a.same_blocks(b)``, once per pair; by the blocks themselves where both are known."""
-        key = (a, b)
-        if key not in self._same:
-            ba, bb = a.blocks(), b.blocks()
-            if ba is not None and bb is not None:
-                self._same[key] = ([g for g in a.grid if g > 1] == [g for g in b.grid if g > 1] and ba == bb)
-            else:
-                self._same[key] = a.same_blocks(b)
-        return self._same[key]
-
     # -- a whole schedule ------------------------------------------------------------------------------
     def evaluate(self, choice: Dict[int, int], trace: Optional[list] = None) -> Prediction:
         """The prediction for one candidate index per kernel (module docstring); ``trace`` collects
@@ -552,17 +422,18 @@ class ProgramModel:
             compute += work
             memory += mem
         compute -= self._row_part(choice)
-        refused = sum(self._io_refused(arr, choice) for arr in self.uses)
         bytes_, seconds = self._branch_part(choice, trace)
         _accumulate(per, bytes_, 1)
         comm += seconds
-        for arr, uses in self.uses.items():
+        refused = 0
+        for g in self.groups:
             if trace is not None:
-                bytes_, seconds = self._array_cost(arr, uses, chosen, trace)
+                bytes_, seconds, r = self._planned(g, [chosen[a] for a in self._actors[g]], trace)
             else:
-                bytes_, seconds = self._array_part(arr, choice, chosen)
+                bytes_, seconds, r = self._group_part(g, choice)
             _accumulate(per, bytes_, 1)
             comm += seconds
+            refused += r
         return self._prediction(compute, comm, per, memory, refused)
 
     def change(self, choice: Dict[int, int], base: Prediction, k: int, i: int) -> Prediction:
@@ -578,21 +449,18 @@ class ProgramModel:
         compute, comm, memory = base.compute - w0 + w1, base.communication, base.memory - m0 + m1
         if k in self._in_chain:
             compute += self._row_part(choice) - self._row_part(trial)
-        chosen = None
         refused = base.refused
         for c, sign in ((choice, -1), (trial, 1)):
             bytes_, seconds = self._branch_part(c)
             _accumulate(per, bytes_, sign)
             comm += sign * seconds
-        for arr in self._arrays_of.get(k, ()):
-            refused += self._io_refused(arr, trial) - self._io_refused(arr, choice)
-            b_old, t_old = self._array_part(arr, choice, None)
-            if chosen is None:
-                chosen = {j.index: self.priced[j.index][trial.get(j.index, 0)] for j in self.kernels}
-            b_new, t_new = self._array_part(arr, trial, chosen)
+        for g in self._groups_of.get(k, ()):
+            b_old, t_old, r_old = self._group_part(g, choice)
+            b_new, t_new, r_new = self._group_part(g, trial)
             _accumulate(per, b_old, -1)
             _accumulate(per, b_new, 1)
             comm += t_new - t_old
+            refused += r_new - r_old
         return self._prediction(compute, comm, per, memory, refused)
 
     def _prediction(self, compute, comm, per, memory, refused=0) -> Prediction:
@@ -638,220 +506,119 @@ class ProgramModel:
         self._branch[key] = (per, comm[0])
         return self._branch[key]
 
-    def _io_refused(self, arr: str, choice: Dict[int, int]) -> int:
-        """1 where ``io="distributed"`` would keep argument ``arr`` rank-local while code on rank 0 (a
-        kernel left there, a copy) also touches it: ``plan.local_io`` refuses that schedule."""
-        if self.io != "distributed" or self.sdfg.arrays[arr].transient:
-            return 0
-        part = [u.actor >= 0 and self.priced[u.actor][choice.get(u.actor, 0)].candidate.partitioned
-                for u in self.uses[arr] if u.node]
-        return int(any(part) and not all(part))
-
     def _kernel_part(self, k: int, i: int):
         """(seconds of compute, memory) of kernel k on candidate i: its work times its trip count. Every
-        move, the prior values of its writes included, is its arrays' part (:meth:`_array_cost`)."""
+        move, the prior values of its writes included, is its arrays' part (:meth:`_planned`)."""
         key = (k, i)
         if key not in self._kernel_parts:
             p = self.priced[k][i]
             self._kernel_parts[key] = (p.compute * self._trips_of(self.kernels[k]), p.memory)
         return self._kernel_parts[key]
 
-    def _array_part(self, arr: str, choice: Dict[int, int], chosen) -> Tuple[List[int], float]:
-        key = (arr, tuple(choice.get(a, 0) for a in self._actors[arr]))
+    def _group_part(self, group: FrozenSet[str], choice: Dict[int, int]) -> Tuple[List[int], float, int]:
+        key = (group, tuple(choice.get(a, 0) for a in self._actors[group]))
         part = self._memo.get(key)
         if part is None:
-            if chosen is None:
-                chosen = {j.index: self.priced[j.index][choice.get(j.index, 0)] for j in self.kernels}
-            part = self._memo[key] = self._array_cost(arr, self.uses[arr], chosen, None)
+            part = self._memo[key] = self._planned(group, [self.priced[a][choice.get(a, 0)]
+                                                           for a in self._actors[group]])
         return part
 
-    def _array_cost(self, arr: str, uses: List[Use], chosen: Dict[int, Priced], trace) -> Tuple[List[int], float]:
-        """(bytes per rank, seconds) of one array's moves under one schedule (module docstring)."""
-        m = self.machine
-        per = [0] * self.ranks
-        comm = [0.0]
-        writer: Dict[str, int] = {}
+    def _planned(self, group: FrozenSet[str], priced: Sequence[Priced], trace=None) -> Tuple[List[int], float, int]:
+        """(bytes per rank, seconds, refused) of the moves of ``group``'s arrays under one schedule: the
+        kernels that touch them, as planned on their candidates and restricted to those arrays, decided by
+        the lowering's own planner (:func:`~dace_partition.plan.decide`); ``refused`` is 1 where ``lower``
+        would refuse the schedule for them (``io="distributed"``: an argument no tile serves)."""
+        per, comm = [0] * self.ranks, [0.0]
+        kms = tuple(km for km in (restricted(p.plan, group) for p in priced if p.plan is not None) if km.moves)
+        if not kms:
+            return per, 0.0, 0
+        plan = LoweringPlan(kms, max(km.analysis.size for km in kms), tuple(self.kernels))
+        try:
+            _, model = decide(self.sdfg, plan, self.solvers, io=IoMode(self.io))
+        except UnsupportedPattern:
+            return per, 0.0, 1
+        for t in traffic(model):
+            cost = self._solver_cost(t.move, t.solver)
+            n = self._point_trips(model, t.point)
+            _add_cost(per, comm, cost, n, self.machine)
+            if trace is not None and cost is not None and cost.per_rank is not None:
+                trace.append((t.move.array, str(t.move.kind), sum(cost.per_rank) * n))
+        return per, comm[0], 0
 
-        def _add(per, comm, cost, mult, m, what="", arr=""):
-            _add_cost(per, comm, cost, mult, m)
-            if trace is not None and cost is not None and cost.per_rank is not None and mult:
-                trace.append((arr, what, sum(cost.per_rank) * mult))
+    def _solver_cost(self, move: Move, solver: str) -> Optional[Cost]:
+        """What ``move`` costs by ``solver``. Blocks that name a loop's variable (adi's row ``v[j + 1, ...]``
+        in ``for j``) have no byte count until the variable has a value: they are priced at the loop's middle
+        iteration, not as free (a move free in the model was chosen, and cost 30x the time of rank 0 alone)."""
+        key = (move, solver)
+        if key not in self._costs:
+            s = get_solver(solver)
+            cost = s.cost(move)
+            if cost.per_rank is None and self._loop_values():
+                move = move.bound(self._loop_values())
+                cost = s.cost(move)
+            self._costs[key] = self._levels(move, cost)
+        return self._costs[key]
 
-        desc = self.sdfg.arrays[arr]
-        part = [u.actor >= 0 and chosen[u.actor].candidate.partitioned for u in uses]
-        loops = {u.loop for u in uses}
-        fusable = all(part) and (desc.transient or (len(loops) == 1 and None not in loops))
-        argument = not desc.transient
-        free_io = self.io == "distributed" and argument
-        holder: List[Optional[Distribution]] = [None]
-        plain = [True]  # the holder's write is not accumulated into overlapping blocks
-        scattered: List[Tuple[Distribution, object]] = []  # (blocks, state of the scatter)
-        home = self._home(arr, uses, chosen) if free_io else None
-        fused_gathers: List[Tuple[Cost, int]] = []  # gathers a fused round trip removed, while none is kept
-        kept = [False]  # a reader read rank 0's copy: FuseRoundTrips keeps every gather of the array
+    def _loop_values(self) -> Dict[str, int]:
+        """{loop variable: its value at the loop's middle iteration}, for the loops whose range is known
+        (an inner loop's range may name an outer loop's variable)."""
+        if self._middle is None:
+            from dace.transformation.interstate.loop_detection import find_for_loop
+            from ..schedule.loops import find_loops
+            known = {**{k: v for k, v in self.sdfg.constants.items() if isinstance(v, (int, np.integer))},
+                     **self.sizes}
+            ranges = []
+            for lp in find_loops(self.sdfg):
+                for e in self.sdfg.out_edges(lp.head):
+                    try:
+                        found = find_for_loop(self.sdfg, lp.head, e.dst) if e.dst in lp.body else None
+                    except Exception:  # noqa: BLE001 - not a for loop DaCe recognises
+                        found = None
+                    if found:
+                        ranges.append((str(found[0]), found[1]))
+                        break
+            self._middle = {}
+            for _ in range(len(ranges)):  # outer variables first, as often as loops nest
+                for var, (start, end, step) in ranges:
+                    if var in self._middle:
+                        continue
+                    try:
+                        b, e, st = (_const(x, {**known, **self._middle}) for x in (start, end, step))
+                    except (TypeError, ValueError):
+                        continue
+                    n = (e - b) // st + 1 if st else 0
+                    if n > 0:
+                        self._middle[var] = b + st * ((n - 1) // 2)
+        return self._middle
 
-        def keep_gathers():
-            """A reader reads rank 0's copy: FuseRoundTrips keeps every gather of the array, those it
-            would have removed so far included (the later ones are charged as they come)."""
-            if not kept[0]:
-                for c, n in fused_gathers:
-                    _add(per, comm, c, n, m, "gather (kept)", arr)
-                kept[0] = True
+    def _point_trips(self, model, point) -> int:
+        """How many times per call what happens at ``point`` runs: its state's trips at a kernel, else the
+        trips of the loops around the loop it is before or after."""
+        if point not in self._trips_at:
+            if point.at_kernel:
+                n = self._state_trips(point.state)
+            else:
+                n = 1
+                for lp in loops_around(model, point):
+                    n *= self._state_trips(lp)
+            self._trips_at[point] = n
+        return self._trips_at[point]
 
-        def prior(dst, cost, times, fuse):
-            """A write's prior values: from the last writer's blocks where they cover them (a fused round
-            trip, as FuseRoundTrips fuses the scatter of prior values), else scattered from rank 0."""
-            if fuse and desc.transient and holder[0] is not None and plain[0] and covers(holder[0], dst):
-                mc = self.move_cost(arr, holder[0], dst, desc.shape, desc.dtype.bytes)
-                if mc is None:  # the same blocks on the same ranks: nothing moves
-                    return
-                if mc.per_rank is not None:
-                    _add(per, comm, mc, times, m, "prior values (redistribute)", arr)
-                    return
-            if fuse and desc.transient and holder[0] is not None:
-                keep_gathers()
-            _add(per, comm, cost, times, m, "prior values", arr)
-
-        def from_home(dst, cost, times, what=""):
-            """Blocks ``dst`` filled from where the argument is: scattered from rank 0, or (``io="distributed"``)
-            moved from the layout the caller passes, where that is another (``plan.local_io``)."""
-            label = f" ({what})" if what else ""
-            if not free_io:
-                _add(per, comm, cost, times, m, "scatter" + label, arr)
-            elif home is not None and (home.partial or not self.same(home, dst)):
-                mc = self.move_cost(arr, home, dst, desc.shape, desc.dtype.bytes)
-                _add(per, comm, cost if mc is not None and mc.per_rank is None else mc, times, m,
-                     "redistribute" + label, arr)
-
-        def walk(segment, mult, first, fuse=True):
-            for u in segment:
-                if u.actor < 0 or not chosen[u.actor].candidate.partitioned:
-                    if u.write:
-                        holder[0] = None
-                    continue
-                p = chosen[u.actor]
-                rep = mult * u.inner  # moves that follow a write repeat with the loops nested around the use
-                if u.read and arr in p.reads:
-                    dst, cost = p.reads[arr]
-                    if holder[0] is not None and desc.transient and (not plain[0] or not covers(holder[0], dst)):
-                        # it reads elements the last writer did not write (a triangle, then the whole
-                        # array): from rank 0's copy, and every gather of the array stays (FuseRoundTrips)
-                        keep_gathers()
-                        _add(per, comm, cost, rep, m, "scatter", arr)
-                    elif holder[0] is not None:
-                        mc = self.move_cost(arr, holder[0], dst, desc.shape, desc.dtype.bytes)
-                        if mc is not None and mc.per_rank is None:  # no solver: through rank 0
-                            _add(per, comm, chosen[writer[arr]].writes[arr][1], rep, m, "gather", arr)
-                            _add(per, comm, cost, rep, m, "scatter", arr)
-                        elif mc is not None:
-                            _add(per, comm, mc, rep, m, "redistribute", arr)
-                    elif (rewritten := u.loop is None or self._written_in(arr, u.loop)) or first:
-                        rep = rep if rewritten else mult  # an input the loop does not write: scattered once
-                        state = self.kernels[u.actor].state
-                        if arr not in self.written and any(self.same(d, dst) and only_source(s, state, {s})
-                                                           for d, s in scattered):
-                            pass  # the first scatter's buffer is reused (it runs on every path to this one)
-                        else:  # scattered, or (io="distributed") moved from the caller's one layout
-                            from_home(dst, cost, rep)
-                        scattered.append((dst, state))
-                if u.write and arr in p.fills:
-                    prior(*p.fills[arr], mult * u.inner, fusable and fuse and arr not in p.overlapping)
-                if u.write and arr in p.writes:
-                    src, cost = p.writes[arr]
-                    if fusable and fuse:
-                        holder[0] = src
-                        plain[0] = arr not in p.overlapping
-                        writer[arr] = u.actor
-                        if kept[0]:
-                            _add(per, comm, cost, mult * u.inner, m, "gather (kept)", arr)
-                        else:
-                            fused_gathers.append((cost, mult * u.inner))
-                    elif not free_io:
-                        _add(per, comm, cost, mult * u.inner, m, "gather", arr)
-                    elif src.partial:  # every replica gets the combined value (plan.local_io)
-                        _add(per, comm, self.move_cost(arr, src, src.combined(), desc.shape, desc.dtype.bytes),
-                             mult * u.inner, m, "allreduce", arr)
-
-        for lp, seg in itertools.groupby(uses, key=lambda u: u.loop):
-            seg = list(seg)
-            writers = {u.actor for u in seg if u.write}
-            trips = self.loop_trips.get(lp, 1) if lp is not None else 1
-            carried = not desc.transient or (seg[0].read and not seg[0].write)
-            # an argument that rank-0 code or another loop also uses: FuseLoops still keeps it on the grid
-            # inside this loop when only partitioned kernels touch it there (scattered before, gathered after)
-            alone = (lp is not None and argument and not fusable and not free_io
-                     and all(u.actor >= 0 and chosen[u.actor].candidate.partitioned for u in seg))
-            if lp is not None and (fusable or alone) and carried and len(writers) == 1 \
-                    and arr in chosen[min(writers)].writes \
-                    and not any(u.actor >= 0 and arr in chosen[u.actor].combined for u in seg):
-                # FuseLoops: scattered once into the writer's blocks H, every reader gets H -> D per
-                # iteration (and its boundary once), gathered once after the loop
-                w = min(writers)
-                h, hcost = chosen[w].writes[arr]
-                readers = [chosen[u.actor].reads[arr][0] for u in seg
-                           if u.read and u.actor >= 0 and arr in chosen[u.actor].reads]
-                # a reader's boundary scatter that contains the written blocks fills them too (FuseLoops)
-                if holder[0] is None and not free_io and \
-                        not any(not covers(h, d) and offset_inside(h, d) is not None for d in readers):
-                    _add(per, comm, self.scatter_cost(arr, h, desc), 1, m, "scatter", arr)
-                for u in seg:  # the writer's prior values are its own buffer's (FuseLoops drops that scatter)
-                    if u.read and u.actor >= 0 and arr in chosen[u.actor].reads:
-                        dst, cost = chosen[u.actor].reads[arr]
-                        mc = self.move_cost(arr, h, dst, desc.shape, desc.dtype.bytes)
-                        if mc is not None and mc.per_rank is None:
-                            _add(per, comm, hcost, trips * u.inner, m, "gather", arr)
-                            _add(per, comm, cost, trips * u.inner, m, "scatter", arr)
-                        else:
-                            _add(per, comm, mc, trips * u.inner, m, "redistribute", arr)
-                            if not covers(h, dst):  # the reader's elements outside H, filled once before
-                                from_home(dst, cost, 1, "boundary")
-                if alone:
-                    _add(per, comm, hcost, 1, m, "gather (after the loop)", arr)
-                    continue
-                holder[0] = h
-                writer[arr] = w
-                continue
-            # an argument that several kernels of a loop write makes its round trip through rank 0 in
-            # every iteration (FuseLoops keeps only one writer's blocks; FuseRoundTrips fuses transients)
-            fuse = lp is None or desc.transient or len(writers) <= 1
-            walk(seg, 1, True, fuse)
-            if trips > 1:
-                walk(seg, trips - 1, False, fuse)
-        if fusable and holder[0] is not None and argument and not free_io:
-            _add(per, comm, chosen[writer[arr]].writes[arr][1], 1, m, "gather", arr)
-        elif fusable and holder[0] is not None and free_io and holder[0].partial:
-            _add(per, comm, self.move_cost(arr, holder[0], holder[0].combined(), desc.shape, desc.dtype.bytes),
-                 1, m, "allreduce", arr)
-        return per, comm[0]
-
-    def _home(self, arr: str, uses: List[Use], chosen: Dict[int, Priced]) -> Optional[Distribution]:
-        """With ``io="distributed"``, the blocks an argument's caller passes (as ``plan.local_io``
-        chooses them): those of its partitioned writer, else of its first partitioned reader. A reader
-        that needs other blocks gets them by a grid-to-grid move from these."""
-        first = None
-        for u in uses:
-            if u.actor < 0 or not chosen[u.actor].candidate.partitioned:
-                continue
-            p = chosen[u.actor]
-            if u.write and arr in p.writes:
-                return p.writes[arr][0]
-            if first is None and u.read and arr in p.reads:
-                first = p.reads[arr][0]
-        return first
-
-    def _trips_of(self, k: Kernel) -> int:
-        if k.index not in self._kernel_trips:
+    def _state_trips(self, where) -> int:
+        """Runs per call of a state (the loops around it), or iterations of a loop."""
+        key = where if not hasattr(where, "head") else ("loop", where.head)
+        if key not in self._kernel_trips:
             from ..passes.loops import trips
-            t = trips(self.sdfg, k.state)
+            t = where.trips(self.sdfg) if hasattr(where, "head") else trips(self.sdfg, where)
             try:
                 t = max(_const(t, {**self.sdfg.constants, **self.sizes}), 1)
             except (TypeError, ValueError):
                 t = DEFAULT_TRIPS
-            self._kernel_trips[k.index] = t
-        return self._kernel_trips[k.index]
+            self._kernel_trips[key] = t
+        return self._kernel_trips[key]
 
-    def _written_in(self, arr: str, loop) -> bool:
-        return any(u.write and u.loop is loop for u in self.uses.get(arr, []))
+    def _trips_of(self, k: Kernel) -> int:
+        return self._state_trips(k.state)
 
 
 def _accumulate(per: List[int], bytes_: List[int], sign: int):
