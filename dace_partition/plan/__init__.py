@@ -8,7 +8,8 @@ round trips through rank 0 between kernels go, :mod:`.carry` what each loop keep
 interstate edges read, broadcast to every rank (the last three on :mod:`.model`'s model of the
 partitioned program). The partition pass applies a
 :class:`LoweringPlan`; the schedule search (:mod:`dace_partition.search`) prices candidate grids with
-:func:`plan_kernel` and never rewrites an SDFG to score one.
+:func:`plan_kernel` and whole schedules with :func:`decide` (array by array, :mod:`.traffic`), and never
+rewrites an SDFG to score one. :func:`traffic` lists the moves the partitioned program makes.
 """
 from .branch import Broadcast, plan_branch_data
 from .carry import LoopCarry, Made, plan_loop_carries
