@@ -28,12 +28,18 @@ def _moves(pairs):
     return collections.Counter((m.array, m.kind, str(m.src), str(m.dst), solver) for m, solver in pairs)
 
 
-def _both(name, ranks=2, io="root", monkeypatch=None):
+def _predicted(name, ranks, io):
+    """The search's prediction of the conformance program's hand schedule, its schedule and its sizes."""
     case = CASES[name]
     sizes = {k: v for k, v in case.inputs(np.random.default_rng(0)).items() if isinstance(v, int)}
-    sdfg = case.program.to_sdfg()
-    schedule = case.schedule(ranks, dp.maps(sdfg))
-    predicted = dp.search.predict(case.program.to_sdfg(), schedule, ranks, sizes=sizes, io=io).bytes_per_rank
+    schedule = case.schedule(ranks, dp.maps(case.program.to_sdfg()))
+    return dp.search.predict(case.program.to_sdfg(), schedule, ranks, sizes=sizes, io=io), schedule, sizes
+
+
+def _both(name, ranks=2, io="root", monkeypatch=None):
+    prediction, schedule, sizes = _predicted(name, ranks, io)
+    predicted = prediction.bytes_per_rank
+    sdfg = CASES[name].program.to_sdfg()
     plans = []
     real = partition_module.plan_lowering
     monkeypatch.setattr(partition_module, "plan_lowering", lambda *a, **k: plans.append(real(*a, **k)) or plans[-1])
@@ -60,10 +66,7 @@ def test_the_search_predicts_the_bytes_the_lowering_moves(name, io, ranks, monke
             predicted, reported = _both(name, ranks, io, monkeypatch)
         except (dp.ScheduleError, dp.UnsupportedPattern) as e:
             if "io='distributed'" in str(e):  # the search asks the same planner: it must price this as refused
-                case = CASES[name]
-                sdfg = case.program.to_sdfg()
-                sizes = {k: v for k, v in case.inputs(np.random.default_rng(0)).items() if isinstance(v, int)}
-                p = dp.search.predict(sdfg, case.schedule(ranks, dp.maps(sdfg)), ranks, sizes=sizes, io=io)
+                p = _predicted(name, ranks, io)[0]
                 assert p.refused and p.time == float("inf"), p
             pytest.skip(f"refused by the lowering: {e}")
     assert reported is not None

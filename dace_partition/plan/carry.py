@@ -162,7 +162,8 @@ def copy_to_fold(sdfg: SDFG, order: List[SDFGState], st: SDFGState, writer_of) -
     loop carry makes the kernel that writes ``T`` write ``X`` instead: ``T`` is used only there and by the
     copy, ``writer_of(T)`` (the state whose kernel writes ``T`` plainly: no conflict resolution; None
     where there is none) runs before the copy in the loop, and nothing touches ``X`` between them. None
-    otherwise. The plan and the search's model ask this of the same states."""
+    otherwise. The search prices an array with every array a loop's copy may fold it into
+    (:func:`~.traffic.coupled_arrays`), so the same fold is decided there."""
     found = _copy_target(sdfg, st)
     if found is None:
         return None

@@ -8,7 +8,7 @@ independent. Part of discovery, so the names ``maps()`` shows are the names ``lo
 which states a loop holds)."""
 import copy
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, List, Tuple
+from typing import Dict, FrozenSet, List, Optional, Tuple
 
 import dace
 import sympy
@@ -172,9 +172,8 @@ class Loop:
     entries: Tuple[object, ...]  # edges into the guard from outside
     exits: Tuple[object, ...]  # edges from the loop to outside
 
-    def trips(self, sdfg: SDFG):
-        """Iterations per execution of the loop (an int or a formula in the program's symbols), None when
-        they depend on data."""
+    def for_range(self, sdfg: SDFG) -> Optional[Tuple[str, tuple]]:
+        """``(variable, (start, end, step))`` of a for loop DaCe recognises (``end`` inclusive), else None."""
         from dace.transformation.interstate.loop_detection import find_for_loop
         for e in sdfg.out_edges(self.head):
             if e.dst not in self.body:
@@ -184,11 +183,19 @@ class Loop:
             except Exception:  # noqa: BLE001 - not a for loop DaCe recognises
                 found = None
             if found:
-                _, (start, end, step), _ = found
-                n = sympy.floor((sympy.sympify(end) - start) / step) + 1
-                n = dace.symbolic.simplify(sympy.Max(n, 0))
-                return int(n) if not getattr(n, "free_symbols", None) else n
+                return str(found[0]), found[1]
         return None
+
+    def trips(self, sdfg: SDFG):
+        """Iterations per execution of the loop (an int or a formula in the program's symbols), None when
+        they depend on data."""
+        found = self.for_range(sdfg)
+        if found is None:
+            return None
+        _, (start, end, step) = found
+        n = sympy.floor((sympy.sympify(end) - start) / step) + 1
+        n = dace.symbolic.simplify(sympy.Max(n, 0))
+        return int(n) if not getattr(n, "free_symbols", None) else n
 
 
 def find_loops(sdfg: SDFG) -> List[Loop]:

@@ -208,7 +208,8 @@ class ProgramModel:
                  sizes: Optional[Dict[str, int]] = None):
         self.sdfg, self.ranks, self.solvers, self.machine = sdfg, ranks, solvers, machine
         self.sizes = dict(sizes or {})  # values of symbols that are not the SDFG's (a loop's bound argument)
-        self._kernel_trips: Dict[object, int] = {}  # a state's runs per call, a loop's iterations
+        self._runs: Dict[object, int] = {}  # a state's runs per call
+        self._iterations: Dict[object, int] = {}  # a loop's iterations, by its head
         self._costs: Dict[tuple, Optional[Cost]] = {}
         self._trips_at: Dict[object, int] = {}
         self._middle: Optional[Dict[str, int]] = None  # loop variables' middle values (_loop_values)
@@ -553,8 +554,9 @@ class ProgramModel:
         if key not in self._costs:
             s = get_solver(solver)
             cost = s.cost(move)
-            if cost.per_rank is None and self._loop_values():
-                move = move.bound(self._loop_values())
+            middle = self._loop_values() if cost.per_rank is None else None
+            if middle:
+                move = move.bound(middle)
                 cost = s.cost(move)
             self._costs[key] = self._levels(move, cost)
         return self._costs[key]
@@ -563,20 +565,10 @@ class ProgramModel:
         """{loop variable: its value at the loop's middle iteration}, for the loops whose range is known
         (an inner loop's range may name an outer loop's variable)."""
         if self._middle is None:
-            from dace.transformation.interstate.loop_detection import find_for_loop
             from ..schedule.loops import find_loops
             known = {**{k: v for k, v in self.sdfg.constants.items() if isinstance(v, (int, np.integer))},
                      **self.sizes}
-            ranges = []
-            for lp in find_loops(self.sdfg):
-                for e in self.sdfg.out_edges(lp.head):
-                    try:
-                        found = find_for_loop(self.sdfg, lp.head, e.dst) if e.dst in lp.body else None
-                    except Exception:  # noqa: BLE001 - not a for loop DaCe recognises
-                        found = None
-                    if found:
-                        ranges.append((str(found[0]), found[1]))
-                        break
+            ranges = [r for r in (lp.for_range(self.sdfg) for lp in find_loops(self.sdfg)) if r is not None]
             self._middle = {}
             for _ in range(len(ranges)):  # outer variables first, as often as loops nest
                 for var, (start, end, step) in ranges:
@@ -592,30 +584,37 @@ class ProgramModel:
         return self._middle
 
     def _point_trips(self, model, point) -> int:
-        """How many times per call what happens at ``point`` runs: its state's trips at a kernel, else the
-        trips of the loops around the loop it is before or after."""
+        """How many times per call what happens at ``point`` runs: its state's runs at a kernel, else the
+        iterations of the loops around the loop it is before or after."""
         if point not in self._trips_at:
             if point.at_kernel:
                 n = self._state_trips(point.state)
             else:
                 n = 1
                 for lp in loops_around(model, point):
-                    n *= self._state_trips(lp)
+                    n *= self._loop_trips(lp)
             self._trips_at[point] = n
         return self._trips_at[point]
 
-    def _state_trips(self, where) -> int:
-        """Runs per call of a state (the loops around it), or iterations of a loop."""
-        key = where if not hasattr(where, "head") else ("loop", where.head)
-        if key not in self._kernel_trips:
+    def _state_trips(self, state) -> int:
+        """Runs per call of a state (the loops around it)."""
+        if state not in self._runs:
             from ..passes.loops import trips
-            t = where.trips(self.sdfg) if hasattr(where, "head") else trips(self.sdfg, where)
-            try:
-                t = max(_const(t, {**self.sdfg.constants, **self.sizes}), 1)
-            except (TypeError, ValueError):
-                t = DEFAULT_TRIPS
-            self._kernel_trips[key] = t
-        return self._kernel_trips[key]
+            self._runs[state] = self._count(trips(self.sdfg, state))
+        return self._runs[state]
+
+    def _loop_trips(self, lp) -> int:
+        """Iterations per execution of a loop."""
+        if lp.head not in self._iterations:
+            self._iterations[lp.head] = self._count(lp.trips(self.sdfg))
+        return self._iterations[lp.head]
+
+    def _count(self, t) -> int:
+        """A trip count (int, formula or None) as a number: :data:`DEFAULT_TRIPS` where data decides it."""
+        try:
+            return max(_const(t, {**self.sdfg.constants, **self.sizes}), 1)
+        except (TypeError, ValueError):
+            return DEFAULT_TRIPS
 
     def _trips_of(self, k: Kernel) -> int:
         return self._state_trips(k.state)
