@@ -197,6 +197,32 @@ def test_dace_runtime_needs_cub3_shim(tmp_path):
         assert "CountingInputIterator" in bare.stderr or "CTA_SYNC" in bare.stderr
 
 
+@needs_nvcc
+def test_product_atomics_are_compare_and_swap_loops(tmp_path):
+    """DaCe 1.0.2's atomic product on the GPU compiles to a plain load, multiply and store (threads that
+    multiply into one element race: the conformance column product came out wrong on an H100); with
+    the pre-included header each of int64, float64 and int32 is one compare-and-swap loop."""
+    dace_inc = os.path.join(os.path.dirname(dace.__file__), "runtime", "include")
+    src = tmp_path / "product.cu"
+    src.write_text("#include <dace/dace.h>\n"
+                   "using dace::ReductionType;\n"
+                   "__global__ void k(long *p, long v, double *q, double w, int *r, int x) {\n"
+                   "  dace::wcr_fixed<ReductionType::Product, long>::reduce_atomic(p, v);\n"
+                   "  dace::wcr_fixed<ReductionType::Product, double>::reduce_atomic(q, w);\n"
+                   "  dace::wcr_fixed<ReductionType::Product, int>::reduce_atomic(r, x);\n}\n")
+
+    def ptx(*defines):
+        out = tmp_path / "product.ptx"
+        res = subprocess.run([NVCC, "-std=c++17", f"-arch=sm_{cuda_build.DEFAULT_CUDA_ARCH}", "-I", dace_inc,
+                              "-DDACE_PARTITION_CUDA_H", *defines, "-include", cuda_build.CUDA_HEADER, "-ptx",
+                              str(src), "-o", str(out)], capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr[-3000:]
+        return [line.split()[0] for line in out.read_text().splitlines() if line.strip().startswith("atom")]
+
+    assert ptx("-DDACE_PARTITION_PRODUCT_SHIM") == []  # DaCe's own: no atomic instruction at all
+    assert sorted(ptx()) == ["atom.global.cas.b32", "atom.global.cas.b64", "atom.global.cas.b64"]
+
+
 # ---------------------------------------------------------------- CUDA builds (nvcc, no GPU needed)
 
 DEFAULT_BUILDS = ("softmax", )  # each nvcc build costs ~15-30 s: the rest (bcast_add too) run under -m slow
@@ -349,6 +375,40 @@ def test_array_copies_run_as_gpu_kernels(rng):
                                                      for k, v in args.items()})
     got = dp.run(sdfg, 2, NC=40, **args)
     np.testing.assert_allclose(got["y"], expected["y"], rtol=1e-12)
+
+
+@needs_nvcc
+@needs_gpu
+@pytest.mark.slow
+def test_device_arrays_of_every_kind_run_on_the_gpu():
+    """PyTorch CUDA tensors, CuPy arrays (where CuPy imports beside DaCe's NumPy), and objects known only by
+    ``__cuda_array_interface__`` or only by DLPack go in and out of two programs built for the GPU, on 2
+    ranks: io="distributed" tiles updated in place, a root-io result of the caller's kind, wrong dtype,
+    shape and strides refused in words (tests/mpi_scripts/device_arrays_gpu.py)."""
+    import importlib
+    import re
+    from conftest import mpi_script
+    from conformance.programs import CASES as CONFORMANCE
+    jac = CONFORMANCE["jacobi2d_time"].program.to_sdfg()
+    jac.specialize(dict(N=12))
+    jac.name = "tgpu_device_arrays_jacobi"
+    dp.lower(jac, {m.name: (2, 1) for m in dp.maps(jac)}, device="gpu", io="distributed")
+    case = CONFORMANCE["softmax"]
+    sm = case.program.to_sdfg()
+    sm.name = "tgpu_device_arrays_softmax"
+    dp.lower(sm, case.schedule(2, dp.maps(sm)), device="gpu")
+    folders = [dp.runtime.launch.build(jac), dp.runtime.launch.build(sm)]
+    res = mpi_script(os.path.join(os.path.dirname(__file__), "mpi_scripts", "device_arrays_gpu.py"), 2, *folders,
+                     timeout=240)
+    print(res.stdout)  # which kinds ran (pytest -rP shows it)
+    assert res.returncode == 0 and "OK" in res.stdout, res.stdout + res.stderr[-3000:]
+    ran = set(re.search(r"ran: (.*)", res.stdout).group(1).split())
+    assert {"torch", "__cuda_array_interface__", "dlpack"} <= ran, res.stdout
+    try:
+        importlib.import_module("cupy")
+    except Exception:
+        return
+    assert "cupy" in ran, res.stdout
 
 
 def _conformance_gpu_cases():

@@ -18,6 +18,10 @@ edited and the user's ``.dace.conf`` is left alone):
    instead every nvcc translation unit pre-includes ``dace_partition_cuda.h`` (``nvcc -include``), whose
    shim defines the three names in namespace ``cub`` (from Thrust and ``__syncthreads``) when
    ``CUB_VERSION >= 300000``. With an older CUB the shim is empty.
+
+The same pre-included header also mends two defects of DaCe's GPU atomics (int64 ``atomicMin``/``atomicMax``
+without a CUDA overload; an "atomic" product that is a plain update) and gives a pinned persistent array
+its ``cudaMallocHost`` overload; docs/gpu.md lists them.
 """
 import contextlib
 import ctypes.util

@@ -258,7 +258,7 @@ def calibrate_gpu(save: bool = True, launcher=None) -> Machine:
     host = machine()
     try:
         alpha, beta = measure_link(launcher)
-        host = replace(host, alpha=alpha, beta=beta)
+        host = replace(host, alpha=alpha, beta=beta, source="measured (ping-pong, host buffers)")
     except Exception as e:  # noqa: BLE001 - keep the host machine's link
         print(f"dace_partition.calibrate: ping-pong failed ({e}); keeping {host.source}'s link", file=sys.stderr)
     from ..runtime.cuda_build import gpu_names

@@ -42,6 +42,64 @@ __device__ __forceinline__ unsigned long atomicMax(unsigned long *p, unsigned lo
                                                 static_cast<unsigned long long>(v)));
 }
 #endif
+#if !defined(DACE_PARTITION_PRODUCT_SHIM)
+#define DACE_PARTITION_PRODUCT_SHIM
+// Product reductions: DaCe 1.0.2's atomic product on the GPU (_wcr_fixed<Product, T>::reduce_atomic) is
+// its plain update, so threads multiplying into one element race (a column product on two ranks came out
+// as one thread's partial). Specialized here, right after DaCe's header and before any use, as a
+// compare-and-swap loop on a word of the element's width.
+#include <dace/reduction.h>
+#include <cstring>
+namespace dace_partition_cuda {
+template <typename T, typename Word>
+DACE_HDFI T product_atomic(T *ptr, const T &value) {
+#if defined(__CUDA_ARCH__)
+    static_assert(sizeof(T) == sizeof(Word), "a compare-and-swap word of the element's width");
+    Word *word = reinterpret_cast<Word *>(ptr);
+    Word old = *word, assumed;
+    do {
+        assumed = old;
+        T current, next;
+        memcpy(&current, &assumed, sizeof(T));
+        next = current * value;
+        Word bits;
+        memcpy(&bits, &next, sizeof(T));
+        old = atomicCAS(word, assumed, bits);
+    } while (assumed != old);
+    T out;
+    memcpy(&out, &old, sizeof(T));
+    return out;
+#else
+    T old;
+#pragma omp critical
+    {
+        old = *ptr;
+        *ptr = old * value;
+    }
+    return old;
+#endif
+}
+}  // namespace dace_partition_cuda
+#define DACE_PARTITION_PRODUCT(T, WORD)                                                                     \
+    namespace dace {                                                                                         \
+    template <>                                                                                              \
+    struct _wcr_fixed<ReductionType::Product, T> {                                                           \
+        static DACE_HDFI T reduce_atomic(T *ptr, const T &value) {                                           \
+            return dace_partition_cuda::product_atomic<T, WORD>(ptr, value);                                 \
+        }                                                                                                    \
+        DACE_HDFI T operator()(const T &a, const T &b) const { return a * b; }                               \
+    };                                                                                                       \
+    }
+DACE_PARTITION_PRODUCT(int, unsigned int)
+DACE_PARTITION_PRODUCT(unsigned int, unsigned int)
+DACE_PARTITION_PRODUCT(long, unsigned long long)
+DACE_PARTITION_PRODUCT(unsigned long, unsigned long long)
+DACE_PARTITION_PRODUCT(long long, unsigned long long)
+DACE_PARTITION_PRODUCT(unsigned long long, unsigned long long)
+DACE_PARTITION_PRODUCT(float, unsigned int)
+DACE_PARTITION_PRODUCT(double, unsigned long long)
+#undef DACE_PARTITION_PRODUCT
+#endif
 #endif  // __CUDACC__
 
 #if !defined(DACE_PARTITION_CUDA_H)
