@@ -86,3 +86,19 @@ def columns_by_copies_reference(pos, f):
     for d in range(3):
         f[:, d] = (pos[:, d][None, :] - pos[:, d][:, None]).sum(axis=1)
     return {"f": f}
+
+
+NR = dace.symbol("NR")
+NCOL = dace.symbol("NCOL")
+
+
+@dace.program
+def column_all_and_product(A: dace.int64[NR, NCOL], every: dace.bool_[NCOL], prod: dace.int64[NCOL]):
+    """Column reductions whose GPU atomics DaCe 1.0.2 gets wrong: a logical and over booleans (no CUDA
+    overload: a compile error) and a product (a plain update: threads race)."""
+    every[:] = np.logical_and.reduce(A > 1, axis=0)
+    prod[:] = np.multiply.reduce(A, axis=0)
+
+
+def column_all_and_product_reference(A):
+    return {"every": np.logical_and.reduce(A > 1, axis=0), "prod": np.multiply.reduce(A, axis=0)}

@@ -6,6 +6,7 @@ is never *called* here unless ``nvidia-smi -L`` lists a GPU: calling one without
 import functools
 import glob
 import os
+import re
 import shutil
 import subprocess
 
@@ -197,30 +198,50 @@ def test_dace_runtime_needs_cub3_shim(tmp_path):
         assert "CountingInputIterator" in bare.stderr or "CTA_SYNC" in bare.stderr
 
 
-@needs_nvcc
-def test_product_atomics_are_compare_and_swap_loops(tmp_path):
-    """DaCe 1.0.2's atomic product on the GPU compiles to a plain load, multiply and store (threads that
-    multiply into one element race: the conformance column product came out wrong on an H100); with
-    the pre-included header each of int64, float64 and int32 is one compare-and-swap loop."""
+WCR_OPS = ("Sum", "Product", "Min", "Max", "Logical_And", "Logical_Or", "Logical_Xor", "Bitwise_And", "Bitwise_Or",
+           "Bitwise_Xor", "Exchange")
+WCR_TYPES = ("bool", "int8_t", "uint8_t", "int16_t", "uint16_t", "int", "unsigned int", "long", "unsigned long",
+             "long long", "unsigned long long", "float", "double")
+
+
+def _atomic_ptx(tmp_path, pairs, *defines):
+    """Compiles one kernel per (reduction, type) pair calling DaCe's atomic write-conflict resolution, with
+    the pre-included header; returns (nvcc's result, {pair: its kernel's atomic instructions})."""
     dace_inc = os.path.join(os.path.dirname(dace.__file__), "runtime", "include")
-    src = tmp_path / "product.cu"
-    src.write_text("#include <dace/dace.h>\n"
-                   "using dace::ReductionType;\n"
-                   "__global__ void k(long *p, long v, double *q, double w, int *r, int x) {\n"
-                   "  dace::wcr_fixed<ReductionType::Product, long>::reduce_atomic(p, v);\n"
-                   "  dace::wcr_fixed<ReductionType::Product, double>::reduce_atomic(q, w);\n"
-                   "  dace::wcr_fixed<ReductionType::Product, int>::reduce_atomic(r, x);\n}\n")
+    src, out = tmp_path / "wcr.cu", tmp_path / "wcr.ptx"
+    src.write_text("#include <dace/dace.h>\n" + "".join(
+        f'extern "C" __global__ void k{i}({t} *p, {t} v) '
+        f"{{ dace::wcr_fixed<dace::ReductionType::{op}, {t}>::reduce_atomic(p, v); }}\n"
+        for i, (op, t) in enumerate(pairs)))
+    res = subprocess.run([NVCC, "-std=c++17", f"-arch=sm_{cuda_build.DEFAULT_CUDA_ARCH}", "-I", dace_inc,
+                          "-DDACE_PARTITION_CUDA_H", *defines, "-include", cuda_build.CUDA_HEADER, "-ptx", str(src),
+                          "-o", str(out)], capture_output=True, text=True)
+    if res.returncode != 0:
+        return res, {}
+    bodies = [b for b in out.read_text().split(".entry ")[1:] if re.match(r"k\d+\(", b)]
+    atoms = {int(b[1:b.index("(")]): [ln.split()[0] for ln in b.splitlines() if ln.strip().startswith("atom")]
+             for b in bodies}
+    return res, {pair: atoms[i] for i, pair in enumerate(pairs)}
 
-    def ptx(*defines):
-        out = tmp_path / "product.ptx"
-        res = subprocess.run([NVCC, "-std=c++17", f"-arch=sm_{cuda_build.DEFAULT_CUDA_ARCH}", "-I", dace_inc,
-                              "-DDACE_PARTITION_CUDA_H", *defines, "-include", cuda_build.CUDA_HEADER, "-ptx",
-                              str(src), "-o", str(out)], capture_output=True, text=True)
-        assert res.returncode == 0, res.stderr[-3000:]
-        return [line.split()[0] for line in out.read_text().splitlines() if line.strip().startswith("atom")]
 
-    assert ptx("-DDACE_PARTITION_PRODUCT_SHIM") == []  # DaCe's own: no atomic instruction at all
-    assert sorted(ptx()) == ["atom.global.cas.b32", "atom.global.cas.b64", "atom.global.cas.b64"]
+@needs_nvcc
+def test_gpu_write_conflicts_are_atomic_for_every_reduction_and_type(tmp_path):
+    """DaCe 1.0.2's atomic write-conflict resolution on the GPU: a product is a plain load, multiply and
+    store (threads that multiply into one element race: the conformance column product came out wrong on
+    an H100), and a logical and over booleans calls an atomicAnd that CUDA does not have (a compile error
+    for ``np.logical_and.reduce``). With the pre-included header every reduction compiles for every
+    scalar type (bitwise ones for integers) to a kernel with an atomic instruction."""
+    alone, atoms = _atomic_ptx(tmp_path, [("Product", "long"), ("Product", "double")], "-DDACE_PARTITION_WCR_SHIM")
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    assert atoms == {("Product", "long"): [], ("Product", "double"): []}  # DaCe's own: no atomic at all
+    alone, _ = _atomic_ptx(tmp_path, [("Logical_And", "bool")], "-DDACE_PARTITION_WCR_SHIM")
+    assert alone.returncode != 0 and "atomicAnd" in alone.stderr
+    pairs = [(op, t) for op in WCR_OPS for t in WCR_TYPES if not (op.startswith("Bitwise") and t in ("float", "double"))]
+    res, atoms = _atomic_ptx(tmp_path, pairs)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert not [pair for pair, found in atoms.items() if not found], "pairs compiled without an atomic instruction"
+    assert atoms[("Product", "long")] == ["atom.global.cas.b64"]
+    assert atoms[("Logical_And", "bool")] == ["atom.cas.b32"]  # on the 32-bit word around the byte
 
 
 # ---------------------------------------------------------------- CUDA builds (nvcc, no GPU needed)
@@ -380,13 +401,28 @@ def test_array_copies_run_as_gpu_kernels(rng):
 @needs_nvcc
 @needs_gpu
 @pytest.mark.slow
+def test_column_logical_and_and_product_run_on_the_gpu(rng):
+    """Column reductions through GPU atomics that DaCe 1.0.2 alone gets wrong (a logical and over booleans,
+    a product), on rank 0's GPU after a split map, 2 ranks: every element equals NumPy's."""
+    sdfg = programs_gpu.column_all_and_product.to_sdfg()
+    sdfg.name = "tgpu_column_all_and_product"
+    dp.lower(sdfg, {m.name: (2, 1) for m in dp.maps(sdfg) if m.name == "_Gt__map"}, device="gpu")
+    A = rng.integers(1, 3, (37, 70)).astype(np.int64)
+    A[:, 3] = 2  # one column all true
+    got = dp.run(sdfg, 2, A=A, every=np.zeros(70, bool), prod=np.zeros(70, np.int64))
+    for name, value in programs_gpu.column_all_and_product_reference(A).items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+
+
+@needs_nvcc
+@needs_gpu
+@pytest.mark.slow
 def test_device_arrays_of_every_kind_run_on_the_gpu():
     """PyTorch CUDA tensors, CuPy arrays (where CuPy imports beside DaCe's NumPy), and objects known only by
     ``__cuda_array_interface__`` or only by DLPack go in and out of two programs built for the GPU, on 2
     ranks: io="distributed" tiles updated in place, a root-io result of the caller's kind, wrong dtype,
     shape and strides refused in words (tests/mpi_scripts/device_arrays_gpu.py)."""
     import importlib
-    import re
     from conftest import mpi_script
     from conformance.programs import CASES as CONFORMANCE
     jac = CONFORMANCE["jacobi2d_time"].program.to_sdfg()

@@ -42,63 +42,117 @@ __device__ __forceinline__ unsigned long atomicMax(unsigned long *p, unsigned lo
                                                 static_cast<unsigned long long>(v)));
 }
 #endif
-#if !defined(DACE_PARTITION_PRODUCT_SHIM)
-#define DACE_PARTITION_PRODUCT_SHIM
-// Product reductions: DaCe 1.0.2's atomic product on the GPU (_wcr_fixed<Product, T>::reduce_atomic) is
-// its plain update, so threads multiplying into one element race (a column product on two ranks came out
-// as one thread's partial). Specialized here, right after DaCe's header and before any use, as a
-// compare-and-swap loop on a word of the element's width.
+#if !defined(DACE_PARTITION_WCR_SHIM)
+#define DACE_PARTITION_WCR_SHIM
+// Write-conflict resolution on the GPU (dace::_wcr_fixed<R, T>::reduce_atomic), two defects of DaCe 1.0.2:
+// - the atomic product is its plain update, so threads multiplying into one element race (a column
+//   product on two ranks came out as one thread's partial);
+// - logical and bitwise and/or/xor, and min/max/exchange on some types, call an atomicAnd/atomicOr/...
+//   overload CUDA does not have (bool, 8- and 16-bit integers, long), a compile error for np.all-like
+//   reductions.
+// Specialized here, right after DaCe's header and before any use, as one compare-and-swap loop (on the
+// aligned 32-bit word around an element narrower than that).
 #include <dace/reduction.h>
+#include <cstdint>
 #include <cstring>
+#include <type_traits>
 namespace dace_partition_cuda {
-template <typename T, typename Word>
-DACE_HDFI T product_atomic(T *ptr, const T &value) {
+struct op_sum { template <typename T> DACE_HDFI T operator()(const T &a, const T &b) const { return a + b; } };
+struct op_product { template <typename T> DACE_HDFI T operator()(const T &a, const T &b) const { return a * b; } };
+struct op_min { template <typename T> DACE_HDFI T operator()(const T &a, const T &b) const { return b < a ? b : a; } };
+struct op_max { template <typename T> DACE_HDFI T operator()(const T &a, const T &b) const { return a < b ? b : a; } };
+struct op_land { template <typename T> DACE_HDFI T operator()(const T &a, const T &b) const { return a && b; } };
+struct op_lor { template <typename T> DACE_HDFI T operator()(const T &a, const T &b) const { return a || b; } };
+struct op_lxor { template <typename T> DACE_HDFI T operator()(const T &a, const T &b) const { return a != b; } };
+struct op_band { template <typename T> DACE_HDFI T operator()(const T &a, const T &b) const { return a & b; } };
+struct op_bor { template <typename T> DACE_HDFI T operator()(const T &a, const T &b) const { return a | b; } };
+struct op_bxor { template <typename T> DACE_HDFI T operator()(const T &a, const T &b) const { return a ^ b; } };
+struct op_exchange { template <typename T> DACE_HDFI T operator()(const T &, const T &b) const { return b; } };
+
+// *ptr = op(*ptr, value) atomically; returns the old value.
+template <typename T, typename Op>
+DACE_HDFI T atomic_update(T *ptr, const T &value, Op op) {
 #if defined(__CUDA_ARCH__)
-    static_assert(sizeof(T) == sizeof(Word), "a compare-and-swap word of the element's width");
-    Word *word = reinterpret_cast<Word *>(ptr);
+    static_assert(sizeof(T) <= 8, "a compare-and-swap word holds the element");
+    using Word = typename std::conditional<sizeof(T) == 8, unsigned long long, unsigned int>::type;
+    const uintptr_t at = reinterpret_cast<uintptr_t>(ptr);
+    Word *word = reinterpret_cast<Word *>(sizeof(T) >= 4 ? at : at & ~uintptr_t(3));
+    const unsigned shift = sizeof(T) >= 4 ? 0u : unsigned(at & 3) * 8u;
+    const Word mask = sizeof(T) >= 4 ? ~Word(0) : Word(((1ull << (8 * sizeof(T))) - 1) << shift);
     Word old = *word, assumed;
+    T current;
     do {
         assumed = old;
-        T current, next;
-        memcpy(&current, &assumed, sizeof(T));
-        next = current * value;
-        Word bits;
-        memcpy(&bits, &next, sizeof(T));
-        old = atomicCAS(word, assumed, bits);
+        Word bits = (assumed & mask) >> shift;
+        memcpy(&current, &bits, sizeof(T));  // the element's bytes (little-endian)
+        T next = op(current, value);
+        Word out = 0;
+        memcpy(&out, &next, sizeof(T));
+        old = atomicCAS(word, assumed, (assumed & ~mask) | ((out << shift) & mask));
     } while (assumed != old);
-    T out;
-    memcpy(&out, &old, sizeof(T));
-    return out;
+    return current;
 #else
     T old;
 #pragma omp critical
     {
         old = *ptr;
-        *ptr = old * value;
+        *ptr = op(old, value);
     }
     return old;
 #endif
 }
 }  // namespace dace_partition_cuda
-#define DACE_PARTITION_PRODUCT(T, WORD)                                                                     \
+#define DACE_PARTITION_WCR(R, OP, T)                                                                        \
     namespace dace {                                                                                         \
     template <>                                                                                              \
-    struct _wcr_fixed<ReductionType::Product, T> {                                                           \
+    struct _wcr_fixed<ReductionType::R, T> {                                                                 \
         static DACE_HDFI T reduce_atomic(T *ptr, const T &value) {                                           \
-            return dace_partition_cuda::product_atomic<T, WORD>(ptr, value);                                 \
+            return dace_partition_cuda::atomic_update(ptr, value, dace_partition_cuda::OP());                \
         }                                                                                                    \
-        DACE_HDFI T operator()(const T &a, const T &b) const { return a * b; }                               \
+        DACE_HDFI T operator()(const T &a, const T &b) const { return dace_partition_cuda::OP()(a, b); }      \
     };                                                                                                       \
     }
-DACE_PARTITION_PRODUCT(int, unsigned int)
-DACE_PARTITION_PRODUCT(unsigned int, unsigned int)
-DACE_PARTITION_PRODUCT(long, unsigned long long)
-DACE_PARTITION_PRODUCT(unsigned long, unsigned long long)
-DACE_PARTITION_PRODUCT(long long, unsigned long long)
-DACE_PARTITION_PRODUCT(unsigned long long, unsigned long long)
-DACE_PARTITION_PRODUCT(float, unsigned int)
-DACE_PARTITION_PRODUCT(double, unsigned long long)
-#undef DACE_PARTITION_PRODUCT
+#define DACE_PARTITION_WCR_NARROW(R, OP)                                                                    \
+    DACE_PARTITION_WCR(R, OP, bool)                                                                          \
+    DACE_PARTITION_WCR(R, OP, int8_t)                                                                        \
+    DACE_PARTITION_WCR(R, OP, uint8_t)                                                                       \
+    DACE_PARTITION_WCR(R, OP, int16_t)                                                                       \
+    DACE_PARTITION_WCR(R, OP, uint16_t)
+#define DACE_PARTITION_WCR_NARROW_AND_LONG(R, OP)                                                           \
+    DACE_PARTITION_WCR_NARROW(R, OP)                                                                         \
+    DACE_PARTITION_WCR(R, OP, long)                                                                          \
+    DACE_PARTITION_WCR(R, OP, unsigned long)
+// Only the pairs that DaCe gets wrong with CUDA 13 (a plain update, or no CUDA overload); the others keep
+// DaCe's own atomics (atomicAdd, atomicMin, ...). tests/test_gpu.py compiles every pair.
+DACE_PARTITION_WCR_NARROW(Sum, op_sum)
+DACE_PARTITION_WCR(Sum, op_sum, long long)
+DACE_PARTITION_WCR_NARROW_AND_LONG(Product, op_product)
+DACE_PARTITION_WCR(Product, op_product, int)
+DACE_PARTITION_WCR(Product, op_product, unsigned int)
+DACE_PARTITION_WCR(Product, op_product, long long)
+DACE_PARTITION_WCR(Product, op_product, unsigned long long)
+DACE_PARTITION_WCR(Product, op_product, float)
+DACE_PARTITION_WCR(Product, op_product, double)
+DACE_PARTITION_WCR_NARROW(Min, op_min)
+DACE_PARTITION_WCR_NARROW(Max, op_max)
+DACE_PARTITION_WCR_NARROW_AND_LONG(Logical_And, op_land)
+DACE_PARTITION_WCR(Logical_And, op_land, float)
+DACE_PARTITION_WCR(Logical_And, op_land, double)
+DACE_PARTITION_WCR_NARROW_AND_LONG(Logical_Or, op_lor)
+DACE_PARTITION_WCR(Logical_Or, op_lor, float)
+DACE_PARTITION_WCR(Logical_Or, op_lor, double)
+DACE_PARTITION_WCR_NARROW_AND_LONG(Logical_Xor, op_lxor)
+DACE_PARTITION_WCR(Logical_Xor, op_lxor, float)
+DACE_PARTITION_WCR(Logical_Xor, op_lxor, double)
+DACE_PARTITION_WCR_NARROW_AND_LONG(Bitwise_And, op_band)
+DACE_PARTITION_WCR_NARROW_AND_LONG(Bitwise_Or, op_bor)
+DACE_PARTITION_WCR_NARROW_AND_LONG(Bitwise_Xor, op_bxor)
+DACE_PARTITION_WCR_NARROW_AND_LONG(Exchange, op_exchange)
+DACE_PARTITION_WCR(Exchange, op_exchange, long long)
+DACE_PARTITION_WCR(Exchange, op_exchange, double)
+#undef DACE_PARTITION_WCR_NARROW_AND_LONG
+#undef DACE_PARTITION_WCR_NARROW
+#undef DACE_PARTITION_WCR
 #endif
 #endif  // __CUDACC__
 
