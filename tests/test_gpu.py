@@ -179,18 +179,22 @@ def test_cuda_config_is_temporary():
     assert (Config.get("compiler", "cuda", "cuda_arch"), Config.get("compiler", "extra_cmake_args")) == before
 
 
+def _nvcc_with_dace(*args):
+    """nvcc on a probe of DaCe's runtime headers: C++17, the default architecture, DaCe's include folder."""
+    dace_inc = os.path.join(os.path.dirname(dace.__file__), "runtime", "include")
+    return subprocess.run([NVCC, "-std=c++17", f"-arch=sm_{cuda_build.DEFAULT_CUDA_ARCH}", "-I", dace_inc, *args],
+                          capture_output=True, text=True)
+
+
 @needs_nvcc
 @pytest.mark.slow  # every default CUDA build (test_cuda_build[softmax]) compiles DaCe's headers with the shim
 def test_dace_runtime_needs_cub3_shim(tmp_path):
     """DaCe 1.0.2's runtime headers fail with CUDA 13's CUB 3 unless the shim is pre-included."""
-    dace_inc = os.path.join(os.path.dirname(dace.__file__), "runtime", "include")
     src = tmp_path / "probe.cu"
     src.write_text("#include <dace/dace.h>\n__global__ void k(cub::GridBarrier b) { b.Sync(); }\n")
-    base = [NVCC, "-std=c++17", f"-arch=sm_{cuda_build.DEFAULT_CUDA_ARCH}", "-I", dace_inc, "-c", str(src),
-            "-o", str(tmp_path / "probe.o")]
-    bare = subprocess.run(base, capture_output=True, text=True)
-    shim = subprocess.run(base + ["-DDACE_PARTITION_CUDA_H", "-include", cuda_build.CUDA_HEADER],
-                          capture_output=True, text=True)
+    compile_only = ["-c", str(src), "-o", str(tmp_path / "probe.o")]
+    bare = _nvcc_with_dace(*compile_only)
+    shim = _nvcc_with_dace(*compile_only, "-DDACE_PARTITION_CUDA_H", "-include", cuda_build.CUDA_HEADER)
     assert shim.returncode == 0, shim.stderr[-3000:]
     version = subprocess.run([NVCC, "--version"], capture_output=True, text=True).stdout
     if "release 13" in version:
@@ -207,15 +211,13 @@ WCR_TYPES = ("bool", "int8_t", "uint8_t", "int16_t", "uint16_t", "int", "unsigne
 def _atomic_ptx(tmp_path, pairs, *defines):
     """Compiles one kernel per (reduction, type) pair calling DaCe's atomic write-conflict resolution, with
     the pre-included header; returns (nvcc's result, {pair: its kernel's atomic instructions})."""
-    dace_inc = os.path.join(os.path.dirname(dace.__file__), "runtime", "include")
     src, out = tmp_path / "wcr.cu", tmp_path / "wcr.ptx"
     src.write_text("#include <dace/dace.h>\n" + "".join(
         f'extern "C" __global__ void k{i}({t} *p, {t} v) '
         f"{{ dace::wcr_fixed<dace::ReductionType::{op}, {t}>::reduce_atomic(p, v); }}\n"
         for i, (op, t) in enumerate(pairs)))
-    res = subprocess.run([NVCC, "-std=c++17", f"-arch=sm_{cuda_build.DEFAULT_CUDA_ARCH}", "-I", dace_inc,
-                          "-DDACE_PARTITION_CUDA_H", *defines, "-include", cuda_build.CUDA_HEADER, "-ptx", str(src),
-                          "-o", str(out)], capture_output=True, text=True)
+    res = _nvcc_with_dace("-DDACE_PARTITION_CUDA_H", *defines, "-include", cuda_build.CUDA_HEADER, "-ptx", str(src),
+                          "-o", str(out))
     if res.returncode != 0:
         return res, {}
     bodies = [b for b in out.read_text().split(".entry ")[1:] if re.match(r"k\d+\(", b)]

@@ -23,23 +23,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, ".."), os.path.join(HERE, "..", "..", "benchmarks")]
 from conformance.programs import CASES  # noqa: E402
 from _gpu_workloads import numpy_of, torch_of  # noqa: E402  (PyTorch built for NumPy 2 beside NumPy 1)
+from _checks import expect, refused  # noqa: E402  (this folder: the script's own)
 
 comm = MPI.COMM_WORLD
 rank = comm.rank
-
-
-def expect(cond, what):
-    if not cond:
-        raise SystemExit(f"rank {rank}: {what}")
-
-
-def refused(call, words):
-    try:
-        call()
-    except ValueError as e:
-        expect(all(w in str(e) for w in words), f"refusal without {words}: {e}")
-        return
-    raise SystemExit(f"rank {rank}: accepted a call that names {words}")
 
 
 class InterfaceOnly:

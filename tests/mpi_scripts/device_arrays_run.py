@@ -19,23 +19,10 @@ from dace_partition.runtime.device_arrays import DeviceArray, HostBackedDeviceAr
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from conformance.programs import CASES  # noqa: E402
+from _checks import expect, refused  # noqa: E402  (this folder: the script's own)
 
 comm = MPI.COMM_WORLD
 rank = comm.rank
-
-
-def expect(cond, what):
-    if not cond:
-        raise SystemExit(f"rank {rank}: {what}")
-
-
-def refused(call, words):
-    try:
-        call()
-    except ValueError as e:
-        expect(all(w in str(e) for w in words), f"refusal without {words}: {e}")
-        return
-    raise SystemExit(f"rank {rank}: accepted a call that names {words}")
 
 
 # io="distributed" (N = 12): each rank's tiles on the device, updated in place

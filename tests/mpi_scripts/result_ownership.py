@@ -8,6 +8,7 @@ import numpy as np
 from mpi4py import MPI
 
 import dace_partition as dp
+from _checks import expect
 
 comm = MPI.COMM_WORLD
 rank = comm.rank
@@ -15,11 +16,6 @@ rank = comm.rank
 
 def ref(x, m):
     return x * np.reshape(m, (24, 1)) + 1.0
-
-
-def expect(cond, what):
-    if not cond:
-        raise SystemExit(f"rank {rank}: {what}")
 
 
 x = np.arange(96.0).reshape(24, 4) - 40.0
