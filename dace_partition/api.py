@@ -25,9 +25,10 @@ from .errors import ScheduleError, UnsupportedPattern
 from .ir import Device, IoMode, Layout, is_lowered, layouts_of, notes, ranks_needed
 from .passes.local_optimize import LocalOptimize, LocalStep, steps_of
 from .passes.partition import partition
+from .passes.prepare import split_kernels
 from .passes.pipeline import LoweringOptions
 from .report import LoweringReport
-from .schedule import discover, names_fused_maps, resolve
+from .schedule import names_fused_maps, resolve
 from .solvers.registry import resolve_solvers
 
 __all__ = ["lower", "report", "ranks_needed", "is_lowered", "Layout", "layouts", "layout", "scatter", "gather"]
@@ -93,13 +94,16 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
     if schedule is None:
         if ranks is None:
             raise ScheduleError("lower() needs a schedule ({map name: grid}) or ranks=P to choose one")
-        from .search import auto_schedule
+        from .search import search
+        if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+            raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
         work = copy.deepcopy(sdfg)  # lowered on a copy: every error surfaces before the SDFG changes
         local.apply(work)  # the search sees the fused maps
-        auto = schedule = auto_schedule(work, ranks, io=io, memory_per_rank=memory_per_rank,
-                                        fixed=local.rename_fixed(fixed), sizes=sizes, solvers=solvers,
-                                        local_optimize=False, device=device)  # work is fused already
-        grids = resolve(discover(work), schedule)
+        kernels = split_kernels(work, local.kernels)  # prepared once: the search prices these kernels
+        auto = schedule = search(work, kernels, ranks, io=io, memory_per_rank=memory_per_rank,
+                                 fixed=local.rename_fixed(fixed), sizes=sizes, solvers=solvers, machine=None,
+                                 device=device, fused=False)  # work is fused already: its names as they are
+        grids = resolve(kernels, schedule)
     elif ranks is not None or fixed is not None or memory_per_rank is not None:
         raise ScheduleError("lower(): give either a schedule or ranks=P (with fixed= / memory_per_rank=), not both")
     else:
@@ -110,16 +114,17 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
                 raise ScheduleError("this schedule is auto_schedule's for the fused maps; lower it with "
                                     "local_optimize=True, or call auto_schedule(..., local_optimize=False)")
             local.apply(work)  # auto_schedule's names are those of the fused maps (it priced them)
-            grids = resolve(discover(work), schedule)
+            grids = resolve(local.kernels, schedule)
         else:
             if isinstance(schedule, Schedule):  # priced unfused (auto_schedule(local_optimize=False)): lowered so
                 local.steps = local.steps - {LocalStep.MAP_FUSION}
             grids = local.apply(work, _on_copy(schedule, sdfg, work))  # checked against the maps as written
+        kernels = split_kernels(work, local.kernels)
     options = LoweringOptions(tuple(resolve_solvers(solvers)), Device(device), fuse, IoMode(io),
                               contractions=LocalStep.CONTRACTIONS in local.steps,
                               single_threaded=threads == 1)
     t1 = time.perf_counter()
-    rep = partition(work, grids, options)  # prepare, plan once, apply the plan with one Pipeline
+    rep = partition(work, grids, options, kernels)  # plan once, apply the plan with one Pipeline
     rep.timings = {"schedule check, copy, map fusion": t1 - t0, **rep.timings}
     if auto is not None:
         rep.schedule = auto.explain()

@@ -137,6 +137,36 @@ def test_lowering_expands_each_library_node_once(monkeypatch):
     assert len(calls) == 2
 
 
+@dace.program
+def scale_add(x: dace.float32[N, H], y: dace.float32[N, H]):
+    return 2 * x + y  # two maps over the same range: lower fuses them
+
+
+@pytest.mark.filterwarnings("ignore:Mismatch between constant and symbol type")
+@pytest.mark.parametrize("program, fuses", [(one_norm, False), (scale_add, True)])
+def test_lower_discovers_each_form_of_its_copy_once(monkeypatch, program, fuses):
+    """lower(ranks=P) prepares its copy once and the search prices those kernels: discovery runs on the
+    program as written, after map fusion where maps fused, and after the state split, and never again
+    (the search and the lowering each prepared their own copy: seven discoveries)."""
+    from dace_partition.passes import local_optimize, partition, prepare
+    calls = []
+    real = discover_mod.discover
+
+    def counted(sdfg):
+        calls.append(sdfg)
+        return real(sdfg)
+
+    for module in (local_optimize, partition, prepare):
+        monkeypatch.setattr(module, "discover", counted)
+    splits = _count(monkeypatch, prepare, "split_kernels")  # what the search would call to prepare its own
+    sdfg = _sdfg(program)
+    sdfg.name = f"search_speed_{program.name}"
+    dp.lower(sdfg, ranks=2)
+    assert len(calls) == (3 if fuses else 2)
+    assert not splits
+    assert ("fused 2 maps" in str(dp.report(sdfg))) == fuses
+
+
 def test_expansions_of_different_reductions_are_not_shared():
     """The fingerprint holds what the expansion depends on: the same array reduced over other axes is
     another expansion (other maps), never the cached one."""

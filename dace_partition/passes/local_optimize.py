@@ -30,7 +30,7 @@ from dace.transformation.passes.pattern_matching import match_patterns
 
 from ..compat import memlets_name_written_array
 from ..errors import ScheduleError
-from ..schedule import KernelKind, discover, ordered_states, resolve
+from ..schedule import Kernel, KernelKind, discover, ordered_states, resolve
 
 
 class LocalStep(Enum):
@@ -75,6 +75,7 @@ class SameGridMapFusion:
 
     def __init__(self, grid_of):
         self.grid_of = grid_of
+        self.renamed = 0  # memlets renamed after the fusions (the graph changed even without a fusion)
 
     def allowed(self, xf: MapFusion, state) -> bool:
         first = state.entry_node(xf.first_map_exit).map
@@ -116,7 +117,7 @@ class SameGridMapFusion:
                     fused += 1
                 if not fused:
                     break
-        memlets_name_written_array(sdfg)  # DaCe 2's MapFusion names writes by its transient (compat)
+        self.renamed = memlets_name_written_array(sdfg)  # DaCe 2's MapFusion names writes by its transient (compat)
         return done
 
 
@@ -134,22 +135,25 @@ class LocalOptimize:
     fused: List[FusedMaps] = field(default_factory=list)
     renames: Dict[str, str] = field(default_factory=dict)
     contracted: list = field(default_factory=list)
+    kernels: Optional[List[Kernel]] = None  # the program's kernels after ``apply`` (discovered once per change)
 
     def apply(self, sdfg: SDFG, schedule=None):
-        kernels = discover(sdfg)
+        kernels = self.kernels = discover(sdfg)
         before = [m for k in kernels for m in k.maps if k.kind == KernelKind.MAP]
         grids = resolve(kernels, schedule) if schedule is not None else {}
         if LocalStep.MAP_FUSION not in self.steps:
             return grids if schedule is not None else None
         grid_by_map = {id(m.map): grids.get(m.name) for m in before}
         inner_before = _inner_map_names(kernels)
-        pairs = SameGridMapFusion(lambda m: grid_by_map.get(id(m), ("kernel", id(m)))).apply(sdfg)
+        fusion = SameGridMapFusion(lambda m: grid_by_map.get(id(m), ("kernel", id(m))))
+        pairs = fusion.apply(sdfg)
         group = {id(m.map): [m.name] for m in before}
         for kept, removed in pairs:
             group.setdefault(id(kept), []).extend(group.pop(id(removed), []))
         if pairs:
             _drop_unused_transients(sdfg)
-        kernels = discover(sdfg)
+        if pairs or fusion.renamed:  # else the kernels found above are still the program's
+            kernels = self.kernels = discover(sdfg)
         after = [m for k in kernels for m in k.maps]
         inner_after = _inner_map_names(kernels)
         # Maps inside library nodes and nested SDFGs are named in program order with a counter

@@ -17,7 +17,7 @@ offload...); it returns the report rendered from the plan and the solvers' answe
 import itertools
 import re
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, List, Tuple
+from typing import Dict, FrozenSet, List, Optional, Tuple
 
 import dace
 import numpy as np
@@ -50,14 +50,15 @@ from ..analysis.rank_tiling import RankTileMap
 
 
 
-def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], options: LoweringOptions) -> LoweringReport:
+def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], options: LoweringOptions,
+              kernels: Optional[List[Kernel]] = None) -> LoweringReport:
     """Lowers ``sdfg`` in place for ``grids`` ({map name: grid}, already checked): the kernels are prepared
-    and discovered, planned once (:func:`~dace_partition.plan.plan_lowering`: every constraint, Move and
+    (``kernels``: ``split_kernels``'s, where the caller prepared ``sdfg`` already) and planned once (:func:`~dace_partition.plan.plan_lowering`: every constraint, Move and
     solver, before any rewrite, so callers lower a copy and errors come first), and the plan is applied by
     one Pipeline (:func:`.pipeline.lowering_pipeline`). The report is rendered from the plan and the
     pipeline's results."""
     steps = Steps()
-    kernels, expanded = prepare_kernels(sdfg, grids)
+    kernels, expanded = prepare_kernels(sdfg, grids, kernels)
     steps.done("prepare and discover kernels")
     plan = plan_lowering(sdfg, kernels, grids, options.solvers, expanded, fuse=options.fuse, io=options.io)
     steps.done("constraints and solver choice")
@@ -91,11 +92,14 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], options: LoweringOp
     return rep
 
 
-def prepare_kernels(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]]) -> Tuple[List[Kernel], set]:
-    """The last normalisation before planning, in place: states split so that each kernel has its own, and
-    library nodes whose tiles would be uneven replaced by their pure expansions. Returns the kernels (with
-    the names the schedule was written against) and the labels of the expanded nodes."""
-    kernels = split_kernels(sdfg)
+def prepare_kernels(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], kernels: Optional[List[Kernel]] = None
+                    ) -> Tuple[List[Kernel], set]:
+    """The last normalisation before planning, in place: states split so that each kernel has its own
+    (unless ``kernels``, the split program's, are given), and library nodes whose tiles would be uneven
+    replaced by their pure expansions. Returns the kernels (with the names the schedule was written
+    against) and the labels of the expanded nodes."""
+    if kernels is None:
+        kernels = split_kernels(sdfg)
     expanded = _expand_uneven_library_nodes(sdfg, kernels, grids)
     if expanded:
         kernels = keep_names(discover(sdfg), kernels)

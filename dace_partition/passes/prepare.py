@@ -10,7 +10,7 @@ search prepare a program the same way, through it).
   of a kernel touches exactly what the kernel reads and writes.
 """
 import functools
-from typing import List
+from typing import List, Optional
 
 import dace
 import numpy as np
@@ -243,11 +243,14 @@ def _edges_of(state, node):
         yield e, isinstance(other, nodes.AccessNode) and e.data.data == other.data
 
 
-def split_kernels(sdfg: SDFG) -> List[Kernel]:
+def split_kernels(sdfg: SDFG, named: Optional[List[Kernel]] = None) -> List[Kernel]:
     """Splits ``sdfg``'s states in place (:func:`split_states`) and returns its kernels, with the map names
     discovery gave them before the split: the names a schedule is written against. The lowering and the
-    search's cost model both prepare a program through this, so they plan the same kernels."""
-    named = discover(sdfg)
+    search's cost model both prepare a program through this, so they plan the same kernels. ``named``: the
+    kernels already discovered on ``sdfg`` as it is (``lower`` has them from its map fusion), so discovery
+    runs once here, after the split."""
+    if named is None:
+        named = discover(sdfg)
     split_states(sdfg)
     return keep_names(discover(sdfg), named)
 

@@ -1,6 +1,9 @@
 """Schedule: which maps a program has (:mod:`.discover`) and the grid each scheduled map runs on
-(:mod:`.resolve`). The first stage of the pipeline; it reads the SDFG and changes nothing but library
-node expansions."""
+(:mod:`.resolve`). The first stage of the pipeline. Discovery normalises the SDFG it is given, once (loops
+whose iterations are independent become maps, DaCe 2's regions are inlined) and then only reads it;
+``maps()`` runs on a copy, and ``lower`` discovers each form of its own copy once: as written (the names a
+schedule uses), after map fusion where maps fused, and after the states are split (the kernels that the
+search prices and the lowering plans)."""
 from .discover import Kernel, KernelKind, MapInfo, discover, expand_all, expand_pure, maps, ordered_states, top_level_kernels
 from .resolve import FreeSymbols, FusedMapName, Replicated, fused_map, names_fused_maps, check_grid, grid_size, replicate, resolve
 

@@ -76,10 +76,22 @@ def auto_schedule(sdfg: SDFG, ranks: int, *, io: str = "root", memory_per_rank: 
     if local_optimize:  # the maps lower() partitions: fused as it fuses them (passes.local_optimize)
         from ..passes.local_optimize import fused_for_search
         sdfg, fixed = fused_for_search(sdfg, fixed)
+    return search(sdfg, None, ranks, io=io, memory_per_rank=memory_per_rank, fixed=fixed, sizes=sizes,
+                  solvers=solvers, machine=machine, device=device, fused=local_optimize, started=t0)
+
+
+def search(sdfg: SDFG, kernels, ranks: int, *, io: str, memory_per_rank: Optional[int], fixed: Optional[dict],
+           sizes: Optional[Dict[str, int]], solvers, machine: Optional[Machine], device: str, fused: bool,
+           started: Optional[float] = None) -> Schedule:
+    """:func:`auto_schedule`'s search on ``sdfg`` as it is (its maps fused already, or priced as written).
+    ``kernels``: the program's kernels as ``lower`` prepared them (``split_kernels``), which the search then
+    prices on its own copy without discovering them again; ``None``: the search prepares a copy itself.
+    ``sdfg`` does not change."""
+    t0 = time.perf_counter() if started is None else started
     if device not in ("cpu", "gpu"):
         raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
     order = resolve_solvers(solvers)
-    work, assumed, kernels, rules = prepare_with_rules(sdfg, sizes, order)
+    work, assumed, kernels, rules = prepare_with_rules(sdfg, sizes, order, kernels)
     m = machine or (gpu_machine() if device == "gpu" else _default_machine())
     names = {info.name: (k, info) for k in kernels for info in k.maps}
     by_map, by_array = _split_fixed(fixed, names, sdfg.arrays)
@@ -132,7 +144,7 @@ def auto_schedule(sdfg: SDFG, ranks: int, *, io: str = "root", memory_per_rank: 
     lines += [f"  priced as a GPU row kernel: {text}" for text in model.row_kernels(choice)]
     return Schedule(grids, ranks=ranks, predicted=pred, lines=lines, method=method,
                     seconds=time.perf_counter() - t0, sizes=assumed, machine=m,
-                    fused=local_optimize)  # its names are those of the fused maps
+                    fused=fused)  # its names are those of the fused maps
 
 
 def predict(sdfg: SDFG, schedule, ranks: int, *, io: str = "root", sizes: Optional[Dict[str, int]] = None,

@@ -111,14 +111,18 @@ def prepare(sdfg: SDFG, sizes: Optional[Dict[str, int]] = None) -> Tuple[SDFG, D
     return work, values, kernels
 
 
-def prepare_with_rules(sdfg: SDFG, sizes: Optional[Dict[str, int]], solvers
+def prepare_with_rules(sdfg: SDFG, sizes: Optional[Dict[str, int]], solvers, prepared: Optional[List[Kernel]] = None
                        ) -> Tuple[SDFG, Dict[str, int], List[Kernel], Optional["LoweringRules"]]:
     """:func:`prepare`, and the :class:`LoweringRules` that check a candidate as ``lower`` will: None
     where the search assumed no size (its copy then has the program's own sizes, and pricing a candidate
-    runs lower's rules on it already)."""
-    from ..passes.prepare import split_kernels
-    work = copy.deepcopy(sdfg)
-    kernels = split_kernels(work)
+    runs lower's rules on it already). ``prepared``: ``sdfg``'s kernels where ``sdfg`` is prepared already
+    (``lower``'s program): copied with it instead of discovered again."""
+    if prepared is not None:
+        work, kernels = copy.deepcopy((sdfg, prepared))
+    else:
+        from ..passes.prepare import split_kernels
+        work = copy.deepcopy(sdfg)
+        kernels = split_kernels(work)
     values = {}
     for s in sorted(str(x) for x in work.free_symbols):
         if s in work.constants:

@@ -6,7 +6,8 @@
 // The rank's block is cut into equal chunks (the solver checks divisibility); a step packs the chunks
 // it sends into a scratch buffer, runs one collective on the group's sub-communicator and unpacks
 // what it received. Sub-communicators come from MPI_Comm_split of the grid communicator, once per
-// distinct group set (shared by every call site with the same groups), and are freed at exit.
+// distinct group set (the runtime's split_comm: shared by every call site with the same groups), and are
+// freed at exit.
 //
 // At the first call the hierarchy the program was lowered for is checked: against
 // DACE_PARTITION_HIERARCHY if it is set at run time (a mismatch stops every rank), else against the nodes
@@ -39,23 +40,14 @@ struct Step {
     MPI_Comm c = MPI_COMM_NULL;
 };
 
-// (grid id, colour and key of every grid rank) -> sub-communicator.
-inline std::map<std::pair<int, std::vector<int>>, MPI_Comm> &subcomms() {
-    static std::map<std::pair<int, std::vector<int>>, MPI_Comm> m;
-    return m;
-}
-// Call site (its table) -> this rank's steps, with their communicators bound.
-inline std::map<const int *, std::vector<Step>> &sites() {
-    static std::map<const int *, std::vector<Step>> m;
-    return m;
-}
-
-inline void free_all() {
-    for (auto &kv : subcomms())
-        if (kv.second != MPI_COMM_NULL) MPI_Comm_free(&kv.second);
-    subcomms().clear();
-    sites().clear();
-}
+// A call site (its table, static in the emitted code) and this rank's steps, with their communicators
+// bound (those belong to the runtime's cache of split communicators, which frees them).
+struct HierSite {
+    std::vector<Step> steps;
+    std::vector<long long> probe;
+    bool built = false;
+    void release() { steps.clear(); }
+};
 
 inline std::string normalized(const char *s) {
     std::string out;
@@ -160,8 +152,11 @@ inline void check_hierarchy(int gid, const char *hierarchy) {
 
 // Parses the table and splits the sub-communicators (collective over the grid, first call only).
 inline std::vector<Step> &bind(const int *table, int n, int gid, const char *hierarchy) {
-    auto it = sites().find(table);
-    if (it != sites().end()) return it->second;
+    SiteKey site_key{std::type_index(typeid(HierSite)), std::type_index(typeid(void)), {gid, n, 0, 0},
+                     MPI_DATATYPE_NULL, {(long long)(std::intptr_t)table}};  // the table's address: its call site
+    bool fresh = false;
+    HierSite &site = SiteCache<HierSite>::get(site_key, {}, fresh);
+    if (!fresh) return site.steps;
     check_hierarchy(gid, hierarchy);
     Grid &g = grid(gid);
     int me = 0;
@@ -190,18 +185,11 @@ inline std::vector<Step> &bind(const int *table, int n, int gid, const char *hie
             key.push_back(st.pos);
             if (r == me) steps[s] = st;
         }
-        auto k = std::make_pair(gid, key);
-        auto c = subcomms().find(k);
-        if (c == subcomms().end()) {
-            MPI_Comm sub = MPI_COMM_NULL;
-            int colour = steps[s].colour < 0 ? MPI_UNDEFINED : steps[s].colour;
-            check(MPI_Comm_split(g.cart, colour, steps[s].pos, &sub), "MPI_Comm_split");
-            c = subcomms().emplace(k, sub).first;
-            at_exit(free_all);
-        }
-        steps[s].c = c->second;
+        int colour = steps[s].colour < 0 ? MPI_UNDEFINED : steps[s].colour;
+        steps[s].c = split_comm(g.cart, std::move(key), colour, steps[s].pos);
     }
-    return sites().emplace(table, std::move(steps)).first->second;
+    site.steps = std::move(steps);
+    return site.steps;
 }
 
 template <typename T>

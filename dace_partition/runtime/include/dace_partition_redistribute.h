@@ -64,29 +64,17 @@ inline MPI_Comm split(int colour, int key) {
     return c;
 }
 
-inline std::map<std::pair<const int *, const int *>, MPI_Comm> &groups() {
-    static std::map<std::pair<const int *, const int *>, MPI_Comm> m;
-    return m;
-}
-
-inline void free_groups() {
-    for (auto &kv : groups())
-        if (kv.second != MPI_COMM_NULL) MPI_Comm_free(&kv.second);
-    groups().clear();
-}
-
 // The group of a step whose colour and key tables (one entry per rank, static in the emitted code) are
-// `colour` and `key`: split at the first call (every rank reaches the step together), then cached.
+// `colour` and `key`: split at the first call (every rank reaches the step together), then shared through
+// the runtime's cache of split communicators.
 inline MPI_Comm group(const int *colour, const int *key) {
-    auto k = std::make_pair(colour, key);
-    auto it = groups().find(k);
-    if (it != groups().end()) return it->second;
-    dace_partition::at_exit(free_groups);
-    int me = dace_partition::world_rank();
-    MPI_Comm c;
-    check(MPI_Comm_split(dace_partition::comm(), colour[me], key[me], &c), "MPI_Comm_split");
-    groups()[k] = c;
-    return c;
+    int n = dace_partition::world_size(), me = dace_partition::world_rank();
+    std::vector<int> ck(2 * n);
+    for (int r = 0; r < n; ++r) {
+        ck[2 * r] = colour[r];
+        ck[2 * r + 1] = key[r];
+    }
+    return dace_partition::split_comm(dace_partition::comm(), std::move(ck), colour[me], key[me]);
 }
 
 inline std::map<long long, dace_partition::Count> &byte_counts() {

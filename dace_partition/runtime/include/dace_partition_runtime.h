@@ -184,6 +184,44 @@ struct SiteCache {
 };
 
 // ---------------------------------------------------------------------------------------------------
+// Communicators split from another (a process grid's, or the private communicator): one per distinct
+// split, known by its parent and every rank's colour and key, so the call sites that ask for the same
+// groups share it. Split at the first request (collective over the parent), freed at exit. The one cache
+// of split communicators: the hierarchical reductions and the synthesized redistributions use it.
+struct SplitKey {
+    MPI_Comm parent;
+    std::vector<int> colours_keys;  // colour and key of every rank of the parent, in rank order
+    bool operator<(const SplitKey &o) const {
+        if (parent != o.parent) return std::less<MPI_Comm>()(parent, o.parent);
+        return colours_keys < o.colours_keys;
+    }
+};
+
+inline std::map<SplitKey, MPI_Comm> &split_comms() {
+    static std::map<SplitKey, MPI_Comm> m;
+    return m;
+}
+
+inline void free_split_comms() {
+    for (auto &kv : split_comms())
+        if (kv.second != MPI_COMM_NULL) MPI_Comm_free(&kv.second);
+    split_comms().clear();
+}
+
+// This rank's part of the split of `parent` in which rank r has colour colours_keys[2r] and key
+// colours_keys[2r + 1] (`colour` and `key` are this rank's; MPI_UNDEFINED: in no group, MPI_COMM_NULL).
+inline MPI_Comm split_comm(MPI_Comm parent, std::vector<int> colours_keys, int colour, int key) {
+    SplitKey k{parent, std::move(colours_keys)};
+    auto it = split_comms().find(k);
+    if (it != split_comms().end()) return it->second;
+    at_exit(free_split_comms);
+    MPI_Comm c = MPI_COMM_NULL;
+    check(MPI_Comm_split(parent, colour, key, &c), "MPI_Comm_split");
+    split_comms().emplace(std::move(k), c);
+    return c;
+}
+
+// ---------------------------------------------------------------------------------------------------
 // Large counts: MPI's int counts stop at INT_MAX elements. A larger count travels as a derived datatype
 // (chunks of 2^k elements, plus a remainder) with a small int count; a reduction (whose predefined
 // operators need predefined types) uses the MPI-4 large-count call, or chunks before MPI 4.
