@@ -219,6 +219,18 @@ def test_array_copies_between_kernels_run_on_the_gpu(name, rng):
         np.testing.assert_allclose(got[k], v, rtol=1e-12, err_msg=k)
 
 
+@pytest.mark.parametrize("name", ["reshape_merge", "reshape_split"])
+def test_a_copy_that_reshapes_an_array_stays_a_host_copy_on_one_gpu(name):
+    """A copy between arrays of different ranks (``x.reshape(...)`` materialised) is not a copy kernel:
+    DaCe's CopyToMap cannot index it (lowering a reshape on one GPU was a ValueError). It runs on the host,
+    and its arrays stay there with the reason."""
+    sdfg = CASES[name].program.to_sdfg()
+    sdfg.name = f"res_{name}_one_gpu"
+    dp.lower(sdfg, {}, device="gpu")
+    res = _check_invariants(sdfg)
+    assert not res.device_copies and res.host, str(res)
+
+
 def test_an_array_that_host_code_reads_stays_on_the_host_and_the_report_says_why():
     """``y = x * 2`` runs on rank 0's GPU, and the branch condition ``y[0] > 0`` is host code: ``y`` stays
     on the host (copied around its kernel), named with the state; ``x`` gets a device twin filled when the

@@ -66,6 +66,37 @@ def test_the_pipeline_holds_the_passes_the_options_ask_for_in_dependency_order(o
     assert _pass_names(options) == expected
 
 
+@pytest.mark.parametrize("name, P, io", [("gemver", 2, "root"), ("jacobi2d_time", 2, "root"), ("gemm", 2, "distributed"),
+                                         ("doitgen", 1, "root")])
+def test_on_a_gpu_the_plan_says_where_each_array_lives_and_the_lowering_follows_it(name, P, io):
+    """device="gpu": which arrays stay in GPU memory, which stay on the host (and why) and which of rank 0's
+    states run on the GPU are the plan's decision (``LoweringPlan.gpu``), made on its model of the
+    partitioned program before anything is rewritten. OffloadToGpu carries it out: the lowered program's
+    residency is the plan's, less the transients that went inside one kernel."""
+    case = CASES[name]
+    sdfg = case.program.to_sdfg()
+    schedule = case.schedule(P, dp.maps(sdfg)) if P > 1 else {}
+    grids = resolve(discover(sdfg), schedule)
+    kernels, expanded = prepare_kernels(sdfg, grids)
+    before = sdfg.hash_sdfg()
+    plan = plan_lowering(sdfg, kernels, grids, SOLVERS, expanded, io=IoMode(io), device=Device.GPU)
+    assert sdfg.hash_sdfg() == before, "planning rewrote the program"
+    assert plan_lowering(sdfg, kernels, grids, SOLVERS, expanded, io=IoMode(io)).gpu is None  # a CPU plan has none
+    decided = plan.gpu.residency
+    assert decided.resident or decided.arguments
+    lowered = case.program.to_sdfg()
+    lowered.name = f"plan_gpu_{name}"
+    dp.lower(lowered, schedule, device="gpu", io=io, local_optimize=False)  # the kernels prepared above
+    res = dp.report(lowered).residency
+    assert set(res.resident) <= set(decided.resident)
+    assert set(decided.resident) - set(res.resident) <= {n for n in decided.resident if n not in lowered.arrays}
+    assert (res.arguments, res.host, res.rank0 == tuple(n for n in decided.rank0 if n in res.rank0)) == \
+        (decided.arguments, decided.host, True)
+    assert res.device_copies == tuple(st.label for st in plan.gpu.copies)
+    for n in res.resident:
+        assert lowered.arrays[n].storage == dace.dtypes.StorageType.GPU_Global, n
+
+
 def test_the_plan_changes_nothing_and_the_report_lines_come_from_it():
     sdfg = gemm_chain.to_sdfg()
     grids = resolve(discover(sdfg), {m.name: (2, 1) if len(m.params) == 2 else (2, 1, 1) for m in dp.maps(sdfg)})

@@ -1,7 +1,7 @@
 """Where a GPU-lowered program keeps its rank-local buffers, and which copies cross PCIe.
 
-A :class:`Residency` is decided once (``passes.gpu.decide_residency``) before the SDFG changes and then
-applied; the report prints it. A *resident* buffer lives in GPU memory for the whole program, allocated
+A :class:`Residency` is decided once, in the plan (``plan.residency.plan_gpu_placement``), before the SDFG
+changes, and then applied (``passes.gpu.offload``); the report prints it. A *resident* buffer lives in GPU memory for the whole program, allocated
 once when it starts; kernels hand it to each other on the device. MPI works on host memory, so every
 communication state that touches a resident buffer goes through its *pinned* host twin: one copy from
 the device before the state (where MPI reads it, or writes only part of it) and one back after it

@@ -2,8 +2,9 @@
 
 After the CPU lowering, every *kernel state* holds rank-local arrays (``__dp{k}_*``) around one kernel (a
 map, a nested SDFG or a library node), and communication states hold DistributedMemlets. :func:`offload`
-decides first which arrays live in GPU memory (:func:`decide_residency`, a frozen
-:class:`~dace_partition.ir.residency.Residency`), then rewrites:
+carries out the plan's decision of which arrays live in GPU memory (``LoweringPlan.gpu``:
+:func:`~dace_partition.plan.residency.plan_gpu_placement`, a frozen
+:class:`~dace_partition.ir.residency.Residency`), and rewrites:
 
     resident arrays get GPU storage (an argument a device twin, filled when the call starts and copied
     back when it ends) -> each kernel is nested into a wrapper SDFG and moved to the GPU there
@@ -40,6 +41,7 @@ from dace.transformation.helpers import nest_state_subgraph
 from ..compat import all_states
 from .graph import RANK, guard
 from ..ir.residency import ARGS_ON_GPU, CopyDirection, Residency, StagingCopy
+from ..plan.residency import GpuPlacement
 from ..runtime.cuda_build import CUDA_ENVIRONMENT
 from ..solvers.node import DistributedMemlet
 from ..schedule import expand_all
@@ -90,16 +92,16 @@ DACE_EXPORTED int __dp_gpu_current() { return dace_partition_cuda::select_device
 
 
 class OffloadToGpu(PlanPass):
-    """The plan's kernels, and rank 0's, run on the GPU on arrays kept there (:func:`offload`). The
-    residency is decided here, on the partitioned graph, and goes into ``report`` (its GPU residency)."""
+    """The plan's kernels, and rank 0's, run on the GPU on arrays kept there (:func:`offload`), as the plan's
+    GPU placement says (``LoweringPlan.gpu``, decided before any rewrite); the residency, with the copies
+    the rewrite made, goes into ``report``. Runs after GuardRankZeroCode has guarded rank 0's states."""
 
     def __init__(self, plan, report, after=()):
         super().__init__(plan, after)
         self.report = report
 
     def apply_pass(self, sdfg: SDFG, pipeline_results):
-        root_states = pipeline_results["GuardRankZeroCode"]
-        offload(sdfg, [km.kernel.state for km in self.plan.kernels], root_states, self.report,
+        offload(sdfg, [km.kernel.state for km in self.plan.kernels], self.plan.gpu, self.report,
                 grids={km.kernel.state: tuple(km.grid) for km in self.plan.kernels})
         return self.report.residency
 
@@ -113,30 +115,24 @@ def note_kernels_on_gpu(report, root_on_gpu: bool = True) -> None:
             kr.notes.append("runs on rank 0's GPU (see 'GPU residency' for where its arrays live)")
 
 
-def offload(sdfg: SDFG, kernel_states: List[SDFGState], root_states: List[SDFGState], report=None,
-            root_on_gpu: bool = True, cublas: Optional[bool] = None,
-            grids: Optional[Dict[SDFGState, Tuple[int, ...]]] = None) -> SDFG:
-    """Moves the kernels of ``kernel_states`` to the GPU and keeps the arrays they use there.
+def offload(sdfg: SDFG, kernel_states: List[SDFGState], placement: GpuPlacement, report=None,
+            cublas: Optional[bool] = None, grids: Optional[Dict[SDFGState, Tuple[int, ...]]] = None) -> SDFG:
+    """Moves the kernels of ``kernel_states``, and the states of rank 0 that ``placement`` puts on the GPU
+    (the plan's decision: :func:`~dace_partition.plan.residency.plan_gpu_placement`), to the GPU and keeps
+    the arrays it says there.
 
-    Decides first (:func:`decide_residency`: which arrays live in GPU memory), then rewrites: library
-    nodes are expanded, resident arrays get GPU storage (an argument gets a device twin, filled when the
-    call starts and copied back when it ends), every kernel is nested and moved to the GPU, and each
-    communication state touching a resident array is staged through host memory
-    (:func:`stage_communication`).
-
-    With ``root_on_gpu`` (the default), the kernels that run on rank 0 on the global arrays (unscheduled
-    maps and library nodes, grids of one rank) also run on rank 0's GPU; states holding only tasklets
-    (scalar code) stay on the host. ``cublas`` (default: where the CUDA toolkit has it) runs the matrix
-    products on cuBLAS. ``grids`` (each kernel state's grid) lets consecutive kernels on the same ranks
-    fuse into row kernels (:mod:`.gpu_rows`).
+    Rewrites only: rank 0's copy states become copy kernels, library nodes are expanded, resident arrays
+    get GPU storage (an argument gets a device twin, filled when the call starts and copied back when it
+    ends), every kernel is nested and moved to the GPU, and each communication state touching a resident
+    array is staged through host memory (:func:`stage_communication`). ``cublas`` (default: where the
+    CUDA toolkit has it) runs the matrix products on cuBLAS. ``grids`` (each kernel state's grid) lets
+    consecutive kernels on the same ranks fuse into row kernels (:mod:`.gpu_rows`).
     """
     if cublas is None:
         from ..runtime.cuda_build import cublas_available
         cublas = cublas_available()
-    states = list(dict.fromkeys(list(kernel_states) + ([s for s in root_states if _has_kernel(s)] if root_on_gpu
-                                                         else [])))
-    copies = device_copies(sdfg, kernel_states, states, [s for s in root_states if _is_copy_state(sdfg, s)]) \
-        if root_on_gpu else []
+    states = list(dict.fromkeys(list(kernel_states) + list(placement.kernels)))
+    copies = list(placement.copies)
     for st in copies:
         _copies_to_maps(sdfg, st)
     states += copies
@@ -147,7 +143,8 @@ def offload(sdfg: SDFG, kernel_states: List[SDFGState], root_states: List[SDFGSt
     rows = fuse_rows(sdfg, states, same_ranks)
     for state in states:
         _expand_library_nodes(sdfg, state, cublas)
-    residency = decide_residency(sdfg, kernel_states, states)
+    residency = placement.residency
+    residency = residency.without({n for n in residency.resident if n not in sdfg.arrays})  # inside a row kernel
     residency = place(sdfg, residency, states)
     wrappers = [w for w in (_offload_state(sdfg, state) for state in states) if w is not None]
     residency = residency.without({n for n in residency.resident if n not in sdfg.arrays})  # moved into a wrapper
@@ -165,43 +162,6 @@ def offload(sdfg: SDFG, kernel_states: List[SDFGState], root_states: List[SDFGSt
     if wrappers:
         _attach_runtime(sdfg)
     return sdfg
-
-
-def _is_copy_state(sdfg: SDFG, state: SDFGState) -> bool:
-    """A state of copies only: array to array (how DaCe writes ``y[:] = t`` after a kernel wrote ``t``),
-    or a scalar argument into a one-element array (``passes.prepare`` stages scalars so)."""
-    if state.number_of_edges() == 0 or not all(isinstance(n, nodes.AccessNode) for n in state.nodes()):
-        return False
-    for e in state.edges():
-        src, dst = sdfg.arrays[e.src.data], sdfg.arrays[e.dst.data]
-        if e.data.wcr is not None or e.data.data is None or type(dst) is not dace.data.Array or \
-                not (type(src) is dace.data.Array or (type(src) is dace.data.Scalar and dst.total_size == 1)):
-            return False
-    return True
-
-
-def _arrays(sdfg: SDFG, state: SDFGState) -> set:
-    return {n.data for n in state.data_nodes() if type(sdfg.arrays[n.data]) is dace.data.Array}
-
-
-def device_copies(sdfg: SDFG, kernel_states: List[SDFGState], gpu_states: List[SDFGState],
-                  candidates: List[SDFGState]) -> List[SDFGState]:
-    """The copy states among ``candidates`` (rank 0's copies) that run on the GPU: those that copy from or
-    into an array a GPU kernel uses and whose arrays then all stay in GPU memory. On the host, such a copy
-    keeps its arrays there and copies them across PCIe around every kernel that uses them (``y[:] = a * x
-    + y`` in a time loop: ``y`` and the kernel's result twice per sweep, and the scalar ``a``); on the GPU
-    it is a copy kernel between resident buffers. A copy whose arrays must stay on the host anyway (host
-    code reads them) stays a host copy. Changes nothing."""
-    used = set().union(*(_arrays(sdfg, s) for s in gpu_states)) if gpu_states else set()
-    chosen = [c for c in candidates if _arrays(sdfg, c) & used]
-    while chosen:
-        res = decide_residency(sdfg, kernel_states, list(gpu_states) + chosen)
-        on_gpu = set(res.resident) | set(res.arguments)
-        keep = [c for c in chosen if _arrays(sdfg, c) <= on_gpu]
-        if keep == chosen:
-            break
-        chosen = keep
-    return chosen
 
 
 def _copies_to_maps(sdfg: SDFG, state: SDFGState):
@@ -225,41 +185,6 @@ def _is_comm_state(state: SDFGState) -> bool:
     """A state of DistributedMemlets and the buffers they read and write (scatter, gather, halo, ...)."""
     work = [n for n in state.nodes() if not isinstance(n, nodes.AccessNode)]
     return bool(work) and all(isinstance(n, DistributedMemlet) for n in work)
-
-
-def decide_residency(sdfg: SDFG, kernel_states: List[SDFGState], gpu_states: List[SDFGState]) -> Residency:
-    """Which arrays live in GPU memory for the whole call: every array (not a scalar, not a view) that a
-    GPU state uses and that only GPU states and MPI (staged through host memory) touch. Transients
-    (the rank-local buffers, rank 0's intermediates) are allocated there; arguments get a device twin.
-    An array that host code or an interstate edge reads stays on the host, with the reason, and is
-    copied around each kernel that uses it. Arrays that no partitioned kernel touches are rank 0's alone
-    (their copies run on rank 0 only). Changes nothing."""
-    gpu, kernels = set(gpu_states), set(kernel_states)
-    touched: Dict[str, set] = {}
-    for st in all_states(sdfg):
-        for n in st.data_nodes():
-            touched.setdefault(n.data, set()).add(st)
-    read_between = set()
-    for e in sdfg.all_interstate_edges():
-        read_between |= set(e.data.free_symbols) | set(e.data.read_symbols())
-    resident, arguments, why_host, rank0, gpu_writes = [], [], {}, [], []
-    for name, where in sorted(touched.items()):
-        desc = sdfg.arrays[name]
-        if type(desc) is not dace.data.Array or not where & gpu:
-            continue
-        other = sorted(st.label for st in where if st not in gpu and not _is_comm_state(st))
-        if other:
-            why_host[name] = f"state '{other[0]}' uses it outside a kernel and MPI"
-        elif name in read_between:
-            why_host[name] = "an interstate edge reads it"
-        else:
-            (resident if desc.transient else arguments).append(name)
-            if not where & kernels:
-                rank0.append(name)
-            if any(n.data == name and st.in_degree(n) > 0 for st in where & gpu for n in st.data_nodes()):
-                gpu_writes.append(name)
-    return Residency(resident=tuple(resident), arguments=tuple(arguments), rank0=tuple(rank0),
-                     host=tuple(sorted(why_host.items())), gpu_writes=tuple(gpu_writes))
 
 
 def place(sdfg: SDFG, residency: Residency, gpu_states: List[SDFGState]) -> Residency:
@@ -547,12 +472,6 @@ def pcie_copies(sdfg: SDFG) -> List[Tuple[str, str, str, CopyDirection]]:
                     direction = CopyDirection.TO_HOST if src in _GPU else CopyDirection.TO_DEVICE
                     out.append((st.label, e.src.data, e.dst.data, direction))
     return out
-
-
-def _has_kernel(state: SDFGState) -> bool:
-    scope = state.scope_dict()
-    return any(scope[n] is None and isinstance(n, (nodes.MapEntry, nodes.LibraryNode, nodes.NestedSDFG))
-               and not isinstance(n, DistributedMemlet) for n in state.nodes())
 
 
 def _matmul():

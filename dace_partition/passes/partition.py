@@ -60,7 +60,8 @@ def partition(sdfg: SDFG, grids: Dict[str, Tuple[int, ...]], options: LoweringOp
     steps = Steps()
     kernels, expanded = prepare_kernels(sdfg, grids, kernels)
     steps.done("prepare and discover kernels")
-    plan = plan_lowering(sdfg, kernels, grids, options.solvers, expanded, fuse=options.fuse, io=options.io)
+    plan = plan_lowering(sdfg, kernels, grids, options.solvers, expanded, fuse=options.fuse, io=options.io,
+                         device=options.device)
     steps.done("constraints and solver choice")
     rep, by_kernel = plan_report(sdfg.name, plan)
     pipeline = lowering_pipeline(plan, options, rep)

@@ -16,7 +16,7 @@ from dace.sdfg import SDFG
 
 from ..analysis.constraints import Access, Direction, KernelPlan, plan_map_kernel, plan_nested_kernel, same_subset
 from ..errors import UnsupportedPattern
-from ..ir import ROOT, Cost, Distribution, IoMode, Move, MoveKind, ReduceOp, Role
+from ..ir import ROOT, Cost, Device, Distribution, IoMode, Move, MoveKind, ReduceOp, Role
 from ..schedule import Kernel, KernelKind
 from ..solvers.base import Solver
 from ..solvers.registry import choose
@@ -91,6 +91,8 @@ class LoweringPlan:
     # every scatter, gather and grid-to-grid move the partitioned program makes, after the decisions above
     # (plan.traffic.Traffic; the broadcasts apart): what the search prices and the report counts
     traffic: tuple = ()
+    # device="gpu": where each array lives and which states of rank 0 run on the GPU (plan.residency.GpuPlacement)
+    gpu: Optional[object] = None
 
     def moves(self) -> List[PlannedMove]:
         return [m for k in self.kernels for m in k.moves]
@@ -129,14 +131,16 @@ def plan_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, ...]], s
 
 
 def plan_lowering(sdfg: SDFG, kernels: Sequence[Kernel], grids: Dict[str, Tuple[int, ...]],
-                  solvers: Sequence[Solver], expanded=(), fuse: bool = True, io: IoMode = IoMode.ROOT) -> LoweringPlan:
+                  solvers: Sequence[Solver], expanded=(), fuse: bool = True, io: IoMode = IoMode.ROOT,
+                  device: Device = Device.CPU) -> LoweringPlan:
     """Plans every kernel that ``grids`` schedules on more than one rank and, with ``fuse``, the round trips
     through rank 0 between them that go (:func:`~dace_partition.plan.fusion.plan_round_trips`) and what
     each loop keeps on the grid (:func:`~dace_partition.plan.carry.plan_loop_carries`), and with
     ``io=IoMode.DISTRIBUTED`` the rank-local arguments (:func:`~dace_partition.plan.local_io.plan_local_io`),
     and the data that interstate edges read broadcast to every rank
-    (:func:`~dace_partition.plan.branch.plan_branch_data`); changes nothing. Every kernel is analysed
-    before any is planned, so a constraint that cannot hold is reported before a missing solver."""
+    (:func:`~dace_partition.plan.branch.plan_branch_data`), and with ``device=Device.GPU`` where each
+    array lives (:func:`~dace_partition.plan.residency.plan_gpu_placement`); changes nothing. Every kernel
+    is analysed before any is planned, so a constraint that cannot hold is reported before a missing solver."""
     analysed, needed = [], 1
     for k in kernels:
         if any(m.name in grids for m in k.maps):
@@ -145,12 +149,16 @@ def plan_lowering(sdfg: SDFG, kernels: Sequence[Kernel], grids: Dict[str, Tuple[
     planned = tuple(plan_kernel(sdfg, a.kernel, grids, solvers, a) for a in analysed if a.size > 1)
     plan = LoweringPlan(planned, needed, tuple(kernels), tuple(grids.items()),
                         tuple(a for a in analysed if a.size == 1), frozenset(expanded))
+    from .model import PartitionModel
+    from .residency import plan_gpu_placement
     if not planned:
-        return plan
+        gpu = plan_gpu_placement(sdfg, PartitionModel(sdfg, plan, solvers)) if device == Device.GPU else None
+        return replace(plan, gpu=gpu)
     from .branch import plan_branch_data
     from .traffic import traffic
     plan, model = decide(sdfg, plan, solvers, fuse, io)
-    return replace(plan, broadcasts=plan_branch_data(model, plan), traffic=traffic(model))
+    plan = replace(plan, broadcasts=plan_branch_data(model, plan), traffic=traffic(model))
+    return replace(plan, gpu=plan_gpu_placement(sdfg, model)) if device == Device.GPU else plan
 
 
 def decide(sdfg: SDFG, plan: LoweringPlan, solvers: Sequence[Solver], fuse: bool = True, io: IoMode = IoMode.ROOT):
