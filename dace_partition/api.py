@@ -94,9 +94,7 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
     if schedule is None:
         if ranks is None:
             raise ScheduleError("lower() needs a schedule ({map name: grid}) or ranks=P to choose one")
-        from .search import search
-        if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
-            raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
+        from .search import search  # it checks ranks (and io, device), as auto_schedule does
         work = copy.deepcopy(sdfg)  # lowered on a copy: every error surfaces before the SDFG changes
         local.apply(work)  # the search sees the fused maps
         kernels = split_kernels(work, local.kernels)  # prepared once: the search prices these kernels

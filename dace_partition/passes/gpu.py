@@ -106,12 +106,12 @@ class OffloadToGpu(PlanPass):
         return self.report.residency
 
 
-def note_kernels_on_gpu(report, root_on_gpu: bool = True) -> None:
+def note_kernels_on_gpu(report) -> None:
     """Says on each kernel's report line where it runs (after the other passes' notes on it)."""
     for kr in report.kernels:
         if kr.grid is not None:
             kr.notes.append("runs on the GPU on its rank-local buffers in GPU memory (see 'GPU residency')")
-        elif root_on_gpu:  # every reported kernel is a map, nested SDFG or library node (never a tasklet)
+        else:  # every reported kernel is a map, nested SDFG or library node (never a tasklet): rank 0's GPU
             kr.notes.append("runs on rank 0's GPU (see 'GPU residency' for where its arrays live)")
 
 

@@ -239,15 +239,18 @@ class PartitionModel:
         e = inner.entries[0] if point.at == At.BEFORE_LOOP else inner.exits[0]
         return e.src in lp.body and e.dst in lp.body
 
+    def every_access(self) -> List["ModelAccess"]:
+        """Every access of every buffer and array, scatters' and gathers' ends included (a move reads its
+        source and writes its destination at its point)."""
+        out = list(self.accesses)
+        for mv in self.moves:
+            out.append(ModelAccess(mv.point, mv.src, True, False))
+            out.append(ModelAccess(mv.point, mv.dst, False, True))
+        return out
+
     def nodes(self, name: str) -> List["ModelAccess"]:
         """Every access of buffer or array ``name``, scatters' and gathers' ends included."""
-        out = [a for a in self.accesses if a.name == name]
-        for mv in self.moves:
-            if mv.src == name:
-                out.append(ModelAccess(mv.point, name, True, False))
-            if mv.dst == name:
-                out.append(ModelAccess(mv.point, name, False, True))
-        return out
+        return [a for a in self.every_access() if a.name == name]
 
     def implement(self, move: Move, box: bool = False) -> str:
         """The first solver that implements ``move`` (with ``box``: of those that read or write a box of a

@@ -22,7 +22,7 @@ from dace.sdfg import SDFG, SDFGState
 
 from ..ir.residency import Residency
 from ..solvers.node import DistributedMemlet
-from .model import At, PartitionModel
+from .model import At, ModelAccess, PartitionModel
 
 
 @dataclass(frozen=True)
@@ -32,10 +32,6 @@ class GpuPlacement:
     residency: Residency
     kernels: Tuple[SDFGState, ...]
     copies: Tuple[SDFGState, ...]
-
-    @property
-    def states(self) -> Tuple[SDFGState, ...]:
-        return self.kernels + self.copies
 
 
 def has_kernel(state: SDFGState) -> bool:
@@ -71,10 +67,16 @@ def plan_gpu_placement(sdfg: SDFG, model: PartitionModel) -> GpuPlacement:
     root = [st for st in model.states if st not in model.kernel_states and st.number_of_nodes() > 0]
     kernels = [st for st in root if has_kernel(st)]
     on_gpu = set(kernels)
-    used = {a.name for a in _accesses(model) if _on_gpu(a, on_gpu)}
+    by_name: Dict[str, List[ModelAccess]] = {}
+    for a in model.every_access():
+        by_name.setdefault(a.name, []).append(a)
+    read_between = set()
+    for e in sdfg.all_interstate_edges():
+        read_between |= set(e.data.free_symbols) | set(e.data.read_symbols())
+    used = {name for name, where in by_name.items() if any(_on_gpu(a, on_gpu) for a in where)}
     chosen = [st for st in root if st not in on_gpu and is_copy_state(sdfg, st) and _arrays(sdfg, st) & used]
     while True:
-        res = _decide(sdfg, model, on_gpu | set(chosen))
+        res = _decide(sdfg, by_name, read_between, on_gpu | set(chosen))
         placed = set(res.resident) | set(res.arguments)
         keep = [st for st in chosen if _arrays(sdfg, st) <= placed]
         if keep == chosen:
@@ -87,38 +89,17 @@ def _arrays(sdfg: SDFG, state: SDFGState) -> Set[str]:
     return {n.data for n in state.data_nodes() if type(sdfg.arrays[n.data]) is dace.data.Array}
 
 
-class _Access:
-    """One access as the placement sees it: a name, where (a kernel, MPI, or a state of rank 0) and how."""
-    __slots__ = ("name", "at", "state", "written")
-
-    def __init__(self, name, at, state, written):
-        self.name, self.at, self.state, self.written = name, at, state, written
+def _on_gpu(a: ModelAccess, gpu_states) -> bool:
+    """At a planned kernel, or in one of ``gpu_states`` of rank 0 (a scatter's or gather's end is MPI's)."""
+    return a.point.at == At.KERNEL or (a.point.at == At.STATE and a.point.state in gpu_states)
 
 
-def _accesses(model: PartitionModel) -> List[_Access]:
-    out = [_Access(a.name, a.point.at, a.point.state, a.written) for a in model.accesses]
-    for mv in model.moves:
-        at = At.BEFORE_LOOP if mv.point.on_loop else At.BEFORE_KERNEL  # MPI, wherever it is
-        out.append(_Access(mv.src, at, mv.point.state, False))
-        out.append(_Access(mv.dst, at, mv.point.state, True))
-    return out
-
-
-def _on_gpu(a: _Access, gpu_states) -> bool:
-    return a.at == At.KERNEL or (a.at == At.STATE and a.state in gpu_states)
-
-
-def _decide(sdfg: SDFG, model: PartitionModel, gpu_states) -> Residency:
+def _decide(sdfg: SDFG, by_name: Dict[str, List[ModelAccess]], read_between: Set[str], gpu_states) -> Residency:
     """Which arrays live in GPU memory when ``gpu_states`` of rank 0 (and every planned kernel) run on the
     GPU: every array (not a scalar, not a view) that GPU code uses and that only GPU code and MPI touch.
     Transients (the rank-local buffers, rank 0's intermediates) are allocated there; arguments get a
-    device twin. Arrays that no planned kernel touches are rank 0's alone (their copies run there only)."""
-    read_between = set()
-    for e in sdfg.all_interstate_edges():
-        read_between |= set(e.data.free_symbols) | set(e.data.read_symbols())
-    by_name: Dict[str, List[_Access]] = {}
-    for a in _accesses(model):
-        by_name.setdefault(a.name, []).append(a)
+    device twin. Arrays that no planned kernel touches are rank 0's alone (their copies run there only).
+    ``by_name``: each name's accesses in the model; ``read_between``: what interstate edges read."""
     resident, arguments, why_host, rank0, gpu_writes = [], [], {}, [], []
     for name, where in sorted(by_name.items()):
         desc = sdfg.arrays.get(name)  # None: a rank-local buffer the partition makes (an array, transient)
@@ -127,14 +108,15 @@ def _decide(sdfg: SDFG, model: PartitionModel, gpu_states) -> Residency:
         gpu = [a for a in where if _on_gpu(a, gpu_states)]
         if not gpu:
             continue
-        host = sorted({a.state.label for a in where if a.at == At.STATE and a.state not in gpu_states})
+        host = sorted({a.point.state.label for a in where
+                       if a.point.at == At.STATE and a.point.state not in gpu_states})
         if host:
             why_host[name] = f"state '{host[0]}' uses it outside a kernel and MPI"
         elif name in read_between:
             why_host[name] = "an interstate edge reads it"
         else:
             (resident if desc is None or desc.transient else arguments).append(name)
-            if not any(a.at == At.KERNEL for a in where):
+            if not any(a.point.at == At.KERNEL for a in where):
                 rank0.append(name)
             if any(a.written for a in gpu):
                 gpu_writes.append(name)

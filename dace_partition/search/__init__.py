@@ -67,10 +67,7 @@ def auto_schedule(sdfg: SDFG, ranks: int, *, io: str = "root", memory_per_rank: 
     on the program as it is (:class:`.model.LoweringRules`), and :meth:`Schedule.explain` says why each
     refused grid was left out.
     """
-    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
-        raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
-    if io not in ("root", "distributed"):
-        raise ValueError(f"io must be 'root' or 'distributed', got {io!r}")
+    _check_request(ranks, io, device)
     machine = _renamed("auto_schedule", machine, machine_)
     t0 = time.perf_counter()
     if local_optimize:  # the maps lower() partitions: fused as it fuses them (passes.local_optimize)
@@ -88,8 +85,7 @@ def search(sdfg: SDFG, kernels, ranks: int, *, io: str, memory_per_rank: Optiona
     prices on its own copy without discovering them again; ``None``: the search prepares a copy itself.
     ``sdfg`` does not change."""
     t0 = time.perf_counter() if started is None else started
-    if device not in ("cpu", "gpu"):
-        raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
+    _check_request(ranks, io, device)
     order = resolve_solvers(solvers)
     work, assumed, kernels, rules = prepare_with_rules(sdfg, sizes, order, kernels)
     m = machine or (gpu_machine() if device == "gpu" else _default_machine())
@@ -145,6 +141,16 @@ def search(sdfg: SDFG, kernels, ranks: int, *, io: str, memory_per_rank: Optiona
     return Schedule(grids, ranks=ranks, predicted=pred, lines=lines, method=method,
                     seconds=time.perf_counter() - t0, sizes=assumed, machine=m,
                     fused=fused)  # its names are those of the fused maps
+
+
+def _check_request(ranks, io: str, device: str) -> None:
+    """The search's arguments, refused in words before any work."""
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise ValueError(f"ranks must be a positive integer, got {ranks!r}")
+    if io not in ("root", "distributed"):
+        raise ValueError(f"io must be 'root' or 'distributed', got {io!r}")
+    if device not in ("cpu", "gpu"):
+        raise ValueError(f"device must be 'cpu' or 'gpu', got {device!r}")
 
 
 def predict(sdfg: SDFG, schedule, ranks: int, *, io: str = "root", sizes: Optional[Dict[str, int]] = None,
