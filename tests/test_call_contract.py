@@ -65,6 +65,38 @@ def test_run_refuses_another_number_of_elements_before_any_rank_starts(io):
     assert time.time() - t < 10  # refused before building or launching anything
 
 
+NR, NC = dace.symbol("NR"), dace.symbol("NC")
+
+
+@dace.program
+def scaled_rows(a: dace.float64[NR, NC], w: dace.float64[NC]):
+    for i, j in dace.map[0:NR, 0:NC]:
+        a[i, j] = a[i, j] * w[j]
+
+
+@pytest.mark.parametrize("io", ["root", "distributed"])
+def test_symbols_a_call_does_not_give_are_read_off_the_arrays(io):
+    """As calling the SDFG in one process: ``a: float64[NR, NC]`` given a 7 x 5 array means NR = 7, NC = 5
+    (for io="distributed" on the program's own tiles too, where a dimension is not split); arrays that
+    disagree, or a symbol that no array gives, are refused before any rank starts, naming them."""
+    sdfg = scaled_rows.to_sdfg()
+    sdfg.name = f"t_call_contract_symbols_{io}"
+    dp.lower(sdfg, {dp.maps(sdfg)[0].name: (2, 1)}, io=io)
+    sig = dp.runtime.launch.CallSignature(sdfg)
+    a, w = np.ones((7, 5)), np.ones(5)
+    if io == "root":
+        assert sig.with_symbols(dict(a=a, w=w)) == dict(a=a, w=w, NR=7, NC=5)
+    else:  # the tile's rows are split (NR is not read off them), its columns are not
+        with pytest.raises(ValueError, match=r"symbol\(s\) \['NR'\] not given .* \(NR=\.\.\.\)"):
+            sig.with_symbols(dict(a=a, w=w))
+        assert sig.with_symbols(dict(a=a, w=w, NR=14)) == dict(a=a, w=w, NR=14, NC=5)
+    assert sig.with_symbols(dict(a=a, w=w, NR=7, NC=5))["NC"] == 5  # given: kept
+    t = time.time()
+    with pytest.raises(ValueError, match=r"disagree on symbol 'NC': a.shape\[1\] = 5, w.shape\[0\] = 6"):
+        dp.run(sdfg, 2, a=a, w=np.ones(6))  # dp.run takes whole arrays for either io
+    assert time.time() - t < 10  # refused before building or launching anything
+
+
 def test_check_layout_follows_dace():
     check = dp.runtime.launch.check_layout
     check("m", np.ones((25, 1)), (25, ), (8, ))

@@ -23,7 +23,7 @@ from .launchers import (WORLD_CHECK, FirstToEnd, LaunchCommand, Launcher, MPIFla
                         _stop, _tied_to, choose_launcher, dead_ranks, launch_command, launcher_kind,
                         library_flavour, mpi_environment, mpiexec_command)
 from .program import (CallSignature, Program, _syms, _with_bound, as_array, check_layout, compile, conform,
-                      describe_inputs, load, written_arguments)
+                      describe_inputs, load, sizing_dimensions, written_arguments)
 
 # The runtime's API, for ``from dace_partition.runtime.launch import ...``: building is .build, starting
 # ranks .launchers, a job's program .program; this module runs a program from one process (``run``).
@@ -38,11 +38,15 @@ def _check_run_inputs(sdfg: SDFG, inputs):
     """``run`` takes whole arrays; for io="distributed" programs, those with a layout are checked
     against its global shape (the worker cuts them into tiles). An array of another shape is taken as
     DaCe takes it (:func:`check_layout`). Returns the inputs, every array seen in its parameter's (global)
-    shape, so the ranks get them as the program declares them."""
+    shape, so the ranks get them as the program declares them, and the symbols the call does not give, read
+    off the arrays' (global) shapes."""
     from ..ir import layouts_of
     lays = layouts_of(sdfg)
-    syms = _syms(inputs)
     sig = CallSignature(sdfg)
+    shapes = {k: d.shape for k, d in sig.arrays.items()}
+    shapes.update({k: lay.shape for k, lay in lays.items()})  # io="distributed": given whole, as declared
+    inputs = sig.with_symbols(inputs, sizing_dimensions(shapes, sig.free))
+    syms = _syms(inputs)
     checked = dict(inputs)
     local = dict(inputs)
     for name, lay in lays.items():
@@ -74,7 +78,8 @@ def run(sdfg: SDFG, ranks: int, timeout: float = 300, launcher=None, **inputs):
     them afterwards). A program that returns a value and also writes arguments: the value, and, as calling
     the SDFG in one process does, the new values of the written arguments copied into the caller's NumPy
     arrays (a writable array of another shape with as many elements takes them in C order). A failure on
-    any rank raises :class:`RunError` with its message.
+    any rank raises :class:`RunError` with its message. Symbols that size the arrays (``N`` of
+    ``float64[N]``) may be left out: they are read off the arrays' shapes, as DaCe's own call does.
     """
     return launch(sdfg, ranks, timeout, inputs, launcher=launcher, update=inputs)[0]
 
@@ -106,7 +111,8 @@ def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = "dace_p
     inputs = {k: as_array(v) for k, v in inputs.items()}
     given = {k: np.shape(v) for k, v in inputs.items() if isinstance(v, np.ndarray)}
     checked = _check_run_inputs(sdfg, _with_bound(bound_values(sdfg), inputs))
-    inputs = {k: checked[k] for k in inputs}
+    symbols = {str(s) for s in sdfg.free_symbols}  # with those read off the arrays' shapes
+    inputs = {k: checked[k] for k in checked if k in inputs or k in symbols}
     folder = build(sdfg)
     with tempfile.TemporaryDirectory(prefix="dace_partition_") as tmp:
         np.savez(os.path.join(tmp, "inputs.npz"), **{k: np.asarray(v) for k, v in inputs.items()})

@@ -34,10 +34,11 @@ sdfg.name = f"t_call_paths_affine_{P}"
 dp.lower(sdfg, {m.name: (P, ) for m in dp.maps(sdfg)})
 prog = dp.compile(sdfg)
 rng = np.random.default_rng(7)
-# same shape twice (fast path, new array objects), then other sizes (re-initialized buffers), then back
-for n in (10, 10, 17, 17, 5, 10):
+# same shape twice (fast path, new array objects), then other sizes (re-initialized buffers), then back;
+# N given, or read off x's shape (the odd calls)
+for i, n in enumerate((10, 10, 17, 17, 5, 10)):
     x = np.floor(rng.standard_normal(n) * 100)
-    out = prog(x=x, N=n) if comm.rank == 0 else prog()
+    out = (prog(x=x, N=n) if i % 2 == 0 else prog(x=x)) if comm.rank == 0 else prog()
     check(out, 2.0 * x + 1.0, f"affine N={n}")
 # a rejected call ends on every rank with the message, and the next call works
 try:
@@ -45,6 +46,11 @@ try:
     raise SystemExit("a float32 argument was accepted")
 except ValueError as e:
     assert "dtype" in str(e), e
+try:  # a symbol given that no array agrees with
+    prog(x=np.zeros(10), N=11) if comm.rank == 0 else prog()
+    raise SystemExit("N=11 with a 10-element x was accepted")
+except ValueError as e:
+    assert "'x'" in str(e) and "(11,)" in str(e), e
 x = np.arange(12.0)
 out = prog(x=x, N=12) if comm.rank == 0 else prog()
 check(out, 2.0 * x + 1.0, "affine after a rejected call")
