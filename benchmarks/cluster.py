@@ -35,7 +35,7 @@ ratio grows with oversubscription. MPICH also polls while it waits, competing wi
 The machine's load average is recorded at the start and end (other jobs may share it).
 
 Outputs are not compared with NumPy here (with ``--calls > 1`` a program that updates its arguments goes on
-from the previous call's values); tests/test_cluster.py checks the results on the same cluster.
+from the previous call's values); tests/mpi/test_cluster.py checks the results on the same cluster.
 Writes ``benchmarks/results/cluster.json`` after every configuration (a stopped run keeps what it measured).
 """
 import argparse
@@ -82,7 +82,7 @@ def cluster_environment(nodes_needed):
 
 def launcher(nodes):
     # -O (overcommit): Slurm sees 2 CPUs per node; more ranks per node than that share them. The default
-    # block distribution puts P / nodes consecutive ranks on each node (checked by tests/test_cluster.py).
+    # block distribution puts P / nodes consecutive ranks on each node (checked by tests/mpi/test_cluster.py).
     return ["srun", "-N", str(nodes), "-O"]
 
 

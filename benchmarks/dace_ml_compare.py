@@ -1,5 +1,5 @@
 """DaCe 2's ONNX importer (``dace.ml.ONNXModel``) against ours (``dp.from_onnx``) on the graphs of
-tests/test_onnx_ops.py: for each test, the ops it uses, the import time of each importer and whether its
+tests/mpi/test_onnx_ops.py: for each test, the ops it uses, the import time of each importer and whether its
 compiled program matches onnxruntime; then whether an imported MLP lowers to 2 ranks and runs correctly.
 Runs only on DaCe 2 (``.venv-dace2/bin/python benchmarks/dace_ml_compare.py``); docs/dace2.md has the table.
 """

@@ -1,3 +1,7 @@
+"""Shared by the two kinds of tests: tests/unit (pure Python: no program built, no MPI; a guard below
+fails a unit test that starts an MPI launcher or a build, or compiles an SDFG) and tests/mpi (they
+compile programs or run them under mpiexec / srun, beside the pure tests of the same files and programs;
+each carries the marker ``mpi``, so ``pytest -m "not mpi"`` runs what needs neither)."""
 import functools
 import os
 import subprocess
@@ -10,7 +14,51 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import dace_partition as dp  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS)
+_UNIT, _MPI = os.path.join(TESTS, "unit"), os.path.join(TESTS, "mpi")
+
+#: Programs a unit test must not start: MPI launchers and the build of a program (the lowering's probes of
+#: the toolchain, such as ctypes asking gcc where a BLAS library is, are allowed).
+_STARTERS = frozenset({"mpiexec", "mpirun", "mpiexec.hydra", "srun", "salloc", "sbatch", "cmake", "make", "mpicc",
+                       "mpicxx"})
+
+
+def _within(path, folder) -> bool:
+    return os.path.abspath(str(path)).startswith(folder + os.sep)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _within(item.fspath, _MPI):
+            item.add_marker(pytest.mark.mpi)
+
+
+def _program(args) -> str:
+    first = args if isinstance(args, (str, bytes, os.PathLike)) else (list(args) or [""])[0]
+    first = os.fsdecode(first).strip()
+    return os.path.basename(first.split()[0]) if first else ""
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_compiler_and_no_mpi(request, monkeypatch):
+    """In tests/unit, starting an MPI launcher or a build, or compiling an SDFG, fails the test."""
+    if not _within(request.node.fspath, _UNIT):
+        return
+    import dace
+    real = subprocess.Popen.__init__
+
+    def popen(self, args, *rest, **kwargs):
+        name = _program(args)
+        if name in _STARTERS:
+            pytest.fail(f"a unit test started '{name}' ({args!r}): tests that compile or run MPI go in tests/mpi")
+        return real(self, args, *rest, **kwargs)
+
+    def compile_(self, *args, **kwargs):
+        pytest.fail(f"a unit test compiled SDFG '{self.name}': tests that compile or run MPI go in tests/mpi")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", popen)
+    monkeypatch.setattr(dace.SDFG, "compile", compile_)
 
 
 def _quick_builds():

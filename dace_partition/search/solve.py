@@ -10,7 +10,7 @@ Why not an ILP (as Alpa, XLA and autoparallel solve theirs)? Our objective is no
 terms: whether an intermediate stays on the grids depends on *every* kernel that touches it (one kernel
 on rank 0 sends it through rank 0 for all), and a loop's first iteration costs differently from the
 others. A pairwise ILP would optimise a different function than the one the lowering realises; the local
-search evaluates the real one, and ``tests/test_auto_schedule.py`` checks it against the exhaustive
+search evaluates the real one, and ``tests/mpi/test_auto_schedule.py`` checks it against the exhaustive
 optimum on programs small enough to enumerate.
 """
 import itertools

@@ -1,4 +1,4 @@
-"""Random small NumPy programs for the pipeline property test (tests/test_pipeline_property.py).
+"""Random small NumPy programs for the pipeline property test (tests/mpi/test_pipeline_property.py).
 
 A program is a batch of independent kernels, each writing its own output argument ``o<k>``, so one
 SDFG, one compile and one ``mpiexec`` run check many kernels at once. The same source runs as plain

@@ -1,5 +1,5 @@
 // Every synthesized reduction program through the C++ executor (dace_partition_hierarchical.h), without
-// DaCe: tests/test_hierarchical_solver.py writes the tables of all programs of one placement (grid (1, P)
+// DaCe: tests/mpi/test_hierarchical_solver.py writes the tables of all programs of one placement (grid (1, P)
 // summed over its second dimension) to a file; this runs each of them twice on int64 data and compares
 // every element with the exact sum, and, under the PMPI counter (LD_PRELOAD), each rank's received bytes
 // with what the solver's cost says. Prints "HIERARCHICAL OK <cases>" on rank 0.

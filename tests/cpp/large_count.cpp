@@ -1,4 +1,4 @@
-// Large counts in the runtime, without allocating 16 GiB (tests/test_runtime_setup.py builds this with the
+// Large counts in the runtime, without allocating 16 GiB (tests/mpi/test_runtime_setup.py builds this with the
 // environment's mpicxx and runs it under mpiexec -n 2 and -n 3).
 //
 // 1. Type arithmetic: large_count(count, base) for counts above INT_MAX (default threshold) returns an

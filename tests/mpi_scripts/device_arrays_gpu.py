@@ -1,6 +1,6 @@
 """Device arrays of every kind a caller may hold, in and out of programs built for and run on a real GPU
 (argv: the build folders of jacobi2d_time, io="distributed", N = 12, and of softmax, root io, both lowered
-with device="gpu"; tests/test_gpu.py::test_device_arrays_of_every_kind_run_on_the_gpu).
+with device="gpu"; tests/mpi/test_gpu.py::test_device_arrays_of_every_kind_run_on_the_gpu).
 
 Kinds: PyTorch CUDA tensors; CuPy arrays (where CuPy imports beside this NumPy); an object that exposes
 only ``__cuda_array_interface__``; an object that exposes only DLPack (``__dlpack__``,

@@ -1,4 +1,4 @@
-"""The Redistribute problem of tests/test_runtime_setup.py: a 4-rank mesh, an alltoall then a permutation
+"""The Redistribute problem of tests/mpi/test_runtime_setup.py: a 4-rank mesh, an alltoall then a permutation
 (the permutation's MPI_Sendrecv uses tag 77, the tag a user message on MPI_COMM_WORLD would share)."""
 import numpy as np
 

@@ -1,4 +1,4 @@
-"""Runtime set-up checks, run under ``python -m mpi4py`` (see tests/test_runtime_setup.py).
+"""Runtime set-up checks, run under ``python -m mpi4py`` (see tests/mpi/test_runtime_setup.py).
 
     runtime_setup_run.py isolation LOWERED REDIST   # user traffic on MPI_COMM_WORLD vs ours
     runtime_setup_run.py setup SPEC.json            # set-up calls per program call (PMPI shim preloaded)

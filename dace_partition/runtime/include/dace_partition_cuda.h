@@ -123,7 +123,7 @@ DACE_HDFI T atomic_update(T *ptr, const T &value, Op op) {
     DACE_PARTITION_WCR(R, OP, long)                                                                          \
     DACE_PARTITION_WCR(R, OP, unsigned long)
 // Only the pairs that DaCe gets wrong with CUDA 13 (a plain update, or no CUDA overload); the others keep
-// DaCe's own atomics (atomicAdd, atomicMin, ...). tests/test_gpu.py compiles every pair.
+// DaCe's own atomics (atomicAdd, atomicMin, ...). tests/mpi/test_gpu.py compiles every pair.
 DACE_PARTITION_WCR_NARROW(Sum, op_sum)
 DACE_PARTITION_WCR(Sum, op_sum, long long)
 DACE_PARTITION_WCR_NARROW_AND_LONG(Product, op_product)

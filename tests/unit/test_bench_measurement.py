@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks")
+BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks")
 sys.path.insert(0, BENCH)
 
 import scaling  # noqa: E402

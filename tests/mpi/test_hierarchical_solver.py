@@ -184,7 +184,7 @@ def executor(tmp_path_factory):
     import subprocess
     import sys
     from dace_partition.runtime.launch import mpi_environment
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     include = os.path.join(os.path.dirname(here), "dace_partition", "runtime", "include")
     exe = str(tmp_path_factory.mktemp("hier") / "hierarchical_all")
     mpicxx = os.path.join(os.path.dirname(sys.executable), "mpicxx")

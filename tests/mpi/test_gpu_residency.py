@@ -465,7 +465,7 @@ def test_device_arrays_go_in_and_out_of_the_gpu_data_flow_on_two_ranks():
     assert sorted(twins) == ["A", "B"], "each rank's tiles should be its kernels' device twins"
     _, sm = _host_case("softmax")
     folders = [dp.runtime.launch.build(on_host(jac)), dp.runtime.launch.build(sm)]
-    res = mpi_script(os.path.join(os.path.dirname(__file__), "mpi_scripts", "device_arrays_run.py"), 2, *folders,
+    res = mpi_script(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "mpi_scripts", "device_arrays_run.py"), 2, *folders,
                      timeout=240)
     assert res.returncode == 0 and "OK" in res.stdout, res.stdout + res.stderr[-3000:]
 

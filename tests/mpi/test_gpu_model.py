@@ -207,7 +207,7 @@ def test_the_gpu_measurement_checks_its_kernels_and_gives_rates():
     import json
     import os
     from conftest import mpi_script
-    res = mpi_script(os.path.join(os.path.dirname(__file__), "mpi_scripts", "gpu_calibration_emulated.py"), 1,
+    res = mpi_script(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "mpi_scripts", "gpu_calibration_emulated.py"), 1,
                      timeout=300)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     got = json.loads([ln for ln in res.stdout.splitlines() if ln.startswith("{")][-1])

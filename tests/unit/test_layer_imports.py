@@ -9,7 +9,7 @@ import pathlib
 
 import pytest
 
-PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "dace_partition"
+PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "dace_partition"
 
 
 def _private_imports(path: pathlib.Path, layer: str):

@@ -176,7 +176,7 @@ def test_bad_input_shape_on_rank0_ends_all_ranks():
     sdfg = lowered(P.add5, ((0, (4, )), ))
     folder = dp.runtime.launch.build(sdfg)
     t = time.time()
-    res = mpi_script(os.path.join(os.path.dirname(__file__), "mpi_scripts", "bad_shape.py"), 4, folder, timeout=120)
+    res = mpi_script(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "mpi_scripts", "bad_shape.py"), 4, folder, timeout=120)
     assert res.returncode != 0
     assert "has shape (63,), expected (64,)" in res.stderr
     assert time.time() - t < 60
@@ -193,7 +193,7 @@ def test_runtime_grid_check_aborts_every_rank():
     sdfg = lowered(P.add5, ((0, (4, )), ))
     folder = dp.runtime.launch.build(sdfg)
     t = time.time()
-    res = mpi_script(os.path.join(os.path.dirname(__file__), "mpi_scripts", "load_and_call.py"), 2, folder,
+    res = mpi_script(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "mpi_scripts", "load_and_call.py"), 2, folder,
                      timeout=120)
     assert res.returncode != 0
     assert "needs 4 MPI ranks, but only 2 were started" in res.stderr
@@ -201,9 +201,9 @@ def test_runtime_grid_check_aborts_every_rank():
 
 
 def test_build_error_on_rank0_raises_on_every_rank():
-    env = dict(os.environ, PYTHONPATH=os.path.dirname(__file__))
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     t = time.time()
-    res = mpi_script(os.path.join(os.path.dirname(__file__), "mpi_scripts", "build_error.py"), 4, timeout=300,
+    res = mpi_script(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "mpi_scripts", "build_error.py"), 4, timeout=300,
                      env=env)
     assert res.returncode == 0, res.stderr[-2000:]
     # Lines of different ranks may interleave in mpiexec's output, so search the whole text.

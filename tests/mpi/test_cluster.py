@@ -25,7 +25,7 @@ CLUSTER_DIR = os.environ.get("DP_CLUSTER_DIR", "/tmp/dp-cluster")
 CONF = os.path.join(CLUSTER_DIR, "slurm.conf")
 NODES, PER_NODE = 4, 2
 RANKS = NODES * PER_NODE
-TESTS = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALLOCATION_VARS = ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_NTASKS", "SLURM_NPROCS", "SLURM_STEP_ID", "SLURM_NNODES",
                    "SLURM_JOB_NUM_NODES", "SLURM_TASKS_PER_NODE", "SLURM_NODELIST", "SLURM_JOB_NODELIST",
                    "DACE_PARTITION_HIERARCHY")

@@ -115,7 +115,7 @@ def test_results_are_the_callers_to_keep():
     """Under mpiexec (2 ranks), root io and io="distributed": two calls, the first result unchanged and not
     the same object as the second."""
     folders = [dp.runtime.launch.build(weighted_sdfg(io)) for io in ("root", "distributed")]
-    res = mpi_script(os.path.join(os.path.dirname(__file__), "mpi_scripts", "result_ownership.py"), 2, *folders,
+    res = mpi_script(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "mpi_scripts", "result_ownership.py"), 2, *folders,
                      timeout=180)
     assert res.returncode == 0 and "OK" in res.stdout, res.stdout + res.stderr[-3000:]
 

@@ -436,7 +436,7 @@ def test_device_arrays_of_every_kind_run_on_the_gpu():
     sm.name = "tgpu_device_arrays_softmax"
     dp.lower(sm, case.schedule(2, dp.maps(sm)), device="gpu")
     folders = [dp.runtime.launch.build(jac), dp.runtime.launch.build(sm)]
-    res = mpi_script(os.path.join(os.path.dirname(__file__), "mpi_scripts", "device_arrays_gpu.py"), 2, *folders,
+    res = mpi_script(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "mpi_scripts", "device_arrays_gpu.py"), 2, *folders,
                      timeout=240)
     print(res.stdout)  # which kinds ran (pytest -rP shows it)
     assert res.returncode == 0 and "OK" in res.stdout, res.stdout + res.stderr[-3000:]

@@ -12,7 +12,7 @@ import programs as P
 from conftest import run_counted
 from dace_partition.solvers import registry
 
-PLUGINS = os.path.join(os.path.dirname(__file__), "plugins")
+PLUGINS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "plugins")
 
 
 @pytest.fixture

@@ -70,7 +70,7 @@ def test_conformance_auto_schedule_all(name, P):
 
 # The time loops with their maps as written (local_optimize=False): each array has several readers with
 # different blocks, and the written blocks start as a copy of one reader's block-plus-halo buffer (sizes
-# known at run time). tests/test_prediction_matches_report.py prices these same lowerings.
+# known at run time). tests/unit/test_prediction_matches_report.py prices these same lowerings.
 @pytest.mark.slow
 @pytest.mark.parametrize("P", [2, 4])
 @pytest.mark.parametrize("name", ["jacobi1d_time", "jacobi2d_time", "fdtd2d", "heat3d_time"])

@@ -14,7 +14,7 @@ import pathlib
 
 import pytest
 
-PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "dace_partition"
+PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "dace_partition"
 
 # Lookup tables written once in the source and never changed (the test checks that nothing mutates them).
 CONSTANTS = {

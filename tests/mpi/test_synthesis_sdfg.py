@@ -8,11 +8,11 @@ import pytest
 import dace_partition
 from dace_partition.solvers.synthesis.sdfg_node import Redistribute, emit
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "mpi_scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "mpi_scripts"))
 from conftest import mpi_script, redistribute_sdfg  # noqa: E402
 import synthesis_sdfg_run as run  # noqa: E402
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "mpi_scripts", "synthesis_sdfg_run.py")
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "mpi_scripts", "synthesis_sdfg_run.py")
 
 
 def build(k):

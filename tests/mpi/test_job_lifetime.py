@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds t
 NAME = "t_lifetime_jacobi"
 LOWER = f"""
 import sys
-sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r})
 import numpy as np
 import dace_partition as dp
 from conformance.programs import CASES

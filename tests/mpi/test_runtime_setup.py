@@ -17,7 +17,7 @@ from conftest import redistribute_sdfg
 
 import programs as P
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROOT = os.path.dirname(HERE)
 SCRIPTS = os.path.join(HERE, "mpi_scripts")
 SCRIPT = os.path.join(SCRIPTS, "runtime_setup_run.py")

@@ -1,6 +1,6 @@
 """Two levels of a cluster in the cost model and the report (ir/levels.py, search/machine.py): which bytes
 of a Move cross between nodes, what they cost, and the report's bytes per level. Pure Python: lowering and
-pricing only (the runs on emulated nodes are tests/test_cluster.py)."""
+pricing only (the runs on emulated nodes are tests/mpi/test_cluster.py)."""
 import dace
 import pytest
 
