@@ -5,7 +5,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path[:0] = [os.path.join(os.path.dirname(__file__), ".."), os.path.join(os.path.dirname(__file__), "..", "mpi")]
 import dace_partition as dp  # noqa: E402
 from dace_partition.search import gpu_calibration  # noqa: E402
 from test_gpu_residency import on_host  # noqa: E402
