@@ -73,8 +73,22 @@ class CallSignature:
         one process does (``A: float64[N, M]`` given a 37 x 70 array: N = 37, M = 70); ``sizers`` replaces
         the signature's own dimensions (the global shapes of ``dp.run``'s arguments). Raises ValueError naming
         the arrays when two of them disagree on a symbol, and the symbols that nothing gives."""
-        return with_symbols(kwargs, self.sizers if sizers is None else sizers,
-                            self.free - set(self.constants))
+        out = dict(kwargs)
+        for sym, dims in (self.sizers if sizers is None else sizers).items():
+            if sym in kwargs:
+                continue
+            seen = {(name, dim): np.shape(kwargs[name])[dim] for name, dim in dims
+                    if name in kwargs and dim < np.ndim(kwargs[name])}
+            if len(set(seen.values())) > 1:
+                raise ValueError(f"the arguments disagree on symbol '{sym}': " +
+                                 ", ".join(f"{n}.shape[{d}] = {v}" for (n, d), v in seen.items()))
+            if seen:
+                out[sym] = int(next(iter(seen.values())))
+        missing = sorted(s for s in self.free - set(self.constants) if s not in out)
+        if missing:
+            raise ValueError(f"symbol(s) {missing} not given and no argument's shape gives them: pass them by "
+                             f"name ({', '.join(f'{s}=...' for s in missing)})")
+        return out
 
     def layout(self, symbols: Dict[str, int]):
         """{array: (shape, strides in bytes)} for these symbol values (cached)."""
@@ -140,26 +154,6 @@ def sizing_dimensions(shapes: Dict[str, tuple], free) -> Dict[str, list]:
         for dim, extent in enumerate(shape):
             if str(extent) in free:
                 out.setdefault(str(extent), []).append((name, dim))
-    return out
-
-
-def with_symbols(kwargs, sizers: Dict[str, list], free) -> dict:
-    """See :meth:`CallSignature.with_symbols`."""
-    out = dict(kwargs)
-    for sym, dims in sizers.items():
-        if sym in kwargs:
-            continue
-        seen = {(name, dim): np.shape(kwargs[name])[dim] for name, dim in dims
-                if name in kwargs and dim < np.ndim(kwargs[name])}
-        if len(set(seen.values())) > 1:
-            raise ValueError(f"the arguments disagree on symbol '{sym}': " +
-                             ", ".join(f"{n}.shape[{d}] = {v}" for (n, d), v in seen.items()))
-        if seen:
-            out[sym] = int(next(iter(seen.values())))
-    missing = sorted(s for s in free if s not in out)
-    if missing:
-        raise ValueError(f"symbol(s) {missing} not given and no argument's shape gives them: pass them by name "
-                         f"({', '.join(f'{s}=...' for s in missing)})")
     return out
 
 
@@ -351,14 +345,14 @@ class Program:
         lays = self.layouts
         kwargs, on_gpu = self.device.views(kwargs)  # device arrays first: as_array would copy them to the host
         kwargs = {k: as_array(v) for k, v in kwargs.items()}
-        kwargs.update({k: v for k, v in self.bound.items() if k not in kwargs and isinstance(v, (int, float, np.number))})
+        kwargs.update({k: v for k, v in self.bound.items() if k not in kwargs and k not in lays})
         error, flag = None, self._flag
         try:
             kwargs = self.signature.with_symbols(kwargs)  # from the tiles' dimensions that are not split
             syms = _syms(kwargs)
-            for k, v in self.bound.items():  # bound weights are whole arrays: each rank takes its tile
+            for k, v in self.bound.items():  # bound weights with a layout are whole arrays: each rank's tile
                 if k not in kwargs:
-                    kwargs[k] = lays[k].scatter(v, self.comm.rank, **syms) if k in lays else v
+                    kwargs[k] = lays[k].scatter(v, self.comm.rank, **syms)
             key = self.signature.check(kwargs) + (on_gpu, )
             kwargs, finish = self.device.prepare(kwargs, on_gpu)
             flag[0] = 0
