@@ -3,6 +3,10 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 RANKS ?= 4
+# pytest-xdist workers for the default suite and the DaCe 2 subset: two keep a 2-core CI machine busy (most of
+# the suite is compiling, one core at a time); a file's tests stay on one worker, which shares their builds.
+TEST_JOBS ?= 2
+XDIST := -n $(TEST_JOBS) --dist loadfile
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 export OMP_NUM_THREADS ?= 1
 
@@ -23,7 +27,7 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/mpiexec -n $(RANKS) $(PY) -m mpi4py examples/quickstart.py
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -q --durations=60 tests
+	$(PY) -m pytest -q --durations=60 $(XDIST) tests
 
 test-unit: $(VENV)/.installed  # tests/unit: pure Python, no build, no MPI (tests/conftest.py guards it)
 	$(PY) -m pytest -q tests/unit
@@ -178,7 +182,7 @@ $(DACE2_VENV)/.installed: setup.py
 install-dace2: $(DACE2_VENV)/.installed
 
 test-dace2: $(DACE2_VENV)/.installed
-	$(DACE2_ENV) $(DACE2_PY) -m pytest -q --durations=15 $(DACE2_MARKERS) $(DACE2_TESTS) $(DACE2_DESELECT)
+	$(DACE2_ENV) $(DACE2_PY) -m pytest -q --durations=15 $(XDIST) $(DACE2_MARKERS) $(DACE2_TESTS) $(DACE2_DESELECT)
 
 test-dace2-full: $(DACE2_VENV)/.installed
 	$(DACE2_ENV) $(DACE2_PY) -m pytest -q --durations=60 tests

@@ -31,7 +31,7 @@ setup(
         # BLAS for the rank-local kernels (dace_partition/runtime/toolchain.py makes DaCe find it)
         "mkl": ["mkl-devel; platform_machine=='x86_64' or platform_machine=='AMD64'",
                 "mkl-include; platform_machine=='x86_64' or platform_machine=='AMD64'"],
-        "test": ["pytest", "pytest-timeout", "hypothesis"],
+        "test": ["pytest", "pytest-timeout", "pytest-xdist", "hypothesis"],
         # vs_peers.py and redistribution.py compare with JAX (this one runs with numpy<2); threadpoolctl prints each
         # peer's BLAS and threads; matplotlib draws scaling.py's plot
         "bench": ["jax[cpu]==0.7.1", "threadpoolctl", "matplotlib"],

@@ -78,6 +78,22 @@ def _quick_builds():
 _quick_builds()
 
 
+def _own_build_folder_per_worker():
+    """Under pytest-xdist (``make test`` runs two workers) each worker builds in its own DaCe folder, which the
+    MPI scripts it starts inherit: two workers that lower the same program under the same name would
+    otherwise generate and compile into one folder at once."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return
+    base = os.environ.get("DACE_default_build_folder", ".dacecache")
+    if not os.path.isabs(base):
+        base = os.path.join(ROOT, base)
+    os.environ["DACE_default_build_folder"] = f"{base.rstrip(os.sep)}-{worker}"
+
+
+_own_build_folder_per_worker()
+
+
 def _grid_tag(grid):
     if isinstance(grid, dp.Replicated):
         return "x".join(map(str, grid.grid)) + f"r{grid.copies}"
