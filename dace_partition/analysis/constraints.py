@@ -120,7 +120,7 @@ def map_accesses(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, rng: subse
         inner = [ie.data for ie in state.out_edges_by_connector(entry, "OUT_" + e.dst_conn[3:]) if ie.data.data]
         if inner:
             reads.setdefault(e.data.data, []).extend(inner)
-    for arr, inner in reads.items():
+    for arr, inner in sorted(reads.items()):  # by name: DaCe's edge order can follow the hash seed
         out.append(Access(arr, Direction.IN, _propagate_union(inner, sdfg, arr, params, rng, entry, positions)))
     writes: Dict[str, list] = {}
     dynamic = set()
@@ -135,7 +135,7 @@ def map_accesses(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, rng: subse
             dynamic.add(e.data.data)
         elif not all(fills_its_box(ie.data.subset, params) for ie in inner_edges):
             dynamic.add(e.data.data)  # the tile's box has elements no iteration writes: they keep their values
-    for arr, inner_edges in writes.items():
+    for arr, inner_edges in sorted(writes.items()):
         inner = [ie.data for ie in inner_edges]
         subset = _propagate_union(inner, sdfg, arr, params, rng, entry, positions)
         ops = {wcr_op(i, arr) for i in inner} | {_nested_write_op(state, ie, arr) for ie in inner_edges}

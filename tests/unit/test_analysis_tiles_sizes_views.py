@@ -84,6 +84,36 @@ def test_triangular_loop_becomes_map_and_is_refused_in_words():
         dp.lower(sdfg, {m.name: (2, )})
 
 
+_REFUSE_SYRK = """
+import sys
+sys.path.insert(0, {tests!r})
+import dace_partition as dp
+from conformance.programs import CASES
+case = CASES["syrk"]
+sdfg = case.program.to_sdfg()
+try:
+    dp.lower(sdfg, case.schedule(2, dp.maps(sdfg)))
+except dp.UnsupportedPattern as e:
+    print(e)
+"""
+
+
+def test_a_refusal_names_the_same_array_whatever_the_hash_seed():
+    """syrk reads A and C in one triangular kernel; which one a refusal named followed the order of
+    DaCe's edges, which changed with PYTHONHASHSEED. Each seed runs in a fresh interpreter."""
+    import os
+    import subprocess
+    import sys
+    tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    said = set()
+    for seed in ("1", "3"):
+        out = subprocess.run([sys.executable, "-c", _REFUSE_SYRK.format(tests=tests)], capture_output=True,
+                             text=True, timeout=300, env={**os.environ, "PYTHONHASHSEED": seed})
+        assert "grows with the grid coordinate" in out.stdout, out.stdout + out.stderr
+        said.add(out.stdout.strip())
+    assert len(said) == 1, said
+
+
 @dace.program
 def view_split(x: dace.float64[N, 2 * M]):
     y = np.reshape(x, (N, 2, M))
