@@ -49,7 +49,7 @@ class Notes:
     record: Optional[ProgramRecord] = None  # set by lower
     report: Optional[object] = None  # the LoweringReport of lower
     train: Optional[dict] = None  # from_torch_train_step: {"outputs": [...], "arguments": {...}}
-    loops_checked: bool = False  # discovery ran LoopToMap on it
+    normalised: bool = False  # schedule.normalise rewrote it (loops to maps, DaCe 2's regions inlined)
     bound: Dict[str, object] = field(default_factory=dict)  # runtime.bind: argument -> its value (an array)
     build: Optional[Tuple[str, str]] = None  # runtime.build: (digest of the lowered SDFG, its build folder)
 

@@ -30,7 +30,7 @@ from dace.transformation.passes.pattern_matching import match_patterns
 
 from ..compat import memlets_name_written_array
 from ..errors import ScheduleError
-from ..schedule import Kernel, KernelKind, discover, ordered_states, resolve
+from ..schedule import Kernel, KernelKind, discover, normalise, ordered_states, resolve
 
 
 class LocalStep(Enum):
@@ -138,7 +138,7 @@ class LocalOptimize:
     kernels: Optional[List[Kernel]] = None  # the program's kernels after ``apply`` (discovered once per change)
 
     def apply(self, sdfg: SDFG, schedule=None):
-        kernels = self.kernels = discover(sdfg)
+        kernels = self.kernels = discover(normalise(sdfg))
         before = [m for k in kernels for m in k.maps if k.kind == KernelKind.MAP]
         grids = resolve(kernels, schedule) if schedule is not None else {}
         if LocalStep.MAP_FUSION not in self.steps:

@@ -20,7 +20,7 @@ from dace.sdfg import SDFG, SDFGState
 from dace.sdfg.graph import SubgraphView
 from dace.sdfg.utils import dfs_topological_sort
 
-from ..schedule import FreeSymbols, Kernel, discover, ordered_states
+from ..schedule import FreeSymbols, Kernel, discover, normalise, ordered_states
 
 
 def work_nodes(state: SDFGState):
@@ -250,7 +250,7 @@ def split_kernels(sdfg: SDFG, named: Optional[List[Kernel]] = None) -> List[Kern
     kernels already discovered on ``sdfg`` as it is (``lower`` has them from its map fusion), so discovery
     runs once here, after the split."""
     if named is None:
-        named = discover(sdfg)
+        named = discover(normalise(sdfg))
     split_states(sdfg)
     return keep_names(discover(sdfg), named)
 

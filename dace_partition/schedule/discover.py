@@ -19,6 +19,7 @@ from dace.sdfg.utils import dfs_topological_sort
 from ..compat import to_state_machine, whole_array_map_bodies
 from ..errors import ScheduleError
 from ..ir.kinds import Direction
+from ..ir.record import notes
 from .loops import loops_to_maps
 
 
@@ -201,14 +202,30 @@ def expand_all(scope, keep=(), skip=()):
         n.expand(s.sdfg, s)
 
 
-def discover(sdfg: SDFG) -> List[Kernel]:
-    """All kernels of the SDFG in program order, with their schedulable maps and unique names.
+def normalise(sdfg: SDFG) -> SDFG:
+    """Rewrites ``sdfg`` in place, once, into the form :func:`discover` reads, and returns it: a loop whose
+    only maps have extents that depend on its variable becomes a map where DaCe's ``LoopToMap`` finds the
+    iterations independent (:func:`.loops.loops_to_maps`), then DaCe 2's loop and branch regions are inlined
+    as 1.0.2's frontend does, and DaCe 2's map bodies get 1.0.2's connectors (:mod:`..compat`). The meaning
+    of the program does not change. A copy of a normalised SDFG is normalised; a second call does nothing
+    (measured on the conformance programs under both DaCe generations: only the first call changes a graph)."""
+    if notes(sdfg).normalised:
+        return sdfg
+    loops_to_maps(sdfg)
+    to_state_machine(sdfg)
+    whole_array_map_bodies(sdfg)
+    notes(sdfg).normalised = True
+    return sdfg
 
-    A loop whose only maps have extents that depend on its variable is first made a map by DaCe's
-    ``LoopToMap`` where the iterations are independent (see :func:`.loops.loops_to_maps`)."""
-    loops_to_maps(sdfg)  # triangular loops whose iterations are independent become maps (once per SDFG)
-    to_state_machine(sdfg)  # then DaCe 2's loop and branch regions are inlined as 1.0.2's frontend does (compat)
-    whole_array_map_bodies(sdfg)  # DaCe 2's map bodies: reads apart from writes, sound read memlets (compat)
+
+def discover(sdfg: SDFG) -> List[Kernel]:
+    """All kernels of the SDFG in program order, with their schedulable maps and unique names. Reads
+    ``sdfg`` only; it must be normalised (:func:`normalise`: ``lower`` and :func:`maps` normalise their
+    copies), else a triangular loop would be missed as a kernel here and found as one later."""
+    if not notes(sdfg).normalised:
+        raise ValueError(f"discover() reads a normalised SDFG and '{sdfg.name}' is not one: call "
+                         "dace_partition.schedule.normalise(sdfg) first (it rewrites the SDFG in place; "
+                         "dp.maps() and lower() do it on their own copies)")
     kernels: List[Kernel] = []
     used: Dict[str, int] = {}
 
@@ -273,5 +290,5 @@ def _as_int(x):
 
 def maps(sdfg: SDFG) -> List[MapInfo]:
     """The schedulable maps of ``sdfg`` in program order (see the module docstring for their names).
-    Discovery runs on a copy (it may turn loops into maps), so ``sdfg`` does not change."""
-    return [m for k in discover(copy.deepcopy(sdfg)) for m in k.maps]
+    Discovery runs on a normalised copy (loops may become maps), so ``sdfg`` does not change."""
+    return [m for k in discover(normalise(copy.deepcopy(sdfg))) for m in k.maps]

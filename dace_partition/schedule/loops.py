@@ -24,9 +24,6 @@ def loops_to_maps(sdfg: SDFG):
     iterations independent, the loop becomes a map over its variable (named ``<loop body>_map``), which
     can be scheduled. Other loops are left alone, so map names elsewhere do not change. Returns the loop
     variables that were converted."""
-    from ..ir.record import notes
-    if notes(sdfg).loops_checked:
-        return []
     from dace.transformation.interstate import LoopToMap
     from dace.transformation.passes.pattern_matching import match_patterns
     done, rejected = [], set()
@@ -57,7 +54,6 @@ def loops_to_maps(sdfg: SDFG):
         except Exception:  # noqa: BLE001 - DaCe's loop analysis failed: keep the loop as it is
             break
         done.append(itervar)
-    notes(sdfg).loops_checked = True
     return done
 
 

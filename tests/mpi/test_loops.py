@@ -254,11 +254,11 @@ def test_the_plan_decides_the_branch_data_broadcasts_and_lowering_makes_exactly_
     from dace_partition.ir import MoveKind
     from dace_partition.passes.partition import prepare_kernels
     from dace_partition.plan import plan_lowering
-    from dace_partition.schedule import discover, resolve
+    from dace_partition.schedule import discover, normalise, resolve
     from dace_partition.solvers.registry import resolve_solvers
     sdfg = jacobi_until.to_sdfg()
     sched = {m.name: (2, ) + (1, ) * (len(m.params) - 1) for m in dp.maps(sdfg) if m.name != "Reduce.reduce_init_map"}
-    grids = resolve(discover(sdfg), sched)
+    grids = resolve(discover(normalise(sdfg)), sched)
     kernels, expanded = prepare_kernels(sdfg, grids)
     plan = plan_lowering(sdfg, kernels, grids, resolve_solvers(None), expanded)
     assert plan.broadcasts, plan

@@ -84,6 +84,22 @@ def test_triangular_loop_becomes_map_and_is_refused_in_words():
         dp.lower(sdfg, {m.name: (2, )})
 
 
+def test_discovery_reads_only_a_normalised_sdfg():
+    """normalise rewrites once (the triangular loop becomes a map); discover then only reads, and refuses
+    an SDFG that was not normalised rather than miss the loop's kernel."""
+    import json
+    from dace_partition.schedule import discover, normalise
+    sdfg = tri.to_sdfg()
+    with pytest.raises(ValueError, match="normalise"):
+        discover(sdfg)
+    normalise(sdfg)
+    before = json.dumps(sdfg.to_json(), sort_keys=True)
+    assert [m.params for k in discover(sdfg) for m in k.maps] == [("i", )]
+    assert json.dumps(sdfg.to_json(), sort_keys=True) == before
+    normalise(sdfg)  # a second call changes nothing
+    assert json.dumps(sdfg.to_json(), sort_keys=True) == before
+
+
 _REFUSE_SYRK = """
 import sys
 sys.path.insert(0, {tests!r})

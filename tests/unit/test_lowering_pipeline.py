@@ -19,7 +19,7 @@ from dace_partition.plan.carry import Drop, GatherAfter, Made, Reroute, ScatterB
 from dace_partition.plan.fusion import Site
 from dace_partition.schedule.loops import find_loops
 from dace_partition.solvers.node import DistributedMemlet
-from dace_partition.schedule import discover, resolve
+from dace_partition.schedule import discover, normalise, resolve
 from dace_partition.solvers.registry import resolve_solvers
 from conformance.programs import CASES
 
@@ -39,7 +39,7 @@ def gemm_chain(A: dace.float64[N, N], B: dace.float64[N, N], C: dace.float64[N, 
 
 def _pass_names(options: LoweringOptions, program=scaled_then_summed):
     sdfg = program.to_sdfg()
-    grids = resolve(discover(sdfg), {m.name: (2, ) * len(m.params) for m in dp.maps(sdfg)})
+    grids = resolve(discover(normalise(sdfg)), {m.name: (2, ) * len(m.params) for m in dp.maps(sdfg)})
     kernels, expanded = prepare_kernels(sdfg, grids)
     plan = plan_lowering(sdfg, kernels, grids, options.solvers, expanded)
     rep, _ = plan_report(sdfg.name, plan)
@@ -76,7 +76,7 @@ def test_on_a_gpu_the_plan_says_where_each_array_lives_and_the_lowering_follows_
     case = CASES[name]
     sdfg = case.program.to_sdfg()
     schedule = case.schedule(P, dp.maps(sdfg)) if P > 1 else {}
-    grids = resolve(discover(sdfg), schedule)
+    grids = resolve(discover(normalise(sdfg)), schedule)
     kernels, expanded = prepare_kernels(sdfg, grids)
     before = sdfg.hash_sdfg()
     plan = plan_lowering(sdfg, kernels, grids, SOLVERS, expanded, io=IoMode(io), device=Device.GPU)
@@ -99,7 +99,7 @@ def test_on_a_gpu_the_plan_says_where_each_array_lives_and_the_lowering_follows_
 
 def test_the_plan_changes_nothing_and_the_report_lines_come_from_it():
     sdfg = gemm_chain.to_sdfg()
-    grids = resolve(discover(sdfg), {m.name: (2, 1) if len(m.params) == 2 else (2, 1, 1) for m in dp.maps(sdfg)})
+    grids = resolve(discover(normalise(sdfg)), {m.name: (2, 1) if len(m.params) == 2 else (2, 1, 1) for m in dp.maps(sdfg)})
     kernels, expanded = prepare_kernels(sdfg, grids)
     before = sdfg.hash_sdfg()
     plan = plan_lowering(sdfg, kernels, grids, SOLVERS, expanded)
@@ -177,7 +177,7 @@ def _plan(program, sched_of, fuse=True):
     """``program`` planned on the schedule ``sched_of`` gives its maps; checks that planning rewrote nothing."""
     sdfg = program.to_sdfg()
     sched = sched_of(dp.maps(sdfg))
-    grids = resolve(discover(sdfg), sched)
+    grids = resolve(discover(normalise(sdfg)), sched)
     kernels, expanded = prepare_kernels(sdfg, grids)
     before = sdfg.hash_sdfg()
     plan = plan_lowering(sdfg, kernels, grids, SOLVERS, expanded, fuse=fuse)
@@ -261,7 +261,7 @@ def test_the_plan_decides_the_rank_local_arguments_and_the_pipeline_makes_exactl
     plan's layouts. Without it the plan has no rank-local arguments."""
     sdfg = scaled_then_summed.to_sdfg()
     sched = {m.name: (2, ) for m in dp.maps(sdfg)}
-    grids = resolve(discover(sdfg), sched)
+    grids = resolve(discover(normalise(sdfg)), sched)
     kernels, expanded = prepare_kernels(sdfg, grids)
     before = sdfg.hash_sdfg()
     plan = plan_lowering(sdfg, kernels, grids, SOLVERS, expanded, io=IoMode.DISTRIBUTED)
