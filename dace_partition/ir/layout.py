@@ -123,6 +123,16 @@ class Layout:
                 "grid": self.grid, "coords": self.coords, "subset": self.subset}
 
     @staticmethod
+    def of(array: str, dist, shape, local_shape, dtype, text=str) -> "Layout":
+        """The layout of argument ``array`` whose tiles are the blocks of ``dist`` (a
+        :class:`~.distribution.Distribution`), held in buffers of ``local_shape``: its serialisable form, the
+        one a record keeps and any rank evaluates without communication. ``text`` writes an expression (the
+        lowering puts in the sizes a program was specialized to: a call does not carry them)."""
+        return Layout(array, tuple(text(s) for s in shape), tuple(text(s) for s in local_shape),
+                      np.dtype(dtype).str, tuple(dist.grid), tuple(c or "" for c in dist.coords),
+                      tuple((text(b), text(e)) for b, e, _ in dist.subset))
+
+    @staticmethod
     def from_json(d) -> "Layout":
         return Layout(d["array"], tuple(d["shape"]), tuple(d["local_shape"]), d["dtype"], tuple(d["grid"]),
                       tuple(d["coords"]), tuple(tuple(x) for x in d["subset"]))

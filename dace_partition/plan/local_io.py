@@ -169,11 +169,9 @@ def _halo_tile(scatters: List[ModelMove], gather: ModelMove) -> Optional[ModelMo
 
 def _layout_of(model: PartitionModel, name: str, dist, local: str) -> Layout:
     """The layout of argument ``name`` whose tiles are ``dist``'s blocks, held in buffers like ``local``."""
-    sdfg = model.sdfg
-    fixed = _with_constants(sdfg)
-    return Layout(name, tuple(fixed(s) for s in sdfg.arrays[name].shape), tuple(fixed(s) for s in model.shapes[local]),
-                  np.dtype(sdfg.arrays[name].dtype.as_numpy_dtype()).str, tuple(dist.grid),
-                  tuple(c or "" for c in dist.coords), tuple((fixed(b), fixed(e)) for b, e, _ in dist.subset))
+    desc = model.sdfg.arrays[name]
+    return Layout.of(name, dist, desc.shape, model.shapes[local], desc.dtype.as_numpy_dtype(),
+                     _with_constants(model.sdfg))
 
 
 def _checked(sdfg: SDFG, layout: Layout, subset, written: bool) -> Layout:
