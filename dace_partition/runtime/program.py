@@ -57,8 +57,11 @@ class CallSignature:
 
     def __init__(self, sdfg: SDFG, record=None):
         supplied = _supplied_by_runtime(record or record_of(sdfg))  # device twins and their symbol
-        self.args = {k: v for k, v in sdfg.arglist().items() if not k.startswith("__return") and k not in supplied}
-        self.free = {str(s) for s in sdfg.free_symbols} - set(supplied)
+        arglist = sdfg.arglist()
+        self.args = {k: v for k, v in arglist.items() if not k.startswith("__return") and k not in supplied}
+        # the symbols the compiled program takes: a nested SDFG's own symbol can show in free_symbols through
+        # a memlet's other side (NPBench's azimint_hist: 'bins', mapped from 'npt') and is no argument
+        self.free = takes_symbols(sdfg, arglist) - set(supplied)
         self.arrays = {k: d for k, d in self.args.items() if isinstance(d, dace.data.Array)}
         self.scalars = [k for k in self.args if k not in self.arrays]
         self.dtypes = {k: np.dtype(d.dtype.as_numpy_dtype()) for k, d in self.arrays.items()}
@@ -145,6 +148,13 @@ class CallSignature:
 
 def _scalar(v):
     return v.item() if hasattr(v, "item") else v
+
+
+def takes_symbols(sdfg: SDFG, arglist=None) -> set:
+    """The free symbols that the compiled ``sdfg`` takes as arguments (those of its ``arglist``, as DaCe's
+    own call passes them)."""
+    arglist = sdfg.arglist() if arglist is None else arglist
+    return {str(s) for s in sdfg.free_symbols if str(s) in arglist}
 
 
 def sizing_dimensions(shapes: Dict[str, tuple], free) -> Dict[str, list]:

@@ -97,6 +97,40 @@ def test_symbols_a_call_does_not_give_are_read_off_the_arrays(io):
     assert time.time() - t < 10  # refused before building or launching anything
 
 
+_bins, _npt = dace.symbol("bins", dace.int64), dace.symbol("npt", dace.int64)
+
+
+@dace.program
+def _counts(a: dace.float64[40], edges: dace.float64[_bins + 1]):
+    hist = np.ndarray((_bins, ), dtype=np.int64)
+    hist[:] = 0
+    for i in dace.map[0:40]:
+        b = min(dace.int64(a[i] * _bins), _bins - 1)
+        hist[b] += 1
+    return hist
+
+
+@dace.program
+def histogram_of(x: dace.float64[40]):
+    edges = np.ndarray((_npt + 1, ), dtype=np.float64)
+    return _counts(x, edges)
+
+
+def test_a_nested_programs_own_symbol_is_not_asked_of_the_caller():
+    """NPBench's azimint_hist: the nested program's 'bins' (mapped from 'npt') shows in the lowered SDFG's
+    free symbols through a memlet, but the compiled program does not take it; a call is checked against
+    the symbols the program takes, so it runs without 'bins' (and refused it before)."""
+    from dace_partition.runtime.program import CallSignature
+    sdfg = histogram_of.to_sdfg()
+    sdfg.name = "t_call_contract_histogram"
+    sdfg.specialize({"npt": 5})
+    dp.lower(sdfg, {m.name: (2, ) for m in dp.maps(sdfg) if m.shape == (40, )})
+    assert "bins" in {str(s) for s in sdfg.free_symbols} and "bins" not in CallSignature(sdfg).free
+    x = np.random.default_rng(3).random(40)
+    got = dp.run(sdfg, 2, x=x)
+    assert np.array_equal(got, np.bincount(np.minimum((x * 5).astype(np.int64), 4), minlength=5))
+
+
 def test_check_layout_follows_dace():
     check = dp.runtime.launch.check_layout
     check("m", np.ones((25, 1)), (25, ), (8, ))
