@@ -34,7 +34,7 @@ setup(
         "test": ["pytest", "pytest-timeout", "pytest-xdist", "hypothesis"],
         # vs_peers.py and redistribution.py compare with JAX (this one runs with numpy<2); threadpoolctl prints each
         # peer's BLAS and threads; matplotlib draws scaling.py's plot
-        "bench": ["jax[cpu]==0.7.1", "threadpoolctl", "matplotlib"],
+        "bench": ["jax[cpu]==0.7.1", "threadpoolctl", "matplotlib", "scipy"],
         # The CPU build: this machine's pip finds torch 2.13.0+cpu locally; elsewhere install it first with
         # pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
         "torch": ["torch==2.13.0", "onnx", "onnxscript", "onnxruntime"],
