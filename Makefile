@@ -106,10 +106,25 @@ CLUSTER_DIR ?= /tmp/dp-cluster
 CLUSTER_NODES ?= 4
 CLUSTER_ENV := SLURM_CONF=$(CLUSTER_DIR)/slurm.conf DP_CLUSTER_DIR=$(CLUSTER_DIR)
 
-.PHONY: test-cluster cluster-start cluster-stop
+.PHONY: test-cluster cluster-start cluster-stop bench-cluster
 
 cluster-start:
 	$(CLUSTER_ENV) tools/cluster-local start $(CLUSTER_NODES)
+
+# make bench-cluster: docs/scaling.md's two cluster tables in one command. Starts the emulated nodes, measures
+# communication against the two-level model's prediction (benchmarks/cluster.py --sync: the peer workloads on
+# 2 to 16 ranks over 1, 2 and 4 nodes, bytes by PMPI and seconds inside MPI), stops the nodes, then prices the
+# workloads on the Piz Daint-like machine from 2 to 1024 ranks (benchmarks/scaling.py --machine daint, with its
+# plot). About 25 min here; writes benchmarks/results/cluster_sync.json and scaling_daint.json.
+bench-cluster: $(VENV)/.installed
+	$(PY) -m pip install -q -e ".[dace1,bench]" "numpy<2"  # the projection's plots (matplotlib), as make bench
+	stop() { $(CLUSTER_ENV) tools/cluster-local stop; }; trap 'stop; exit 130' INT TERM; status=0; \
+	{ $(CLUSTER_ENV) tools/cluster-local start $(CLUSTER_NODES) && \
+	  $(CLUSTER_ENV) $(PY) benchmarks/cluster.py --sync --ranks 2,4,8,16 --calls 6 --npbench none \
+	    --out benchmarks/results/cluster_sync.json; } || status=$$?; \
+	stop || status=1; [ $$status = 0 ] || exit $$status; \
+	$(PY) benchmarks/scaling.py --machine daint --thesis --peers axpy,softmax,jacobi,matmul,mlp --npbench none \
+	  --no-check --limit 45 --out benchmarks/results/scaling_daint.json
 
 cluster-stop:
 	$(CLUSTER_ENV) tools/cluster-local stop
