@@ -23,7 +23,7 @@ from .launchers import (WORLD_CHECK, FirstToEnd, LaunchCommand, Launcher, MPIFla
                         _stop, _tied_to, choose_launcher, dead_ranks, launch_command, launcher_kind,
                         library_flavour, mpi_environment, mpiexec_command)
 from .program import (CallSignature, Program, _syms, _with_bound, as_array, check_layout, compile, conform,
-                      describe_inputs, load, sizing_dimensions, takes_symbols, written_arguments)
+                      call_symbols, describe_inputs, load, sizing_dimensions, written_arguments)
 
 # The runtime's API, for ``from dace_partition.runtime.launch import ...``: building is .build, starting
 # ranks .launchers, a job's program .program; this module runs a program from one process (``run``).
@@ -111,7 +111,7 @@ def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = "dace_p
     inputs = {k: as_array(v) for k, v in inputs.items()}
     given = {k: np.shape(v) for k, v in inputs.items() if isinstance(v, np.ndarray)}
     checked = _check_run_inputs(sdfg, _with_bound(bound_values(sdfg), inputs))
-    symbols = takes_symbols(sdfg)  # with those read off the arrays' shapes
+    symbols = call_symbols(sdfg)[0]  # with those read off the arrays' shapes
     inputs = {k: checked[k] for k in checked if k in inputs or k in symbols}
     folder = build(sdfg)
     with tempfile.TemporaryDirectory(prefix="dace_partition_") as tmp:

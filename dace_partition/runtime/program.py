@@ -4,7 +4,7 @@
 import ctypes
 import os
 import time
-from typing import Dict
+from typing import Dict, Tuple
 
 import numpy as np
 
@@ -57,12 +57,11 @@ class CallSignature:
 
     def __init__(self, sdfg: SDFG, record=None):
         supplied = _supplied_by_runtime(record or record_of(sdfg))  # device twins and their symbol
-        arglist = sdfg.arglist()
-        self.args = {k: v for k, v in arglist.items() if not k.startswith("__return") and k not in supplied}
-        # the symbols the compiled program takes: a nested SDFG's own symbol can show in free_symbols through
-        # a memlet's other side (NPBench's azimint_hist: 'bins', mapped from 'npt') and is no argument
-        self.free = takes_symbols(sdfg, arglist) - set(supplied)
+        self.args = {k: v for k, v in sdfg.arglist().items() if not k.startswith("__return") and k not in supplied}
         self.arrays = {k: d for k, d in self.args.items() if isinstance(d, dace.data.Array)}
+        #: symbols a call must give or its arrays' shapes must tell (:func:`call_symbols`), and those it may give
+        self.free, self.accepted = call_symbols(sdfg, self.args)
+        self.free, self.accepted = self.free - set(supplied), self.accepted - set(supplied)
         self.scalars = [k for k in self.args if k not in self.arrays]
         self.dtypes = {k: np.dtype(d.dtype.as_numpy_dtype()) for k, d in self.arrays.items()}
         self.symbol_names = sorted(self.free)
@@ -111,7 +110,7 @@ class CallSignature:
     def check(self, kwargs) -> tuple:
         """Raises ValueError naming the argument when a call is wrong; returns the call's key (shapes,
         scalar values and symbols), equal for calls that the other ranks can mirror without new metadata."""
-        unknown = [k for k in kwargs if k not in self.args and k not in self.free]
+        unknown = [k for k in kwargs if k not in self.args and k not in self.accepted]
         if unknown:
             raise ValueError(f"unknown argument(s) {unknown}; the program takes {sorted(self.args)}")
         symbols = _syms(kwargs)
@@ -150,11 +149,15 @@ def _scalar(v):
     return v.item() if hasattr(v, "item") else v
 
 
-def takes_symbols(sdfg: SDFG, arglist=None) -> set:
-    """The free symbols that the compiled ``sdfg`` takes as arguments (those of its ``arglist``, as DaCe's
-    own call passes them)."""
-    arglist = sdfg.arglist() if arglist is None else arglist
-    return {str(s) for s in sdfg.free_symbols if str(s) in arglist}
+def call_symbols(sdfg: SDFG, args=None) -> Tuple[set, set]:
+    """(needed, accepted): the free symbols a call of the compiled ``sdfg`` needs, those its argument list
+    takes (as DaCe's own call passes them) and those that size its array arguments, and every free symbol,
+    which a call may give. A nested SDFG's own symbol can show among the free symbols through a memlet's
+    other side (NPBench's azimint_hist: 'bins', mapped from 'npt') without being an argument."""
+    args = sdfg.arglist() if args is None else args
+    free = {str(s) for s in sdfg.free_symbols}
+    sized = {str(s) for d in args.values() if isinstance(d, dace.data.Array) for s in d.free_symbols}
+    return {s for s in free if s in args or s in sized}, free
 
 
 def sizing_dimensions(shapes: Dict[str, tuple], free) -> Dict[str, list]:
