@@ -115,7 +115,7 @@ cluster-start:
 # communication against the two-level model's prediction (benchmarks/cluster.py --sync: the peer workloads on
 # 2 to 16 ranks over 1, 2 and 4 nodes, bytes by PMPI and seconds inside MPI), stops the nodes, then prices the
 # workloads on the Piz Daint-like machine from 2 to 1024 ranks (benchmarks/scaling.py --machine daint, with its
-# plot). About 25 min here; writes benchmarks/results/cluster_sync.json and scaling_daint.json.
+# plot). About 5 min here; writes benchmarks/results/cluster_sync.json and scaling_daint.json.
 bench-cluster: $(VENV)/.installed
 	$(PY) -m pip install -q -e ".[dace1,bench]" "numpy<2"  # the projection's plots (matplotlib), as make bench
 	stop() { $(CLUSTER_ENV) tools/cluster-local stop; }; trap 'stop; exit 130' INT TERM; status=0; \

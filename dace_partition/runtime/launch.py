@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from typing import Tuple
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from .launchers import (WORLD_CHECK, FirstToEnd, LaunchCommand, Launcher, MPIFla
                         _stop, _tied_to, choose_launcher, dead_ranks, launch_command, launcher_kind,
                         library_flavour, mpi_environment, mpiexec_command)
 from .program import (CallSignature, Program, _syms, _with_bound, as_array, check_layout, compile, conform,
-                      call_symbols, describe_inputs, load, sizing_dimensions, written_arguments)
+                      describe_inputs, load, sizing_dimensions, written_arguments)
 
 # The runtime's API, for ``from dace_partition.runtime.launch import ...``: building is .build, starting
 # ranks .launchers, a job's program .program; this module runs a program from one process (``run``).
@@ -34,12 +35,12 @@ __all__ = ["_BOUND_FILE", "bind", "bound_values", "build", "WORLD_CHECK", "Launc
            "describe_inputs", "load", "written_arguments", "run", "launch", "WRITTEN"]
 
 
-def _check_run_inputs(sdfg: SDFG, inputs):
+def _check_run_inputs(sdfg: SDFG, inputs) -> Tuple[dict, set]:
     """``run`` takes whole arrays; for io="distributed" programs, those with a layout are checked
     against its global shape (the worker cuts them into tiles). An array of another shape is taken as
     DaCe takes it (:func:`check_layout`). Returns the inputs, every array seen in its parameter's (global)
     shape, so the ranks get them as the program declares them, and the symbols the call does not give, read
-    off the arrays' (global) shapes."""
+    off the arrays' (global) shapes; and the symbols the program needs (``CallSignature.free``)."""
     from ..ir import layouts_of
     lays = layouts_of(sdfg)
     sig = CallSignature(sdfg)
@@ -63,7 +64,7 @@ def _check_run_inputs(sdfg: SDFG, inputs):
     for name, (shape, _) in sig.layout(syms).items():
         if name in checked and name not in lays:
             checked[name] = np.asarray(checked[name]).reshape(shape)  # a view: check() has accepted it
-    return checked
+    return checked, sig.free
 
 
 def run(sdfg: SDFG, ranks: int, timeout: float = 300, launcher=None, **inputs):
@@ -110,9 +111,8 @@ def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = "dace_p
     lc = choose_launcher(launcher)
     inputs = {k: as_array(v) for k, v in inputs.items()}
     given = {k: np.shape(v) for k, v in inputs.items() if isinstance(v, np.ndarray)}
-    checked = _check_run_inputs(sdfg, _with_bound(bound_values(sdfg), inputs))
-    symbols = call_symbols(sdfg)[0]  # with those read off the arrays' shapes
-    inputs = {k: checked[k] for k in checked if k in inputs or k in symbols}
+    checked, needed = _check_run_inputs(sdfg, _with_bound(bound_values(sdfg), inputs))
+    inputs = {k: checked[k] for k in checked if k in inputs or k in needed}  # with symbols read off the shapes
     folder = build(sdfg)
     with tempfile.TemporaryDirectory(prefix="dace_partition_") as tmp:
         np.savez(os.path.join(tmp, "inputs.npz"), **{k: np.asarray(v) for k, v in inputs.items()})

@@ -59,9 +59,9 @@ class CallSignature:
         supplied = _supplied_by_runtime(record or record_of(sdfg))  # device twins and their symbol
         self.args = {k: v for k, v in sdfg.arglist().items() if not k.startswith("__return") and k not in supplied}
         self.arrays = {k: d for k, d in self.args.items() if isinstance(d, dace.data.Array)}
-        #: symbols a call must give or its arrays' shapes must tell (:func:`call_symbols`), and those it may give
-        self.free, self.accepted = call_symbols(sdfg, self.args)
-        self.free, self.accepted = self.free - set(supplied), self.accepted - set(supplied)
+        needed, accepted = call_symbols(sdfg, self.args)
+        #: symbols a call must give or its arrays' shapes must tell, and those it may give (:func:`call_symbols`)
+        self.free, self.accepted = needed - supplied, accepted - supplied
         self.scalars = [k for k in self.args if k not in self.arrays]
         self.dtypes = {k: np.dtype(d.dtype.as_numpy_dtype()) for k, d in self.arrays.items()}
         self.symbol_names = sorted(self.free)
@@ -149,12 +149,12 @@ def _scalar(v):
     return v.item() if hasattr(v, "item") else v
 
 
-def call_symbols(sdfg: SDFG, args=None) -> Tuple[set, set]:
+def call_symbols(sdfg: SDFG, args: Dict[str, dace.data.Data]) -> Tuple[set, set]:
     """(needed, accepted): the free symbols a call of the compiled ``sdfg`` needs, those its argument list
     takes (as DaCe's own call passes them) and those that size its array arguments, and every free symbol,
     which a call may give. A nested SDFG's own symbol can show among the free symbols through a memlet's
-    other side (NPBench's azimint_hist: 'bins', mapped from 'npt') without being an argument."""
-    args = sdfg.arglist() if args is None else args
+    other side (NPBench's azimint_hist: 'bins', mapped from 'npt') without being an argument. ``args``: the
+    SDFG's argument list (``sdfg.arglist()``)."""
     free = {str(s) for s in sdfg.free_symbols}
     sized = {str(s) for d in args.values() if isinstance(d, dace.data.Array) for s in d.free_symbols}
     return {s for s in free if s in args or s in sized}, free
