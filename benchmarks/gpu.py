@@ -58,8 +58,7 @@ def build_one(name, ranks, small, emulated):
     report = dp.report(sdfg)
     copies = report.residency.lines() if report.residency is not None else []
     if emulated:
-        sys.path.insert(0, str(ROOT / "tests"))
-        from test_gpu_residency import on_host
+        from dace_partition.runtime.emulation import on_host
         on_host(sdfg)
     t0 = time.perf_counter()
     folder = dp.runtime.launch.build(sdfg)

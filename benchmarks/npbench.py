@@ -2,6 +2,7 @@
 
     python benchmarks/npbench.py [--npbench DIR] [--kernels gemm,atax] [--ranks 2,4] [--timeout 300]
                                  [--skip-auto] [--preset S] [--md docs/npbench_table.md] [--table-only]
+                                 [--device gpu [--emulated | --build-only]]
 
 NPBench (github.com/spcl/npbench) is not vendored: it is taken from ``--npbench DIR``, else ``$NPBENCH_DIR``,
 else ``~/.cache/dace_partition/npbench``, which is cloned (``git clone --depth 1``) when missing.
@@ -19,8 +20,15 @@ DaCe itself cannot run in one process is ``dace_fails`` and excluded from the sh
 
 Writes benchmarks/results/npbench.json (merged with an existing file: a kernel's entry is replaced) and
 prints the table and a summary line.
+
+``--device gpu`` lowers with ``device="gpu"``. Without a GPU, ``--emulated`` runs the GPU lowering's data
+flow on the host (``dace_partition.runtime.emulation``: device arrays and their host sides are separate
+host arrays, so a missing or misplaced staging copy gives a wrong result; its times mean nothing) and
+``--build-only`` builds the CUDA program with nvcc and stops (outcome ``built``). Their results go to
+``npbench_gpu_emulated.json`` and ``npbench_gpu_build.json``, on a GPU to ``npbench_gpu.json``.
 """
 import argparse
+import contextlib
 import copy
 import importlib
 import json
@@ -45,7 +53,7 @@ REPO_URL = "https://github.com/spcl/npbench"
 # override is recorded in the JSON ("shrunk"). S sizes run as they are unless listed here.
 SHRINK = {}
 
-OUTCOMES = ("correct", "refused", "wrong", "crash", "hang", "compile_error", "nothing_to_schedule")
+OUTCOMES = ("correct", "built", "refused", "wrong", "crash", "hang", "compile_error", "nothing_to_schedule")
 RTOL, ATOL = 1e-5, 1e-8  # NPBench's defaults (a bench_info may override rtol, atol, norm_error)
 
 
@@ -214,32 +222,23 @@ def _msg(e, n=600):
 def run_mode(rec, sdfg0, mode, P, call_args, ref, ref_names, dace_out, info, opts, progress):
     """Lowers a copy of ``sdfg0`` with ``mode``'s schedule for ``P`` ranks, builds, runs, checks."""
     import dace_partition as dp
-    from dace_partition.runtime import launch as L
+    from dace_partition.runtime import emulation, launch as L
     r = rec.setdefault("runs", {}).setdefault(str(P), {}).setdefault(mode, {})
     r.update(outcome=None, message="")
     sdfg = copy.deepcopy(sdfg0)
-    sdfg.name = f"npb_{rec['kernel']}_p{P}_{mode}"
+    sdfg.name = f"npb_{rec['kernel']}_p{P}_{mode}" + ("_gpu" if opts.device == "gpu" else "")
     progress.step(f"P={P} {mode}: lower")
     t = time.perf_counter()
+    device = {"device": opts.device}
     try:
-        if mode == "natural":
-            found = dp.maps(sdfg)
-            schedule = natural_schedule(found, P)
-            r["schedule"] = {k: list(v) for k, v in schedule.items()}
-            if not schedule:
-                r.update(outcome="nothing_to_schedule",
-                         message=(f"none of the {len(found)} maps has an integer first extent >= {P}" if found else
-                                  "dp.maps lists no schedulable map"))
-                return
-            dp.lower(sdfg, schedule)
-        elif mode == "auto_dist":  # the automatic schedule, every rank holding its own tiles (io="distributed")
-            dp.lower(sdfg, ranks=P, io="distributed")
-        else:
-            dp.lower(sdfg, ranks=P)
+        with emulation.host_kernels() if opts.emulated else contextlib.nullcontext():
+            _lower(sdfg, mode, P, r, device, dp)
     except Exception as e:  # noqa: BLE001 - every failure is an outcome
         r.update(lower_s=time.perf_counter() - t, outcome=_classify_exception(e, dp), message=_msg(e))
         if r["outcome"] == "crash":
             r["traceback"] = traceback.format_exc()[-3000:]
+        return
+    if r.get("outcome"):
         return
     r["lower_s"] = time.perf_counter() - t
     try:
@@ -249,6 +248,8 @@ def run_mode(rec, sdfg0, mode, P, call_args, ref, ref_names, dace_out, info, opt
     progress.step(f"P={P} {mode}: build")
     t = time.perf_counter()
     try:
+        if opts.emulated:
+            emulation.on_host(sdfg)
         L.build(sdfg)
     except Exception as e:  # noqa: BLE001
         r.update(build_s=time.perf_counter() - t, message=_msg(e))
@@ -257,6 +258,34 @@ def run_mode(rec, sdfg0, mode, P, call_args, ref, ref_names, dace_out, info, opt
                         else _classify_exception(e, dp))
         return
     r["build_s"] = time.perf_counter() - t
+    if opts.build_only:
+        r["outcome"] = "built"
+        return
+    _run_and_check(r, sdfg, mode, P, call_args, ref, ref_names, dace_out, info, opts, progress, rec)
+
+
+def _lower(sdfg, mode, P, r, device, dp):
+    """Lowers ``sdfg`` with ``mode``'s schedule; sets ``r["outcome"]`` where there is nothing to schedule."""
+    if mode == "natural":
+        found = dp.maps(sdfg)
+        schedule = natural_schedule(found, P)
+        r["schedule"] = {k: list(v) for k, v in schedule.items()}
+        if not schedule:
+            r.update(outcome="nothing_to_schedule",
+                     message=(f"none of the {len(found)} maps has an integer first extent >= {P}" if found else
+                              "dp.maps lists no schedulable map"))
+            return
+        dp.lower(sdfg, schedule, **device)
+    elif mode == "auto_dist":  # the automatic schedule, every rank holding its own tiles (io="distributed")
+        dp.lower(sdfg, ranks=P, io="distributed", **device)
+    else:
+        dp.lower(sdfg, ranks=P, **device)
+
+
+def _run_and_check(r, sdfg, mode, P, call_args, ref, ref_names, dace_out, info, opts, progress, rec):
+    """Runs the built ``sdfg`` on ``P`` ranks and compares every output with NumPy (or DaCe)."""
+    import dace_partition as dp
+    from dace_partition.runtime import launch as L
     progress.step(f"P={P} {mode}: run")
     os.environ["NPBENCH_DP_REPS"] = str(opts.reps)
     os.environ["NPBENCH_DP_BUDGET"] = str(opts.budget)
@@ -436,6 +465,14 @@ def child(kernel, npb, progress_path, opts):
 # Driver
 
 
+def _has_gpu() -> bool:
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.returncode == 0 and "GPU" in out.stdout
+
+
 def _modes(dp, opts):
     """The schedules each kernel runs with: the natural one and the automatic one, unless skipped."""
     return ([] if opts.skip_natural else ["natural"]) + \
@@ -450,7 +487,8 @@ def run_kernel(kernel, npb, opts, nruns):
     cmd = [sys.executable, os.path.abspath(__file__), "--child", kernel, "--progress", progress, "--npbench", npb,
            "--preset", opts.preset, "--ranks", ",".join(map(str, opts.ranks)), "--timeout", str(opts.timeout),
            "--reps", str(opts.reps), "--budget", str(opts.budget)] + (["--skip-auto"] if opts.skip_auto else []) + \
-        (["--skip-natural"] if opts.skip_natural else []) + (["--dist"] if opts.dist else [])
+        (["--skip-natural"] if opts.skip_natural else []) + (["--dist"] if opts.dist else []) + \
+        ["--device", opts.device] + (["--emulated"] if opts.emulated else []) + (["--build-only"] if opts.build_only else [])
     limit = opts.timeout * (3 + nruns)  # setup + DaCe compile + one timeout per run, at most
     t = time.perf_counter()
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
@@ -572,7 +610,11 @@ def main():
     ap.add_argument("--preset", default="S", choices=("S", "M", "L", "paper"))
     ap.add_argument("--reps", type=int, default=3, help="timed calls at most (best is kept); default 3")
     ap.add_argument("--budget", type=float, default=5.0, help="seconds of timed calls at most per variant")
-    ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--device", default="cpu", choices=("cpu", "gpu"), help="lower with this device (default cpu)")
+    ap.add_argument("--emulated", action="store_true",
+                    help="with --device gpu: run the GPU lowering's data flow on the host (no GPU needed)")
+    ap.add_argument("--build-only", action="store_true", help="lower and build, do not run (outcome 'built')")
+    ap.add_argument("--out", help="JSON results (default benchmarks/results/npbench.json, or npbench_gpu*.json)")
     ap.add_argument("--fresh", action="store_true", help="do not merge with an existing --out file")
     ap.add_argument("--md", help="also write the Markdown table (and summary) to this file")
     ap.add_argument("--table-only", action="store_true", help="print the table of --out and exit")
@@ -581,8 +623,16 @@ def main():
     opts = ap.parse_args()
     opts.ranks = [int(x) for x in str(opts.ranks).split(",") if x.strip()]
 
+    if opts.emulated and opts.device != "gpu":
+        ap.error("--emulated emulates the GPU lowering: give --device gpu")
     if opts.child:
         return child(opts.child, opts.npbench, opts.progress, opts)
+    if opts.device == "gpu" and not (opts.emulated or opts.build_only) and not _has_gpu():
+        ap.error("no CUDA GPU here (nvidia-smi lists none): a CUDA build would crash when called; "
+                 "give --emulated (the GPU data flow on the host) or --build-only (nvcc only)")
+    if opts.out is None:
+        opts.out = DEFAULT_OUT if opts.device == "cpu" else os.path.join(
+            HERE, "results", "npbench_gpu" + ("_emulated" if opts.emulated else "_build" if opts.build_only else "") + ".json")
 
     import dace_partition as dp
     modes = _modes(dp, opts)
@@ -604,7 +654,8 @@ def main():
     if unknown:
         sys.exit(f"npbench.py: unknown kernel(s) {unknown}; known: {', '.join(infos)}")
     commit = subprocess.run(["git", "-C", npb, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    records = dict(old.get("kernels", {})) if old.get("ranks") == opts.ranks and old.get("modes") == modes else {}
+    same = old.get("ranks") == opts.ranks and old.get("modes") == modes and old.get("device", "cpu") == opts.device
+    records = dict(old.get("kernels", {})) if same else {}
     t0 = time.perf_counter()
     for i, k in enumerate(kernels):
         print(f"[{i + 1}/{len(kernels)}] {k} ...", flush=True)
@@ -621,6 +672,8 @@ def main():
         os.makedirs(os.path.dirname(opts.out), exist_ok=True)
         with open(opts.out, "w") as f:  # after every kernel, so an interrupted run keeps what it did
             json.dump(dict(machine=platform.platform(), cpus=os.cpu_count(), when=time.strftime("%Y-%m-%d %H:%M"),
+                           device=opts.device, emulated=opts.emulated, build_only=opts.build_only,
+                           job_gpus=os.environ.get("DACE_PARTITION_GPUS"),
                            npbench=npb, npbench_commit=commit, preset=opts.preset, ranks=opts.ranks, modes=modes,
                            timeout_s=opts.timeout, shrink=SHRINK, kernels=records), f, indent=1, default=str)
     print()
@@ -628,7 +681,7 @@ def main():
     line = summary(records, opts.ranks, modes)[0]
     print(tab)
     print("\n" + line + f"  (this invocation: {len(kernels)} kernel(s), {time.perf_counter() - t0:.0f} s)")
-    for P in opts.ranks:
+    for P in opts.ranks if not (opts.emulated or opts.build_only) else []:  # emulated times mean nothing
         for m in modes:
             g, n = speedup(records, P, m)
             if n:

@@ -15,6 +15,7 @@ import dace_partition as dp
 from dace_partition.compat import all_states
 from dace_partition.ir.residency import CopyDirection, Memory
 from dace_partition.passes.gpu import pcie_copies
+from dace_partition.runtime.emulation import on_host
 from dace_partition.solvers.node import DistributedMemlet
 
 import programs_gpu
@@ -303,31 +304,9 @@ def test_random_programs_keep_mpi_off_gpu_memory_and_copy_only_around_it():
 
 # ---------------------------------------------------------------- the GPU lowering's data flow, run on the host
 #
-# A machine without a GPU cannot run the CUDA build, but it can run the GPU lowering's data flow: the same
-# lowered graph with every device array and pinned twin put in host memory and every GPU map made a loop.
-# The device arrays and their host sides stay *separate arrays*, so a staging copy that is missing, in the
-# wrong place or on the wrong ranks gives a wrong result here, under a real mpiexec.
-
-def on_host(sdfg):
-    """The GPU-lowered ``sdfg``, in place, with host storage and sequential maps (same arrays, same copies)."""
-    from dace_partition.runtime.cuda_build import CUDA_ENVIRONMENT, uses_gpu
-    host_storage = (dtypes.StorageType.GPU_Global, dtypes.StorageType.GPU_Shared, dtypes.StorageType.CPU_Pinned)
-    for sd in sdfg.all_sdfgs_recursive():
-        for desc in sd.arrays.values():
-            if desc.storage in host_storage:
-                desc.storage = dtypes.StorageType.CPU_Heap
-        sd.global_code.pop("cuda", None)
-    for n, _ in sdfg.all_nodes_recursive():
-        if isinstance(n, nodes.MapEntry) and n.map.schedule in dtypes.GPU_SCHEDULES:
-            n.map.schedule = dtypes.ScheduleType.Sequential
-            n.map.gpu_block_size = None
-        elif isinstance(n, nodes.LibraryNode) and getattr(n, "implementation", None) == "cuBLAS":
-            n.implementation = "pure"
-        if isinstance(n, nodes.CodeNode) and CUDA_ENVIRONMENT in getattr(n, "environments", []):
-            n.environments = [e for e in n.environments if e != CUDA_ENVIRONMENT]
-    assert not uses_gpu(sdfg)
-    return sdfg
-
+# A machine without a GPU cannot run the CUDA build, but it can run the GPU lowering's data flow
+# (dace_partition.runtime.emulation.on_host): device arrays and their host sides stay separate arrays, so a
+# staging copy that is missing, in the wrong place or on the wrong ranks gives a wrong result here.
 
 def _gpu_maps(sdfg):
     return [n for n, _ in sdfg.all_nodes_recursive()

@@ -1,6 +1,6 @@
 """Device arrays in and out of GPU-lowered programs whose GPU data flow is emulated on the host (argv: the
 build folders of jacobi2d_time with io="distributed" and of softmax with root io, both lowered with
-device="gpu" and then given host storage: tests/mpi/test_gpu_residency.py::on_host).
+device="gpu" and then given host storage: dace_partition.runtime.emulation.on_host).
 
 The "device arrays" here expose only ``__cuda_array_interface__`` (no ``__array_interface__``), as CuPy's
 do; their memory is host memory, which the emulated program reads as its GPU memory. Checked: results

@@ -1,14 +1,11 @@
 """``calibrate(device="gpu")``'s measurement (dace_partition.search.gpu_calibration) with its programs' GPU
-data flow emulated on the host (test_gpu_residency.on_host): device arrays allocated through the program's
-memory, symbols passed, results checked. Run under ``mpiexec -n 1``; prints the measurement as JSON."""
+data flow emulated on the host (dace_partition.runtime.emulation.on_host): device arrays allocated
+through the program's memory, symbols passed, results checked. Run under ``mpiexec -n 1``; prints the measurement as JSON."""
 import json
-import os
-import sys
 
-sys.path[:0] = [os.path.join(os.path.dirname(__file__), ".."), os.path.join(os.path.dirname(__file__), "..", "mpi")]
-import dace_partition as dp  # noqa: E402
-from dace_partition.search import gpu_calibration  # noqa: E402
-from test_gpu_residency import on_host  # noqa: E402
+import dace_partition as dp
+from dace_partition.runtime.emulation import on_host
+from dace_partition.search import gpu_calibration
 
 
 def emulated(prog, name):
