@@ -467,6 +467,46 @@ def _same_shape(a, b) -> bool:
         for x, y in zip(a, b))
 
 
+def nested_symbols_in_outer_memlets(sdfg) -> int:
+    """Rewrites memlets that name a nested program's own symbol where only the caller's exists, in every
+    state of ``sdfg`` and its nested SDFGs; returns how many changed.
+
+    DaCe's memlet propagation (1.0.2) can carry the callee's symbol out of a nested SDFG: NPBench's
+    azimint_hist calls ``histogram`` with ``bins = npt``, whose indirect ``hist[bin] += 1`` propagates to
+    ``hist[0:bins]`` in the caller, where only ``npt`` exists. Nothing in the caller defines ``bins``, so the
+    program then names a symbol that no caller can give, and a nested SDFG made around that state (the GPU
+    lowering nests each kernel) fails DaCe's validation. The nested SDFG's symbol mapping says what the
+    symbol is outside (``bins -> npt``); substituting it changes no meaning."""
+    return sum(nested_symbols_in_state(sd, state) for sd in sdfg.all_sdfgs_recursive() for state in all_states(sd))
+
+
+def nested_symbols_in_state(sdfg, state) -> int:
+    """:func:`nested_symbols_in_outer_memlets` for one state."""
+    changed = 0
+    for node in [n for n in state.nodes() if isinstance(n, nodes.NestedSDFG)]:
+        defined = None
+        for edge in state.in_edges(node) + state.out_edges(node):
+            for e in state.memlet_tree(edge):
+                used = {str(x) for x in e.data.free_symbols} & {str(k) for k in node.symbol_mapping}
+                if e.data.is_empty() or not used:
+                    continue
+                if defined is None:
+                    defined = set(map(str, state.symbols_defined_at(node))) | set(map(str, sdfg.constants))
+                inner = {k: node.symbol_mapping[k] for k in used if k not in defined and str(node.symbol_mapping[k]) != k}
+                if inner:
+                    e.data.replace({k: dace.symbolic.pystr_to_symbolic(str(v)) for k, v in inner.items()})
+                    changed += 1
+    return changed
+
+
+def propagate_memlets_state(sdfg, state) -> None:
+    """DaCe's ``propagate_memlets_state``, then the callee's symbols it left in the caller are replaced by
+    the caller's (:func:`nested_symbols_in_outer_memlets`)."""
+    from dace.sdfg.propagation import propagate_memlets_state as propagate
+    propagate(sdfg, state)
+    nested_symbols_in_state(sdfg, state)
+
+
 def whole_array_map_bodies(sdfg) -> int:
     """Makes the nested SDFGs inside maps that take whole arrays (DaCe 2's frontend, see
     :func:`rebase_nested_argument`) analysable like 1.0.2's element connectors; returns how many

@@ -102,3 +102,33 @@ def column_all_and_product(A: dace.int64[NR, NCOL], every: dace.bool_[NCOL], pro
 
 def column_all_and_product_reference(A):
     return {"every": np.logical_and.reduce(A > 1, axis=0), "prod": np.multiply.reduce(A, axis=0)}
+
+
+NY, NX = dace.symbol("NY"), dace.symbol("NX")
+
+
+@dace.program
+def boundary_copies(p: dace.float64[NY, NX], T: dace.int64):
+    """cavity_flow's pressure sweeps: a stencil from a copy of ``p``, then the boundary set by three
+    copies that follow one another through ``p`` in one state (an edge column, the first row, the first
+    column) and a last row of zeros."""
+    pn = np.empty_like(p)
+    for t in range(T):
+        pn[:] = p.copy()
+        p[1:-1, 1:-1] = 0.25 * (pn[:-2, 1:-1] + pn[2:, 1:-1] + pn[1:-1, :-2] + pn[1:-1, 2:])
+        p[:, -1] = p[:, -2]
+        p[0, :] = p[1, :]
+        p[:, 0] = p[:, 1]
+        p[-1, :] = 0
+
+
+def boundary_copies_reference(p, T):
+    p = p.copy()
+    for _ in range(T):
+        pn = p.copy()
+        p[1:-1, 1:-1] = 0.25 * (pn[:-2, 1:-1] + pn[2:, 1:-1] + pn[1:-1, :-2] + pn[1:-1, 2:])
+        p[:, -1] = p[:, -2]
+        p[0, :] = p[1, :]
+        p[:, 0] = p[:, 1]
+        p[-1, :] = 0
+    return p

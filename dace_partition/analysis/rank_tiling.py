@@ -88,7 +88,7 @@ class RankTileMap(transformation.SingleStateTransformation):
         return True
 
     def apply(self, graph, sdfg):
-        from dace.sdfg.propagation import propagate_memlets_state
+        from ..compat import propagate_memlets_state
         m = self.map_entry.map
         coords: List[Optional[str]] = [c or None for c in self.coords]
         for c, g in zip(coords, self.grid):

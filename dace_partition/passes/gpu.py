@@ -36,9 +36,10 @@ from dace.memlet import Memlet
 from dace.sdfg import SDFG, SDFGState
 from dace.subsets import Range
 from dace.sdfg.graph import SubgraphView
+from dace.sdfg.utils import dfs_topological_sort
 from dace.transformation.helpers import nest_state_subgraph
 
-from ..compat import all_states
+from ..compat import all_states, nested_symbols_in_outer_memlets, propagate_memlets_state
 from .graph import RANK, guard
 from ..ir.residency import ARGS_ON_GPU, CopyDirection, Residency, StagingCopy
 from ..plan.residency import GpuPlacement
@@ -132,7 +133,7 @@ def offload(sdfg: SDFG, kernel_states: List[SDFGState], placement: GpuPlacement,
         from ..runtime.cuda_build import cublas_available
         cublas = cublas_available()
     states = list(dict.fromkeys(list(kernel_states) + list(placement.kernels)))
-    copies = list(placement.copies)
+    copies = [part for st in placement.copies for part in _one_copy_chain_per_state(st)]
     for st in copies:
         _copies_to_maps(sdfg, st)
     states += copies
@@ -164,10 +165,36 @@ def offload(sdfg: SDFG, kernel_states: List[SDFGState], placement: GpuPlacement,
     return sdfg
 
 
+def _one_copy_chain_per_state(state: SDFGState) -> List[SDFGState]:
+    """A copy state whose copies follow one another through an access node (NPBench's cavity_flow sets
+    its boundary as ``p[:, -1] = p[:, -2]; p[0, :] = p[1, :]; p[:, 0] = p[:, 1]``, three copies through two
+    access nodes of ``p``) becomes one state per copy, in order: nested whole as one kernel, the access
+    nodes between the copies would stay outside it, which DaCe's nesting cannot do. Returns the states."""
+    if not any(state.in_degree(n) > 0 and state.out_degree(n) > 0 for n in state.data_nodes()):
+        return [state]
+    edges = [e for n in dfs_topological_sort(state) for e in state.out_edges(n)]
+    parts, last = [state], state
+    for k, e in enumerate(edges[1:], 1):
+        last = state.parent_graph.add_state_after(last, f"{state.label}_{k}")
+        last.add_nedge(last.add_read(e.src.data), last.add_write(e.dst.data), copy.deepcopy(e.data))
+        state.remove_edge(e)
+        parts.append(last)
+    for n in [n for n in state.data_nodes() if state.degree(n) == 0]:
+        state.remove_node(n)
+    return parts
+
+
 def _copies_to_maps(sdfg: SDFG, state: SDFGState):
     """Each copy of the state becomes a map, a kernel like the others: DaCe's ``CopyToMap`` for arrays, a
-    one-element map for a scalar (which the kernel then takes by value)."""
+    one-element map for a scalar (which the kernel then takes by value). Only this state's memlets are
+    propagated again: DaCe's default re-propagates the whole SDFG after each copy, whose loop analysis
+    (every cycle of the state machine) took minutes on NPBench's cavity_flow."""
     from dace.transformation.dataflow import CopyToMap
+
+    class CopyToMapHere(CopyToMap):
+        def annotates_memlets(self):
+            return True
+
     for e in list(state.edges()):
         if type(sdfg.arrays[e.src.data]) is dace.data.Scalar:
             dst = e.data.get_dst_subset(e, state) or Range.from_array(sdfg.arrays[e.dst.data])
@@ -178,7 +205,8 @@ def _copies_to_maps(sdfg: SDFG, state: SDFGState):
                                      external_edges=True, input_nodes={e.src.data: e.src},
                                      output_nodes={e.dst.data: e.dst})
         else:
-            CopyToMap.apply_to(sdfg, options={"ignore_strides": True}, verify=False, save=False, a=e.src, b=e.dst)
+            CopyToMapHere.apply_to(sdfg, options={"ignore_strides": True}, verify=False, save=False, a=e.src, b=e.dst)
+    propagate_memlets_state(sdfg, state)
 
 
 def _is_comm_state(state: SDFGState) -> bool:
@@ -601,6 +629,7 @@ def _offload_state(sdfg: SDFG, state: SDFGState):
     wrapper = wrapper_node.sdfg
     wrapper.apply_gpu_transformations(validate=False, simplify=False, sequential_innermaps=True,
                                       register_transients=True)
+    nested_symbols_in_outer_memlets(wrapper)  # DaCe's re-propagation can name a nested program's own symbols
     _expand_warp_reductions(wrapper)
     _sequential_nested_maps(wrapper)
     choose_block_sizes(wrapper)

@@ -112,7 +112,7 @@ def _refine_bodies(sdfg: SDFG):
     propagation widens (``C[0:i + 1, 0:i + 1]`` where the body only touches row ``C[i, 0:i + 1]``); the
     analysis would then give every rank all rows before its block. DaCe's ``RefineNestedAccess`` narrows
     the memlets to the indices every access of the body agrees on (and re-bases the body on them)."""
-    from dace.sdfg.propagation import propagate_memlets_state
+    from ..compat import propagate_memlets_state
     from dace.transformation.interstate import RefineNestedAccess
     for st in sdfg.states():
         for n in st.nodes():

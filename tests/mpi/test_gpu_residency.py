@@ -220,6 +220,22 @@ def test_array_copies_between_kernels_run_on_the_gpu(name, rng):
         np.testing.assert_allclose(got[k], v, rtol=1e-12, err_msg=k)
 
 
+def test_copies_that_follow_one_another_run_as_gpu_kernels_in_order(rng):
+    """cavity_flow sets its boundary with copies chained through ``p`` in one state (``p[:, -1] = p[:, -2]``,
+    then ``p[0, :] = p[1, :]``, ...). Nested whole as one kernel, the access nodes between the copies stayed
+    outside it and DaCe's nesting failed ("Node __dp_dev_p is not in the graph"). Each copy is now a copy
+    kernel in a state of its own, in program order; run on the host (the GPU data flow), equal to NumPy."""
+    sdfg = programs_gpu.boundary_copies.to_sdfg()
+    sdfg.name = "res_boundary_copies"
+    dp.lower(sdfg, {m.name: (2, 1) for m in dp.maps(sdfg) if not m.name.startswith("assign")}, device="gpu")
+    res = _check_invariants(sdfg)
+    split = [c for c in res.device_copies if f"{c}_1" in res.device_copies and f"{c}_2" in res.device_copies]
+    assert split, f"the three chained copies should run in three states: {res.device_copies}"
+    p = rng.random((9, 7))
+    got = dp.run(on_host(sdfg), 2, timeout=180, p=p.copy(), T=3)
+    np.testing.assert_allclose(got["p"], programs_gpu.boundary_copies_reference(p, 3), rtol=1e-13)
+
+
 @pytest.mark.parametrize("name", ["reshape_merge", "reshape_split"])
 def test_a_copy_that_reshapes_an_array_stays_a_host_copy_on_one_gpu(name):
     """A copy between arrays of different ranks (``x.reshape(...)`` materialised) is not a copy kernel:

@@ -488,3 +488,60 @@ def test_transients_sized_from_data_run_like_numpy(mode):
     vals = np.random.default_rng(6).random(12)
     ref = np.array([2.0 * vals[offsets[i]:offsets[i + 1]].sum() for i in range(5)])
     np.testing.assert_allclose(dp.run(sdfg, 2, offsets=offsets, vals=vals), ref, rtol=1e-12)
+
+
+NH, BINS, NPT = (dace.symbol(s, dtype=dace.int64) for s in ("NH", "BINS", "NPT"))
+
+
+@dace.program
+def _bin_of(x: dace.float64, edges: dace.float64[BINS + 1]):
+    return dace.int64(BINS * (x - edges[0]) / (edges[BINS] - edges[0]))
+
+
+@dace.program
+def _histogram(a: dace.float64[NH], edges: dace.float64[BINS + 1]):
+    hist = np.ndarray((BINS, ), dtype=np.int64)
+    hist[:] = 0
+    for i in dace.map[0:NH]:
+        b = min(_bin_of(a[i], edges), BINS - 1)
+        hist[b] += 1
+    return hist
+
+
+@dace.program
+def nested_histogram(a: dace.float64[NH], edges: dace.float64[NPT + 1]):
+    """azimint_hist: the histogram's map body is a nested program whose own size symbol (BINS) the caller
+    calls NPT; its indirect ``hist[b] += 1`` propagates to ``hist[0:BINS]`` in the caller."""
+    return _histogram(a, edges)
+
+
+def _histogram_reference(a, edges):
+    bins = len(edges) - 1
+    b = np.minimum((bins * (a - edges[0]) / (edges[bins] - edges[0])).astype(np.int64), bins - 1)
+    return np.bincount(b, minlength=bins).astype(np.int64)
+
+
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_a_nested_programs_own_symbol_stays_out_of_the_lowered_program(device):
+    """DaCe's memlet propagation carries the callee's BINS into the caller's memlets (``hist[0:BINS]``):
+    the lowered program then asked its callers for a BINS nothing defines, and the GPU lowering, which
+    nests each kernel, was refused as invalid (NPBench's azimint_hist with device="gpu"). Every symbol the
+    lowered program names is now the caller's."""
+    sdfg = nested_histogram.to_sdfg()
+    sdfg.specialize(dict(NPT=8))
+    sdfg.name = f"t_npb_nested_histogram_{device}"
+    dp.lower(sdfg, natural(sdfg), device=device)
+    assert {str(s) for s in sdfg.free_symbols} <= {"NH"} | set(sdfg.symbols), sdfg.free_symbols
+    assert "BINS" not in sdfg.arglist()
+
+
+def test_a_nested_programs_own_symbol_runs_like_numpy():
+    sdfg = nested_histogram.to_sdfg()
+    sdfg.specialize(dict(NPT=8))
+    sdfg.name = "t_npb_nested_histogram_run"
+    dp.lower(sdfg, natural(sdfg))
+    rng = np.random.default_rng(5)
+    a, edges = rng.random(50), np.linspace(0.0, 1.0, 9)
+    edges[0], edges[-1] = a.min(), a.max()
+    got = dp.run(sdfg, 2, timeout=180, a=a, edges=edges)
+    np.testing.assert_array_equal(got, _histogram_reference(a, edges))
