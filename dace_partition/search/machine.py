@@ -110,6 +110,20 @@ class Machine:
                 f"memory {self.stream / 1e9:.1f} GB/s{gpu}{nodes})")
 
 
+def job_gpus() -> Optional[int]:
+    """``DACE_PARTITION_GPUS``: the GPUs the job's ranks share, when lowering elsewhere (None if unset)."""
+    text = os.environ.get("DACE_PARTITION_GPUS", "").strip()
+    if not text:
+        return None
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"DACE_PARTITION_GPUS={text!r}: give the number of GPUs the job's ranks share (1 or more)")
+    return n
+
+
 def gpu_machine(gpus: Optional[int] = None, host: Optional[Machine] = None) -> Machine:
     """The model of ranks whose kernels run on GPUs (``lower(..., device="gpu")``), from published figures
     of an NVIDIA H100 SXM5 (HBM3 3.35 TB/s, FP64 tensor 67 TFLOP/s, PCIe Gen5 x16 64 GB/s per direction),
@@ -120,8 +134,17 @@ def gpu_machine(gpus: Optional[int] = None, host: Optional[Machine] = None) -> M
     sharing one GPU add about 0.2 ms per kernel for each further rank (softmax, matmul and MLP on 1, 2 and
     4 ranks: 1.1, 0.3 and 0.7 ms more on two ranks, 2.6, 0.65 and 1.9 ms on four, for 4, 1 and 3
     kernels). Where ``calibrate(device="gpu")`` ran on this machine, its measured rates (memory, PCIe,
-    launch, GEMM) replace the published ones."""
+    launch, GEMM) replace the published ones.
+
+    Lowering somewhere else than where the job runs (a login node without GPUs, this machine for a cluster),
+    say how many GPUs the job's ranks will have: ``DACE_PARTITION_GPUS=N`` (``gpus`` given here wins), or
+    price for a GPU cluster with ``DACE_PARTITION_MACHINE`` (a preset such as ``daint``, or a JSON machine
+    with ``gpus``), whose rates are then taken as they are."""
     host = host or machine()
+    if gpus is None:
+        gpus = job_gpus()
+    if host.gpus:  # the machine named for the job is a GPU machine already (DACE_PARTITION_MACHINE=daint)
+        return host if gpus is None else replace(host, gpus=gpus)
     if gpus is None:
         from ..runtime.cuda_build import gpu_count
         gpus = gpu_count() or 1

@@ -54,6 +54,32 @@ def test_one_gpu_per_rank_splits_an_8192_matmul_whose_tiles_are_in_place():
     assert not _partitioned(dict(root)), root.explain()
 
 
+def test_lowering_away_from_the_job_is_told_its_gpus(monkeypatch, tmp_path):
+    """On a login node without GPUs, ``lower(sdfg, ranks=4, device="gpu")`` would price the four ranks as
+    sharing one GPU and keep the 8192^3 product on rank 0's; ``DACE_PARTITION_GPUS=4`` says the job has a
+    GPU per rank, and it splits. ``DACE_PARTITION_MACHINE=daint`` prices on that GPU cluster's rates."""
+    import importlib
+    M = importlib.import_module("dace_partition.search.machine")
+    monkeypatch.setattr(M, "GPU_CACHE", str(tmp_path / "none.json"))  # no calibration of this machine
+    monkeypatch.setenv("DACE_PARTITION_NO_GPU", "1")
+    monkeypatch.delenv("DACE_PARTITION_MACHINE", raising=False)
+    monkeypatch.delenv("DACE_PARTITION_GPUS", raising=False)
+    assert dp.gpu_machine().gpus == 1
+    kept = dp.auto_schedule(big_matmul.to_sdfg(), 4, sizes=SIZES, io="distributed", device="gpu")
+    assert not _partitioned(dict(kept)), kept.explain()
+    monkeypatch.setenv("DACE_PARTITION_GPUS", "4")
+    assert (dp.gpu_machine().gpus, dp.gpu_machine(gpus=2).gpus) == (4, 2)
+    split = dp.auto_schedule(big_matmul.to_sdfg(), 4, sizes=SIZES, io="distributed", device="gpu")
+    assert _partitioned(dict(split)) and "4 GPU(s) shared by the ranks" in split.explain(), split.explain()
+    monkeypatch.setenv("DACE_PARTITION_GPUS", "none")
+    with pytest.raises(ValueError, match="DACE_PARTITION_GPUS='none'"):
+        dp.gpu_machine()
+    monkeypatch.delenv("DACE_PARTITION_GPUS")
+    monkeypatch.setenv("DACE_PARTITION_MACHINE", "daint")
+    daint = dp.gpu_machine()
+    assert daint == M.daint_machine() and dp.gpu_machine(gpus=8).gpus == 8
+
+
 def test_a_small_program_stays_on_one_gpu_even_with_a_gpu_per_rank():
     """A 512x512 softmax is a few microseconds of GPU work: the staging and messages of any split cost more."""
     small = dp.auto_schedule(row_softmax.to_sdfg(), 4, sizes={"N": 512}, machine=dp.gpu_machine(gpus=4))
