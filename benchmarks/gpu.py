@@ -7,7 +7,9 @@ their rows split over the ranks, built in parallel (one process per build), then
 ``mpiexec -n P`` job (``_gpu_worker.py``): every rank loads the library once (``dp.load``; launch, build
 and load are printed beside, not counted), passes its tiles as PyTorch CUDA tensors (``device``) or as
 NumPy arrays (``numpy``), the first call's results are compared with PyTorch's float64 results, then calls
-are timed (all ranks start together, a call ends when every rank has its results).
+are timed (all ranks start together, a call ends when every rank has its results). Ranks that share the
+GPU do so through a private MPS daemon, as under ``dp.run`` (``runtime/mps.py``; ``DACE_PARTITION_MPS=0``
+measures them time-sharing it instead); each row says which (``mps``).
 
 The peers run in a separate process under the GPU machine's own Python (``_gpu_peers.py``: NumPy 2, CuPy,
 JAX; DaCe 1.0.2 needs NumPy 1); their JSON is merged here with ``--peers``.
@@ -90,9 +92,12 @@ def _run(case, built, args, env):
     out.unlink(missing_ok=True)
     cmd = ["mpiexec", "-n", str(ranks), sys.executable, "-m", "mpi4py", str(HERE / "_gpu_worker.py"), built["folder"], name,
            "small" if args.small else "full", str(out), str(args.seconds)] + (["emulated"] if args.emulated else [])
+    from dace_partition.runtime import mps
+    sharing = mps.decide_here(not args.emulated, ranks, local_launch=True)  # as dp.run decides
     t0 = time.perf_counter()
     try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.run_timeout, env=env)
+        with mps.private_daemon(sharing) as mps_env:
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=args.run_timeout, env={**env, **mps_env})
     except subprocess.TimeoutExpired:
         return {"workload": name, "ranks": ranks, "error": f"timed out after {args.run_timeout} s"}
     wall = time.perf_counter() - t0
@@ -100,6 +105,7 @@ def _run(case, built, args, env):
         return {"workload": name, "ranks": ranks, "error": (res.stderr + res.stdout)[-2000:]}
     row = json.loads(out.read_text())
     row["job_wall_s"] = wall
+    row["mps"] = bool(mps_env)  # the ranks shared the GPU through a private MPS daemon
     return row
 
 

@@ -8,6 +8,10 @@ the report of the lowering with it (nothing is built or run). ``--io distributed
 (size symbols the model assumes), ``--memory-per-rank BYTES``.
 
 ``python -m dace_partition calibrate``: measures the cost model's rates on this machine and caches them.
+
+``python -m dace_partition mps --ranks 4 -- mpiexec -n 4 python -m mpi4py my_script.py``: runs the command
+under a private CUDA MPS daemon where its ranks share this machine's GPUs, as ``dp.run`` does for its own
+jobs (``runtime/mps.py``), and stops the daemon after; prints the decision on stderr.
 """
 import argparse
 import copy
@@ -63,6 +67,9 @@ def main(argv=None):
     sch.add_argument("--io", choices=("root", "distributed"), default="root")
     sch.add_argument("--size", action="append", help="NAME=VALUE of a size symbol (repeatable)")
     sch.add_argument("--memory-per-rank", type=int, default=None)
+    mp = sub.add_parser("mps", help="run a command under a private CUDA MPS daemon where its ranks share a GPU")
+    mp.add_argument("--ranks", type=int, required=True, help="how many ranks the command starts on this machine")
+    mp.add_argument("cmd", nargs=argparse.REMAINDER, help="the command (after --)")
     args = parser.parse_args(argv)
     if args.command == "info":
         from .runtime.toolchain import info
@@ -72,6 +79,19 @@ def main(argv=None):
         from .search import calibrate
         print(calibrate())
         return 0
+    if args.command == "mps":
+        import subprocess
+        from .runtime import mps
+        cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+        if not cmd:
+            raise SystemExit("python -m dace_partition mps: give the command to run after --")
+        try:
+            decision = mps.decide_here(True, args.ranks, local_launch=True)
+        except ValueError as e:
+            raise SystemExit(f"python -m dace_partition mps: {e}")
+        print(f"dace_partition: {decision}", file=sys.stderr)
+        with mps.private_daemon(decision) as env:
+            return subprocess.run(cmd, env={**os.environ, **env}).returncode
     if args.command == "schedule":
         import dace_partition as dp
         sdfg = _load(args.target)

@@ -18,7 +18,9 @@ from dace.sdfg import SDFG
 
 from ..errors import ScheduleError
 from ..ir import ranks_needed
+from . import mps
 from ._world_check import RUN_DIR
+from .cuda_build import uses_gpu
 from .build import _BOUND_FILE, bind, bound_values, build
 from .launchers import (WORLD_CHECK, FirstToEnd, LaunchCommand, Launcher, MPIFlavour, RunError, _flavour_of, _mpiexec, _srun,
                         _stop, _tied_to, choose_launcher, dead_ranks, launch_command, launcher_kind,
@@ -113,11 +115,12 @@ def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = "dace_p
     given = {k: np.shape(v) for k, v in inputs.items() if isinstance(v, np.ndarray)}
     checked, needed = _check_run_inputs(sdfg, _with_bound(bound_values(sdfg), inputs))
     inputs = {k: checked[k] for k in checked if k in inputs or k in needed}  # with symbols read off the shapes
+    sharing = mps.decide_here(uses_gpu(sdfg), ranks, lc.kind == Launcher.MPIEXEC)
     folder = build(sdfg)
-    with tempfile.TemporaryDirectory(prefix="dace_partition_") as tmp:
+    with tempfile.TemporaryDirectory(prefix="dace_partition_") as tmp, mps.private_daemon(sharing) as mps_env:
         np.savez(os.path.join(tmp, "inputs.npz"), **{k: np.asarray(v) for k, v in inputs.items()})
         cmd = launch_command(ranks, ["-m", worker, folder, tmp], lc, prefix)
-        env = {**mpi_environment(), RUN_DIR: tmp}
+        env = {**mpi_environment(), RUN_DIR: tmp, **mps_env}
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                 start_new_session=True, text=True,
                                 preexec_fn=_tied_to(os.getpid()) if sys.platform.startswith("linux") else None)
