@@ -132,3 +132,27 @@ def boundary_copies_reference(p, T):
         p[:, 0] = p[:, 1]
         p[-1, :] = 0
     return p
+
+
+NW, NHC = dace.symbol("NW"), dace.symbol("NHC")
+
+
+@dace.program
+def backward_rows(img: dace.float64[NW, NHC]):
+    """deriche's last sweep: rank 0's ``y`` gets its last row on its GPU, then rows computed over split
+    columns are gathered into it one at a time (each gather writes one row of ``y``)."""
+    y = np.empty_like(img)
+    y[-1, :] = 3.0
+    y[-2, :] = 2.0 * img[-1, :]
+    for i in range(NW - 3, -1, -1):
+        y[i, :] = 0.5 * img[i + 1, :] + 0.25 * y[i + 1, :] + 0.125 * y[i + 2, :]
+    return y
+
+
+def backward_rows_reference(img):
+    y = np.empty_like(img)
+    y[-1, :] = 3.0
+    y[-2, :] = 2.0 * img[-1, :]
+    for i in range(img.shape[0] - 3, -1, -1):
+        y[i, :] = 0.5 * img[i + 1, :] + 0.25 * y[i + 1, :] + 0.125 * y[i + 2, :]
+    return y

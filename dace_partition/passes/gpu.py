@@ -275,6 +275,27 @@ def _whole(sdfg: SDFG, edge) -> bool:
         return False
 
 
+def _fills_root_array(sdfg: SDFG, dm: DistributedMemlet, name: str) -> bool:
+    """Whether a move into rank 0's array ``name`` writes all of it. The edge into the array names the whole
+    array whatever part the move writes (NPBench deriche gathers one row, ``y2[-2, :]``, into rank 0's
+    ``y2``), so the edge cannot tell; the blocks of the move's source can. Blocks known only at run time
+    count as a part. A move into rank-local buffers fills them (each rank's block is its buffer)."""
+    from ..ir.boxes import any_overlap
+    if not dm.distribution("dst").is_root:
+        return True
+    blocks = dm.distribution("src").blocks()
+    try:
+        total = int(dace.data._prod([int(x) for x in sdfg.arrays[name].shape]))
+    except (TypeError, ValueError):
+        return False
+    if blocks is None:
+        return False
+    unique = list(dict.fromkeys((tuple(b), tuple(c)) for b, c in blocks))  # replicas hold the same block
+    if any_overlap(unique):
+        return False
+    return sum(int(dace.data._prod(list(c))) for _, c in unique) == total
+
+
 def _after_start(sdfg: SDFG, init: SDFGState, label: str, rank0: bool, host_arguments: bool) -> SDFGState:
     """A state right after the program's first state (which sets the rank symbols), before anything else,
     run only when the caller's arrays are on the host (``host_arguments``) or only when they are on the GPU."""
@@ -368,8 +389,8 @@ def stage_communication(sdfg: SDFG, residency: Residency) -> Residency:
         reads = {device[n.data] for n in hosts if st.out_degree(n) > 0}
         writes = {device[n.data] for n in hosts if st.in_degree(n) > 0}
         partial = {device[n.data] for n in hosts for e in st.in_edges(n)
-                   if device[n.data] in reads or (isinstance(e.src, DistributedMemlet) and e.src.accumulates)
-                   or not _whole(sdfg, e)}
+                   if device[n.data] in reads or not _whole(sdfg, e) or (isinstance(e.src, DistributedMemlet) and (
+                       e.src.accumulates or not _fills_root_array(sdfg, e.src, n.data)))}
         rank0 = {d for d in device.values() if d in residency.rank0 or host_of[d] in residency.rank0}
         # Only what a GPU state writes can differ from its host side; the rest is there already.
         for only0, names in _grouped(sorted((reads | partial) & stale), rank0):
@@ -630,10 +651,39 @@ def _offload_state(sdfg: SDFG, state: SDFGState):
     wrapper.apply_gpu_transformations(validate=False, simplify=False, sequential_innermaps=True,
                                       register_transients=True)
     nested_symbols_in_outer_memlets(wrapper)  # DaCe's re-propagation can name a nested program's own symbols
+    _contiguous_gpu_clones(wrapper)
     _expand_warp_reductions(wrapper)
     _sequential_nested_maps(wrapper)
     choose_block_sizes(wrapper)
     return wrapper
+
+
+def _contiguous_gpu_clones(wrapper: SDFG) -> int:
+    """GPUTransformSDFG gives the GPU clone of a strided argument (``gpu__x`` of the pure dot's ``_x``, a column
+    ``B[:i, j]`` in NPBench's symm) the argument's strides, and DaCe copies arrays of equal strides as one
+    span of ``stride * (n - 1) + 1`` elements: a column copied with every element between, and a negative
+    count when the column is empty (symm at ``i = 0``: a memcpy of a huge size that corrupted the heap on the
+    host; on a GPU, a failed cudaMemcpy). A clone that only this SDFG's own code reads or writes (none is
+    handed to a nested SDFG, which would index it by its own strides) is made contiguous: its copy moves
+    the ``n`` elements, and nothing when there are none. Returns how many clones changed."""
+    changed = 0
+    for sd in wrapper.all_sdfgs_recursive():
+        nested = set()
+        for st in all_states(sd):
+            for n in st.data_nodes():
+                if any(isinstance(e.src, nodes.NestedSDFG) or isinstance(e.dst, nodes.NestedSDFG)
+                       for e in st.all_edges(n)):
+                    nested.add(n.data)
+        for name, desc in sd.arrays.items():
+            if not (desc.transient and name.startswith("gpu_") and type(desc) is dace.data.Array
+                    and desc.storage == dtypes.StorageType.GPU_Global) or name in nested:
+                continue
+            contiguous = tuple(dace.data._prod(desc.shape[j + 1:]) for j in range(len(desc.shape)))
+            if tuple(desc.strides) != contiguous:
+                desc.strides, desc.total_size = contiguous, dace.data._prod(desc.shape)
+                desc.offset = [0] * len(desc.shape)
+                changed += 1
+    return changed
 
 
 THREADS_PER_BLOCK = 256  # 8 warps: full occupancy needs at most 8 such blocks per SM on H100 / A100

@@ -236,6 +236,24 @@ def test_copies_that_follow_one_another_run_as_gpu_kernels_in_order(rng):
     np.testing.assert_allclose(got["p"], programs_gpu.boundary_copies_reference(p, 3), rtol=1e-13)
 
 
+def test_a_gather_of_one_row_keeps_the_rows_the_gpu_wrote(rng):
+    """deriche's backward sweep: rank 0's array gets a row on its GPU, then rows computed over split columns
+    are gathered into it one at a time. The edge of such a gather names the whole array, so it counted as
+    written whole: nothing was copied to the host before it, and the copy back after it put the host's
+    stale rows over the GPU's (deriche: 9292 of 80000 elements wrong). A move into rank 0's array now counts
+    as partial unless its blocks cover the array; run on the host (the GPU data flow), equal to NumPy."""
+    sdfg = programs_gpu.backward_rows.to_sdfg()
+    sdfg.specialize(dict(NW=10, NHC=6))
+    sdfg.name = "res_backward_rows"
+    dp.lower(sdfg, {m.name: (2, ) for m in dp.maps(sdfg) if m.shape[0] == 6}, device="gpu")
+    res = _check_invariants(sdfg)
+    staged = [c for c in res.copies if c.direction == TO_HOST and c.why == "MPI writes part of it"]
+    assert staged, str(res)
+    img = rng.random((10, 6))
+    got = dp.run(on_host(sdfg), 2, timeout=180, img=img)
+    np.testing.assert_allclose(got, programs_gpu.backward_rows_reference(img), rtol=1e-13)
+
+
 @pytest.mark.parametrize("name", ["reshape_merge", "reshape_split"])
 def test_a_copy_that_reshapes_an_array_stays_a_host_copy_on_one_gpu(name):
     """A copy between arrays of different ranks (``x.reshape(...)`` materialised) is not a copy kernel:
