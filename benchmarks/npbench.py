@@ -465,14 +465,6 @@ def child(kernel, npb, progress_path, opts):
 # Driver
 
 
-def _has_gpu() -> bool:
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return out.returncode == 0 and "GPU" in out.stdout
-
-
 def _modes(dp, opts):
     """The schedules each kernel runs with: the natural one and the automatic one, unless skipped."""
     return ([] if opts.skip_natural else ["natural"]) + \
@@ -627,7 +619,8 @@ def main():
         ap.error("--emulated emulates the GPU lowering: give --device gpu")
     if opts.child:
         return child(opts.child, opts.npbench, opts.progress, opts)
-    if opts.device == "gpu" and not (opts.emulated or opts.build_only) and not _has_gpu():
+    from dace_partition.runtime.cuda_build import gpu_count
+    if opts.device == "gpu" and not (opts.emulated or opts.build_only) and not gpu_count():
         ap.error("no CUDA GPU here (nvidia-smi lists none): a CUDA build would crash when called; "
                  "give --emulated (the GPU data flow on the host) or --build-only (nvcc only)")
     if opts.out is None:
