@@ -26,6 +26,7 @@ Each rank picks its GPU by node-local rank (``MPI_Comm_split_type(MPI_COMM_TYPE_
 """
 import contextlib
 import copy
+import numbers
 import os
 from dataclasses import replace
 from typing import Dict, List, Optional, Tuple
@@ -652,10 +653,32 @@ def _offload_state(sdfg: SDFG, state: SDFGState):
                                       register_transients=True)
     nested_symbols_in_outer_memlets(wrapper)  # DaCe's re-propagation can name a nested program's own symbols
     _contiguous_gpu_clones(wrapper)
+    _kernel_local_arrays(wrapper)
     _expand_warp_reductions(wrapper)
     _sequential_nested_maps(wrapper)
     choose_block_sizes(wrapper)
     return wrapper
+
+
+def _kernel_local_arrays(wrapper: SDFG) -> int:
+    """A small array that MapFusion puts between two nodes inside a map (one element per iteration, an array
+    rather than a scalar because a nested SDFG reads it: NPBench nbody's ``where=`` mask) became GPU global
+    memory with a persistent lifetime, which DaCe 1.0.2 then passes to the kernel twice (a C++ compile
+    error, "redefinition of ..."). Every access of such an array lies inside a map, so it is the iteration's
+    own: it is kept in registers, allocated inside the kernel. Returns how many arrays changed."""
+    changed = 0
+    for sd in wrapper.all_sdfgs_recursive():
+        inside: Dict[str, bool] = {}
+        for st in all_states(sd):
+            for n in st.data_nodes():
+                inside[n.data] = inside.get(n.data, True) and st.entry_node(n) is not None
+        for name, desc in sd.arrays.items():
+            size = getattr(desc, "total_size", None)
+            if desc.transient and type(desc) is dace.data.Array and desc.storage == dtypes.StorageType.GPU_Global \
+                    and inside.get(name) and isinstance(size, (int, numbers.Integral)) and int(size) <= 64:
+                desc.storage, desc.lifetime = dtypes.StorageType.Register, dtypes.AllocationLifetime.Scope
+                changed += 1
+    return changed
 
 
 def _contiguous_gpu_clones(wrapper: SDFG) -> int:

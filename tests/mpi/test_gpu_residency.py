@@ -254,6 +254,42 @@ def test_a_gather_of_one_row_keeps_the_rows_the_gpu_wrote(rng):
     np.testing.assert_allclose(got, programs_gpu.backward_rows_reference(img), rtol=1e-13)
 
 
+def test_an_array_between_two_nodes_of_a_kernel_is_the_kernels_own():
+    """MapFusion puts an array of one element between a tasklet and a nested SDFG inside a map (NPBench
+    nbody's ``where=`` mask); the GPU transformation made it global memory with a persistent lifetime, which
+    DaCe 1.0.2 passes to the kernel twice: "redefinition of ..." from the C++ compiler (nbody's automatic
+    schedule with device="gpu"). Such an array is now in registers, allocated inside the kernel; an array
+    that a state uses outside any map stays where it was."""
+    from dace_partition.passes.gpu import _kernel_local_arrays
+    sdfg = dace.SDFG("kernel_local")
+    sdfg.add_array("x", [8], dace.float64)
+    sdfg.add_array("y", [8], dace.float64)
+    mask, _ = sdfg.add_array("__s0_n1__out_n2IN_m", [1], dace.bool_, transient=True,
+                             storage=dtypes.StorageType.GPU_Global, lifetime=dtypes.AllocationLifetime.Persistent)
+    sdfg.add_array("kept", [1], dace.bool_, transient=True, storage=dtypes.StorageType.GPU_Global)
+    st = sdfg.add_state()
+    inner = dace.SDFG("use_mask")
+    inner.add_array("m", [1], dace.bool_)
+    inner.add_array("o", [1], dace.float64)
+    ist = inner.add_state()
+    t = ist.add_tasklet("pick", {"mm"}, {"oo"}, "oo = 1.0 if mm else 0.0")
+    ist.add_edge(ist.add_read("m"), None, t, "mm", dace.Memlet("m[0]"))
+    ist.add_edge(t, "oo", ist.add_write("o"), None, dace.Memlet("o[0]"))
+    me, mx = st.add_map("m", {"i": "0:8"}, schedule=dtypes.ScheduleType.GPU_Device)
+    gt = st.add_tasklet("gt", {"a"}, {"b"}, "b = a > 0")
+    nest = st.add_nested_sdfg(inner, sdfg, {"m"}, {"o"})
+    acc = st.add_access(mask)
+    st.add_memlet_path(st.add_read("x"), me, gt, dst_conn="a", memlet=dace.Memlet("x[i]"))
+    st.add_edge(gt, "b", acc, None, dace.Memlet(f"{mask}[0]"))
+    st.add_edge(acc, None, nest, "m", dace.Memlet(f"{mask}[0]"))
+    st.add_memlet_path(nest, mx, st.add_write("y"), src_conn="o", memlet=dace.Memlet("y[i]"))
+    st.add_nedge(st.add_read("kept"), st.add_write("kept"), dace.Memlet("kept[0]"))
+    assert _kernel_local_arrays(sdfg) == 1
+    assert (sdfg.arrays[mask].storage, sdfg.arrays[mask].lifetime) == (dtypes.StorageType.Register,
+                                                                       dtypes.AllocationLifetime.Scope)
+    assert sdfg.arrays["kept"].storage == dtypes.StorageType.GPU_Global
+
+
 @pytest.mark.parametrize("name", ["reshape_merge", "reshape_split"])
 def test_a_copy_that_reshapes_an_array_stays_a_host_copy_on_one_gpu(name):
     """A copy between arrays of different ranks (``x.reshape(...)`` materialised) is not a copy kernel:
