@@ -156,3 +156,22 @@ def backward_rows_reference(img):
     for i in range(img.shape[0] - 3, -1, -1):
         y[i, :] = 0.5 * img[i + 1, :] + 0.25 * y[i + 1, :] + 0.125 * y[i + 2, :]
     return y
+
+
+NA, NB = dace.symbol("NA"), dace.symbol("NB")
+
+
+@dace.program
+def column_dots(A: dace.float64[NA, NA], B: dace.float64[NA, NB], out: dace.float64[NA, NB]):
+    """symm's ``B[:i, j] @ A[i, :i]``: a dot of a strided column, empty at ``i = 0``."""
+    for i in range(NA):
+        for j in range(NB):
+            out[i, j] = B[:i, j] @ A[i, :i]
+
+
+def column_dots_reference(A, B):
+    out = np.zeros((A.shape[0], B.shape[1]))
+    for i in range(A.shape[0]):
+        for j in range(B.shape[1]):
+            out[i, j] = B[:i, j] @ A[i, :i]
+    return out

@@ -254,6 +254,19 @@ def test_a_gather_of_one_row_keeps_the_rows_the_gpu_wrote(rng):
     np.testing.assert_allclose(got, programs_gpu.backward_rows_reference(img), rtol=1e-13)
 
 
+def test_a_dot_of_an_empty_strided_column_runs(rng):
+    """symm's ``B[:i, j] @ A[i, :i]`` on rank 0's GPU: DaCe's GPU copy of the strided column ``B[:i, j]`` kept
+    its stride and was copied as a span of ``NB * (i - 1) + 1`` elements, negative at ``i = 0`` (heap
+    corruption on the host, a failed cudaMalloc on a GPU; NPBench's symm, trmm, ludcmp and lu crashed).
+    The copy is now contiguous and moves ``i`` elements; run on the host (the GPU data flow), equal to NumPy."""
+    sdfg = programs_gpu.column_dots.to_sdfg()
+    sdfg.name = "res_column_dots"
+    dp.lower(sdfg, {}, device="gpu")
+    A, B = rng.random((7, 7)), rng.random((7, 5))
+    got = dp.run(on_host(sdfg), 2, timeout=180, A=A, B=B, out=np.zeros((7, 5)))
+    np.testing.assert_allclose(got["out"], programs_gpu.column_dots_reference(A, B), rtol=1e-12)
+
+
 def test_an_array_between_two_nodes_of_a_kernel_is_the_kernels_own():
     """MapFusion puts an array of one element between a tasklet and a nested SDFG inside a map (NPBench
     nbody's ``where=`` mask); the GPU transformation made it global memory with a persistent lifetime, which
