@@ -80,22 +80,19 @@ def decide_here(on_gpu: bool, ranks: int, local_launch: bool) -> MpsDecision:
                   os.path.exists(os.path.join(SYSTEM_PIPE, "control")))
 
 
-#: The control log of the last daemon this process stopped (what the GPU test reads: clients connected).
-last_log = ""
-
-
 @contextlib.contextmanager
 def private_daemon(decision: MpsDecision) -> Iterator[Dict[str, str]]:
     """Starts a daemon if ``decision`` says so and yields the environment the ranks need (empty if none);
-    stops it on exit. A daemon that fails to start is reported on stderr and the job runs without it."""
-    global last_log
+    stops it on exit. A daemon that fails to start is reported on stderr and the job runs without it. Its
+    log goes to a folder of the job's, or to ``DACE_PARTITION_MPS_LOG`` where set (kept after the job)."""
     if decision.action is not Mps.START:
         yield {}
         return
     with tempfile.TemporaryDirectory(prefix="dace_partition_mps_", ignore_cleanup_errors=True) as tmp:
-        env = {"CUDA_MPS_PIPE_DIRECTORY": os.path.join(tmp, "pipe"), "CUDA_MPS_LOG_DIRECTORY": os.path.join(tmp, "log")}
+        env = {"CUDA_MPS_PIPE_DIRECTORY": os.path.join(tmp, "pipe"),
+               "CUDA_MPS_LOG_DIRECTORY": os.environ.get("DACE_PARTITION_MPS_LOG") or os.path.join(tmp, "log")}
         for d in env.values():
-            os.makedirs(d)
+            os.makedirs(d, exist_ok=True)
         full = {**os.environ, **env}
         control = shutil.which(CONTROL)
         try:
@@ -119,5 +116,3 @@ def private_daemon(decision: MpsDecision) -> Iterator[Dict[str, str]]:
                     time.sleep(0.1)
             except (OSError, subprocess.SubprocessError) as e:
                 print(f"dace_partition: warning: stopping the job's MPS daemon failed: {e}", file=sys.stderr)
-            log = os.path.join(env["CUDA_MPS_LOG_DIRECTORY"], "control.log")
-            last_log = open(log).read() if os.path.exists(log) else ""

@@ -392,7 +392,7 @@ def test_a_halo_across_columns_runs_on_the_gpu(rng):
 @needs_nvcc
 @needs_gpu
 @pytest.mark.skipif(shutil.which("nvidia-cuda-mps-control") is None, reason="no nvidia-cuda-mps-control here")
-def test_ranks_sharing_the_gpu_run_under_a_private_mps_daemon(rng, monkeypatch):
+def test_ranks_sharing_the_gpu_run_under_a_private_mps_daemon(rng, monkeypatch, tmp_path):
     """``dp.run`` of the 2 x 2 Jacobi on 4 ranks sharing the one GPU starts an MPS daemon of its own: the
     ranks' contexts connect to its server (its log says so), every element equals NumPy's, and the daemon
     is gone after the job."""
@@ -405,11 +405,12 @@ def test_ranks_sharing_the_gpu_run_under_a_private_mps_daemon(rng, monkeypatch):
     sdfg, _ = jacobi_2x2()
     args = dict(A=rng.random((13, 13)), B=rng.random((13, 13)), T=3)
     expected = _jac2_loop({k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()})
-    mps.last_log = ""
+    monkeypatch.setenv("DACE_PARTITION_MPS_LOG", str(tmp_path))  # the daemon's log, kept for this test
     got = dp.run(sdfg, 4, **args)
     for name in ("A", "B"):
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-12, err_msg=name)
-    assert "server" in mps.last_log.lower(), mps.last_log
+    log = (tmp_path / "control.log").read_text() if (tmp_path / "control.log").exists() else ""
+    assert "server" in log.lower(), log
     for _ in range(20):  # the daemon and its server exit shortly after "quit"
         left = subprocess.run(["pgrep", "-u", str(os.getuid()), "-f", "nvidia-cuda-mps"], capture_output=True, text=True)
         if not left.stdout.strip():
