@@ -481,18 +481,23 @@ def nested_symbols_in_outer_memlets(sdfg) -> int:
 
 
 def nested_symbols_in_state(sdfg, state) -> int:
-    """:func:`nested_symbols_in_outer_memlets` for one state."""
+    """:func:`nested_symbols_in_outer_memlets` for one state. Cheap where nothing is to do (it runs after
+    every propagation): only a nested SDFG that maps a symbol the caller does not define is looked at."""
     changed = 0
+    outer = set(map(str, sdfg.symbols)) | set(map(str, sdfg.constants))
     for node in [n for n in state.nodes() if isinstance(n, nodes.NestedSDFG)]:
+        keys = {str(k) for k, v in node.symbol_mapping.items() if str(k) not in outer and str(v) != str(k)}
+        if not keys:
+            continue
         defined = None
         for edge in state.in_edges(node) + state.out_edges(node):
             for e in state.memlet_tree(edge):
-                used = {str(x) for x in e.data.free_symbols} & {str(k) for k in node.symbol_mapping}
-                if e.data.is_empty() or not used:
+                used = {str(x) for x in e.data.free_symbols} & keys if not e.data.is_empty() else set()
+                if not used:
                     continue
-                if defined is None:
-                    defined = set(map(str, state.symbols_defined_at(node))) | set(map(str, sdfg.constants))
-                inner = {k: node.symbol_mapping[k] for k in used if k not in defined and str(node.symbol_mapping[k]) != k}
+                if defined is None:  # map parameters around the node
+                    defined = set(map(str, state.symbols_defined_at(node)))
+                inner = {k: node.symbol_mapping[k] for k in used if k not in defined}
                 if inner:
                     e.data.replace({k: dace.symbolic.pystr_to_symbolic(str(v)) for k, v in inner.items()})
                     changed += 1
