@@ -21,6 +21,7 @@ JAX; DaCe 1.0.2 needs NumPy 1); their JSON is merged here with ``--peers``.
 Results: ``benchmarks/results/gpu_calls_<card>.json`` (``--out`` to choose).
 """
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -52,16 +53,15 @@ def build_one(name, ranks, small, emulated):
     """Lowers and builds one workload (run in its own process); prints one JSON line."""
     import dace_partition as dp
     from _gpu_workloads import lowered
-    if emulated:  # warp reductions are CUDA code: the host runs DaCe's pure expansion (as the tests do)
-        os.environ["DACE_PARTITION_GPU_REDUCTIONS"] = "pure"
+    from dace_partition.runtime import emulation
     t0 = time.perf_counter()
-    sdfg = lowered(name, ranks, small)
+    with emulation.host_kernels() if emulated else contextlib.nullcontext():  # warp reductions are CUDA code
+        sdfg = lowered(name, ranks, small)
     lower_s = time.perf_counter() - t0
     report = dp.report(sdfg)
     copies = report.residency.lines() if report.residency is not None else []
     if emulated:
-        from dace_partition.runtime.emulation import on_host
-        on_host(sdfg)
+        emulation.on_host(sdfg)
     t0 = time.perf_counter()
     folder = dp.runtime.launch.build(sdfg)
     print(json.dumps({"folder": folder, "lower_s": lower_s, "build_s": time.perf_counter() - t0,

@@ -229,10 +229,9 @@ def run_mode(rec, sdfg0, mode, P, call_args, ref, ref_names, dace_out, info, opt
     sdfg.name = f"npb_{rec['kernel']}_p{P}_{mode}" + ("_gpu" if opts.device == "gpu" else "")
     progress.step(f"P={P} {mode}: lower")
     t = time.perf_counter()
-    device = {"device": opts.device}
     try:
         with emulation.host_kernels() if opts.emulated else contextlib.nullcontext():
-            _lower(sdfg, mode, P, r, device, dp)
+            _lower(sdfg, mode, P, r, opts.device, dp)
     except Exception as e:  # noqa: BLE001 - every failure is an outcome
         r.update(lower_s=time.perf_counter() - t, outcome=_classify_exception(e, dp), message=_msg(e))
         if r["outcome"] == "crash":
@@ -275,11 +274,11 @@ def _lower(sdfg, mode, P, r, device, dp):
                      message=(f"none of the {len(found)} maps has an integer first extent >= {P}" if found else
                               "dp.maps lists no schedulable map"))
             return
-        dp.lower(sdfg, schedule, **device)
+        dp.lower(sdfg, schedule, device=device)
     elif mode == "auto_dist":  # the automatic schedule, every rank holding its own tiles (io="distributed")
-        dp.lower(sdfg, ranks=P, io="distributed", **device)
+        dp.lower(sdfg, ranks=P, io="distributed", device=device)
     else:
-        dp.lower(sdfg, ranks=P, **device)
+        dp.lower(sdfg, ranks=P, device=device)
 
 
 def _run_and_check(r, sdfg, mode, P, call_args, ref, ref_names, dace_out, info, opts, progress, rec):

@@ -38,6 +38,7 @@ from dace.sdfg import SDFG, SDFGState
 from dace.subsets import Range
 from dace.sdfg.graph import SubgraphView
 from dace.sdfg.utils import dfs_topological_sort
+from dace.transformation.dataflow import CopyToMap
 from dace.transformation.helpers import nest_state_subgraph
 
 from ..compat import all_states, nested_symbols_in_outer_memlets, propagate_memlets_state
@@ -185,17 +186,18 @@ def _one_copy_chain_per_state(state: SDFGState) -> List[SDFGState]:
     return parts
 
 
+class _CopyToMapInState(CopyToMap):
+    """DaCe's CopyToMap, leaving the propagation to its caller (:func:`_copies_to_maps`, once per state)."""
+
+    def annotates_memlets(self):
+        return True
+
+
 def _copies_to_maps(sdfg: SDFG, state: SDFGState):
     """Each copy of the state becomes a map, a kernel like the others: DaCe's ``CopyToMap`` for arrays, a
     one-element map for a scalar (which the kernel then takes by value). Only this state's memlets are
     propagated again: DaCe's default re-propagates the whole SDFG after each copy, whose loop analysis
     (every cycle of the state machine) took minutes on NPBench's cavity_flow."""
-    from dace.transformation.dataflow import CopyToMap
-
-    class CopyToMapHere(CopyToMap):
-        def annotates_memlets(self):
-            return True
-
     for e in list(state.edges()):
         if type(sdfg.arrays[e.src.data]) is dace.data.Scalar:
             dst = e.data.get_dst_subset(e, state) or Range.from_array(sdfg.arrays[e.dst.data])
@@ -206,7 +208,8 @@ def _copies_to_maps(sdfg: SDFG, state: SDFGState):
                                      external_edges=True, input_nodes={e.src.data: e.src},
                                      output_nodes={e.dst.data: e.dst})
         else:
-            CopyToMapHere.apply_to(sdfg, options={"ignore_strides": True}, verify=False, save=False, a=e.src, b=e.dst)
+            _CopyToMapInState.apply_to(sdfg, options={"ignore_strides": True}, verify=False, save=False, a=e.src,
+                                       b=e.dst)
     propagate_memlets_state(sdfg, state)
 
 
@@ -281,20 +284,15 @@ def _fills_root_array(sdfg: SDFG, dm: DistributedMemlet, name: str) -> bool:
     array whatever part the move writes (NPBench deriche gathers one row, ``y2[-2, :]``, into rank 0's
     ``y2``), so the edge cannot tell; the blocks of the move's source can. Blocks known only at run time
     count as a part. A move into rank-local buffers fills them (each rank's block is its buffer)."""
-    from ..ir.boxes import any_overlap
+    from ..ir.boxes import boxes_cover
     if not dm.distribution("dst").is_root:
         return True
     blocks = dm.distribution("src").blocks()
     try:
-        total = int(dace.data._prod([int(x) for x in sdfg.arrays[name].shape]))
+        shape = tuple(int(x) for x in sdfg.arrays[name].shape)
     except (TypeError, ValueError):
         return False
-    if blocks is None:
-        return False
-    unique = list(dict.fromkeys((tuple(b), tuple(c)) for b, c in blocks))  # replicas hold the same block
-    if any_overlap(unique):
-        return False
-    return sum(int(dace.data._prod(list(c))) for _, c in unique) == total
+    return blocks is not None and boxes_cover(blocks, [((0, ) * len(shape), shape)])
 
 
 def _after_start(sdfg: SDFG, init: SDFGState, label: str, rank0: bool, host_arguments: bool) -> SDFGState:

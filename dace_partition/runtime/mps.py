@@ -54,10 +54,10 @@ def decide(on_gpu: bool, ranks: int, gpus: int, local_launch: bool, control: Opt
     required = wish in ("1", "on", "yes", "true")
     if not on_gpu:  # nothing to share, whatever was asked
         return MpsDecision(Mps.NONE, "the program does not run on a GPU")
+    if env.get("CUDA_MPS_PIPE_DIRECTORY") or system_daemon:  # asked for or not, the ranks use that one
+        return MpsDecision(Mps.NONE, "an MPS daemon serves this environment already")
     why = None
-    if env.get("CUDA_MPS_PIPE_DIRECTORY") or system_daemon:
-        why = "an MPS daemon serves this environment already"
-    elif not local_launch:
+    if not local_launch:
         why = "the ranks are not started on this machine"
     elif gpus < 1:
         why = "no GPU is visible here"
@@ -67,7 +67,7 @@ def decide(on_gpu: bool, ranks: int, gpus: int, local_launch: bool, control: Opt
         why = f"{CONTROL} is not on PATH"
     if why is None:
         return MpsDecision(Mps.START, f"{ranks} ranks share {gpus} GPU(s)")
-    if required and not why.startswith("an MPS daemon"):
+    if required:
         raise ValueError(f"DACE_PARTITION_MPS=1, but no MPS daemon can be started for this job: {why}")
     return MpsDecision(Mps.NONE, why)
 
