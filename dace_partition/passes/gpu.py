@@ -10,15 +10,16 @@ carries out the plan's decision of which arrays live in GPU memory (``LoweringPl
     back when it ends) -> each kernel is nested into a wrapper SDFG and moved to the GPU there
     (``GPUTransformSDFG`` on the wrapper only: resident arrays are used in place, none is copied)
     -> each communication state works on host memory (pinned twins), with the copies it needs in a state
-    before it (device -> host) and one after it (host -> device) (:func:`stage_communication`)
+    before it (device -> host) and one after it (host -> device) (:func:`stage_communication`), except
+    halo exchanges between GPU buffers, which pack their faces on the device (:func:`device_halos`)
 
 so two kernels on a rank hand their data over on the device, and PCIe is crossed only where MPI or the
 caller needs the data (:func:`pcie_copies` lists every such copy of a lowered graph). Matrix products
 (``Gemm``, ``BatchedMatMul``, ``Gemv``: the contraction maps that ``local_optimize`` turned into GEMMs)
 run on cuBLAS where the toolkit has it (:func:`~dace_partition.runtime.cuda_build.cublas_available`);
 every other library node is expanded to its pure implementation, so its maps become GPU kernels too, each
-with a thread block chosen from its shape (:func:`block_size`). MPI never sees a device pointer, so any
-MPI works (CUDA-aware or not).
+with a thread block chosen from its shape (:func:`block_size`). MPI sees a device pointer only where it
+says at run time that it is CUDA-aware, and then only a packed halo face, so any MPI works.
 
 Each rank picks its GPU by node-local rank (``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`` ->
 ``cudaSetDevice(local_rank % device_count)``) before DaCe creates its CUDA streams; see
@@ -29,6 +30,7 @@ import copy
 import numbers
 import os
 from dataclasses import replace
+from enum import Enum
 from typing import Dict, List, Optional, Tuple
 
 import dace
@@ -148,7 +150,10 @@ def offload(sdfg: SDFG, kernel_states: List[SDFGState], placement: GpuPlacement,
         _expand_library_nodes(sdfg, state, cublas)
     residency = placement.residency
     residency = residency.without({n for n in residency.resident if n not in sdfg.arrays})  # inside a row kernel
-    residency = place(sdfg, residency, states)
+    halos = device_halos(sdfg, residency)
+    residency = replace(residency, device_halos=tuple(st.label for st in halos),
+                        gpu_writes=tuple(dict.fromkeys(residency.gpu_writes + _written(halos))))
+    residency = place(sdfg, residency, states + halos)
     wrappers = [w for w in (_offload_state(sdfg, state) for state in states) if w is not None]
     residency = residency.without({n for n in residency.resident if n not in sdfg.arrays})  # moved into a wrapper
     residency = stage_communication(sdfg, residency)
@@ -217,6 +222,47 @@ def _is_comm_state(state: SDFGState) -> bool:
     """A state of DistributedMemlets and the buffers they read and write (scatter, gather, halo, ...)."""
     work = [n for n in state.nodes() if not isinstance(n, nodes.AccessNode)]
     return bool(work) and all(isinstance(n, DistributedMemlet) for n in work)
+
+
+class GpuHalo(str, Enum):
+    """How a halo exchange between buffers in GPU memory runs (``DACE_PARTITION_GPU_HALO``)."""
+    PACKED = "packed"  # on the device buffers: faces packed there, to MPI as device or pinned host buffers
+    STAGED = "staged"  # MPI on the buffers' host sides, with the slabs it moves staged in states around it
+
+    @classmethod
+    def from_env(cls) -> "GpuHalo":
+        value = os.environ.get("DACE_PARTITION_GPU_HALO", cls.PACKED.value)
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"DACE_PARTITION_GPU_HALO={value!r}: expected one of "
+                             f"{', '.join(h.value for h in cls)}") from None
+
+
+def device_halos(sdfg: SDFG, residency: Residency) -> List[SDFGState]:
+    """The communication states that exchange halos between arrays that all live in GPU memory (resident
+    buffers, arguments with a device twin): their DistributedMemlets become ``halo_packed``, which packs
+    the faces on the device and gives MPI device pointers where it is CUDA-aware, else pinned host copies
+    of the faces alone (``runtime/include/dace_partition_halo_packed.h``). :func:`place` points them at
+    the device twins; :func:`stage_communication` leaves them alone. ``DACE_PARTITION_GPU_HALO=staged``
+    keeps every halo on host memory instead."""
+    if GpuHalo.from_env() is GpuHalo.STAGED:
+        return []
+    on_gpu = (set(residency.resident) | set(residency.arguments)) - set(residency.rank0)
+    out = []
+    for st in all_states(sdfg):
+        if not _is_comm_state(st):
+            continue
+        dms = [n for n in st.nodes() if isinstance(n, DistributedMemlet)]
+        if all(dm.implementation == "halo" for dm in dms) and all(n.data in on_gpu for n in st.data_nodes()):
+            for dm in dms:
+                dm.implementation = "halo_packed"
+            out.append(st)
+    return out
+
+
+def _written(states: List[SDFGState]) -> Tuple[str, ...]:
+    return tuple(dict.fromkeys(n.data for st in states for n in st.data_nodes() if st.in_degree(n) > 0))
 
 
 def place(sdfg: SDFG, residency: Residency, gpu_states: List[SDFGState]) -> Residency:
@@ -362,7 +408,8 @@ def stage_communication(sdfg: SDFG, residency: Residency) -> Residency:
     stale = set(residency.gpu_writes) | {device_of[a] for a in residency.gpu_writes if a in device_of}
     pinned: Dict[str, str] = {}
     copies: List[StagingCopy] = list(residency.copies)
-    for st in [s for s in all_states(sdfg) if _is_comm_state(s)]:
+    on_device = set(residency.device_halos)
+    for st in [s for s in all_states(sdfg) if _is_comm_state(s) and s.label not in on_device]:
         touched = [n for n in st.data_nodes() if n.data in resident or n.data in device_of]
         if not touched:
             continue

@@ -21,12 +21,19 @@ _SOURCE = r"""
 #include <mpi.h>
 #include <stdio.h>
 
-int main(void) {
+int main(int argc, char **argv) {
     char version[MPI_MAX_LIBRARY_VERSION_STRING];
     int len = 0;
     Dl_info info;
     const char *path = "?";
     void *sym = dlsym(RTLD_DEFAULT, "MPI_Get_library_version");  /* callable before MPI_Init */
+    if (argc > 1) {  /* what the halo exchanges of a GPU lowering ask at run time */
+        int (*query)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "MPIX_Query_cuda_support");
+        MPI_Init(NULL, NULL);
+        printf("%d\n", query ? query() : -1);
+        MPI_Finalize();
+        return 0;
+    }
     MPI_Get_library_version(version, &len);
     if (sym && dladdr(sym, &info) && info.dli_fname) path = info.dli_fname;
     printf("%s\n%s\n", path, version);
@@ -47,6 +54,8 @@ class MpiInfo:
     mpi4py_version: str
     mpi4py_library: str
     launcher: str
+    cuda_aware: str = "unknown"  # whether MPI takes device pointers, as a GPU lowering's halo exchange decides it
+
 
     def __str__(self):
         lines = [
@@ -56,6 +65,7 @@ class MpiInfo:
             f"  MPI_HOME:               {self.mpi_home or '(not set: the mpicc on PATH decides)'}",
             f"  mpi4py on the ranks:    {self.mpi4py_version} ({self.mpi4py_library})",
             f"  launcher:               {self.launcher}",
+            f"  CUDA-aware:             {self.cuda_aware}",
         ]
         if self.mismatch:
             lines.append(f"  WARNING: {self.mismatch}")
@@ -106,7 +116,26 @@ def _compiled(mpicc, env):
         if proc.returncode != 0:
             raise RuntimeError(f"the test program failed: {(proc.stderr or proc.stdout).strip()[-500:]}")
         lines = proc.stdout.splitlines()
-        return lines[1].strip() if len(lines) > 1 else "?", lines[0].strip()
+        return lines[1].strip() if len(lines) > 1 else "?", lines[0].strip(), _cuda_aware(exe, env)
+
+
+def _cuda_aware(exe, env) -> str:
+    """In words, what ``mpi_cuda_aware()`` in ``dace_partition_halo_packed.h`` answers for this MPI: the
+    environment's ``DACE_PARTITION_CUDA_AWARE`` if it is 0 or 1, else ``MPIX_Query_cuda_support()``."""
+    force = env.get("DACE_PARTITION_CUDA_AWARE", "auto")
+    if force in ("0", "1"):
+        return f"{'yes' if force == '1' else 'no'} (DACE_PARTITION_CUDA_AWARE={force})"
+    try:
+        proc = subprocess.run([exe, "cuda"], capture_output=True, text=True, timeout=60, env=env)
+        answer = int(proc.stdout.split()[0]) if proc.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        answer = None
+    if answer is None:
+        return "unknown (the query program failed)"
+    if answer < 0:
+        return "no (the library has no MPIX_Query_cuda_support): GPU halos go through pinned host buffers"
+    return ("yes (MPIX_Query_cuda_support): GPU halos give MPI device pointers" if answer == 1 else
+            "no (MPIX_Query_cuda_support() is 0): GPU halos go through pinned host buffers")
 
 
 def mpi_info() -> MpiInfo:
@@ -121,10 +150,10 @@ def mpi_info() -> MpiInfo:
     mpicc = _mpicc(env)
     if mpicc:
         try:
-            version, library = _compiled(mpicc, env)
+            version, library, cuda_aware = _compiled(mpicc, env)
             return MpiInfo(version, library, "compiled",
                            f"compiling and running MPI_Get_library_version with {mpicc}",
-                           env.get("MPI_HOME", ""), m4_version, m4_library, launcher)
+                           env.get("MPI_HOME", ""), m4_version, m4_library, launcher, cuda_aware)
         except (RuntimeError, OSError, subprocess.SubprocessError) as e:
             why = f"the mpicc test failed ({e}); answer from mpi4py"
     else:

@@ -302,24 +302,55 @@ def test_resident_build_copies_only_what_the_report_lists():
 
 
 @functools.lru_cache(maxsize=None)
-def jacobi_2x2():
-    """The conformance Jacobi time loop, 13 x 13 on a 2 x 2 grid (blocks of 6 and 5), built with nvcc."""
+def jacobi_2x2(halo="packed"):
+    """The conformance Jacobi time loop, 13 x 13 on a 2 x 2 grid (blocks of 6 and 5), built with nvcc, its
+    halo exchanges ``packed`` (the default) or ``staged`` (``DACE_PARTITION_GPU_HALO``)."""
     from conformance.programs import CASES as CONFORMANCE
     sdfg = CONFORMANCE["jacobi2d_time"].program.to_sdfg()
     sdfg.specialize(dict(N=13))
-    sdfg.name = "tgpu_jacobi_2x2"
-    dp.lower(sdfg, {m.name: (2, 2) for m in dp.maps(sdfg) if len(m.params) == 2}, device="gpu")
+    sdfg.name = f"tgpu_jacobi_2x2_{halo}"
+    old = os.environ.get("DACE_PARTITION_GPU_HALO")
+    os.environ["DACE_PARTITION_GPU_HALO"] = halo
+    try:
+        dp.lower(sdfg, {m.name: (2, 2) for m in dp.maps(sdfg) if len(m.params) == 2}, device="gpu")
+    finally:
+        if old is None:
+            os.environ.pop("DACE_PARTITION_GPU_HALO")
+        else:
+            os.environ["DACE_PARTITION_GPU_HALO"] = old
     return sdfg, dp.runtime.launch.build(sdfg)
+
+
+@needs_nvcc
+def test_a_halo_between_gpu_buffers_builds_as_packed_device_copies():
+    """By default the 2 x 2 split's halo exchanges run on the tiles in GPU memory: nvcc builds the packed
+    exchange with the CUDA copier (pitched device copies, pinned or device face buffers, the CUDA-aware
+    query through dlsym), and the program's only host<->GPU copies are the scatter's and the gather's,
+    outside the time loop."""
+    from dace_partition.passes.gpu import pcie_copies
+    sdfg, folder = jacobi_2x2()
+    cpp = _sources(folder, "cpu", "cpp")
+    res = dp.report(sdfg).residency
+    assert len(res.device_halos) == 2
+    assert cpp.count("dace_partition::halo_exchange_packed<double, dace_partition_cuda::DeviceCopy>(") == 2
+    assert "dace_partition::halo_exchange<" not in cpp
+    assert len(res.copies) == len(pcie_copies(sdfg)) == 4 and all(c.why.startswith("MPI") for c in res.copies)
+    assert cpp.count("cudaMemcpyAsync(") + cpp.count("cudaMemcpy2DAsync(") == 4
+    lib = os.path.join(folder, "build", f"lib{sdfg.name}.so")
+    if shutil.which("nm"):
+        syms = subprocess.run(["nm", "-D", lib], capture_output=True, text=True).stdout
+        for s in ("cudaMemcpy2DAsync", "cudaMallocHost", "dlsym", "MPI_Isend", "MPI_Irecv"):
+            assert s in syms, f"{s} is not referenced by the built library"
 
 
 @needs_nvcc
 @pytest.mark.slow  # an nvcc build (~30 s)
 def test_a_halo_across_columns_is_staged_by_pitched_copies():
-    """The halo exchanges of a 2 x 2 split copy their edge and halo slabs, the columns as one
-    cudaMemcpy2DAsync each (DaCe's pitched copy), and the built program makes exactly the copies the
-    report lists."""
+    """With ``DACE_PARTITION_GPU_HALO=staged`` the halo exchanges of a 2 x 2 split copy their edge and halo
+    slabs, the columns as one cudaMemcpy2DAsync each (DaCe's pitched copy), and the built program makes
+    exactly the copies the report lists."""
     from dace_partition.passes.gpu import pcie_copies
-    sdfg, folder = jacobi_2x2()
+    sdfg, folder = jacobi_2x2("staged")
     cpp = _sources(folder, "cpu", "cpp")
     res = dp.report(sdfg).residency
     columns = [c for c in res.copies if c.part.startswith("columns ")]
@@ -377,11 +408,18 @@ def test_gpu_run(name, ranks, rng):
 
 @needs_nvcc
 @needs_gpu
-@pytest.mark.slow
-def test_a_halo_across_columns_runs_on_the_gpu(rng):
-    """The 2 x 2 Jacobi above on 4 ranks sharing the GPU: every element equals NumPy's."""
+@pytest.mark.parametrize("halo,aware", [("packed", "auto"), ("packed", "1"), ("staged", "auto")])
+def test_a_halo_across_columns_runs_on_the_gpu(halo, aware, rng, monkeypatch):
+    """The 2 x 2 Jacobi above on 4 ranks sharing the GPU, its halos packed on the device (faces through
+    pinned host memory, or given to MPI as device pointers where it is CUDA-aware: forced with
+    ``DACE_PARTITION_CUDA_AWARE=1``, which only a CUDA-aware MPI survives) or staged: every element equals
+    NumPy's."""
     from conformance.programs import _jac2_loop
-    sdfg, _ = jacobi_2x2()
+    from dace_partition.runtime.mpi_info import mpi_info
+    if aware == "1" and not mpi_info().cuda_aware.startswith("yes"):
+        pytest.skip(f"this MPI does not take device pointers: {mpi_info().cuda_aware}")
+    monkeypatch.setenv("DACE_PARTITION_CUDA_AWARE", aware)
+    sdfg, _ = jacobi_2x2(halo)
     args = dict(A=rng.random((13, 13)), B=rng.random((13, 13)), T=3)
     expected = _jac2_loop({k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()})
     got = dp.run(sdfg, 4, **args)

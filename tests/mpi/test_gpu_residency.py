@@ -67,9 +67,12 @@ def _check_invariants(sdfg):
     for state in all_states(sdfg):
         for n in state.nodes():
             if isinstance(n, DistributedMemlet):
+                packed = n.implementation == "halo_packed"  # faces packed on the device, never a datatype there
+                assert packed == (state.label in res.device_halos), state.label
                 for e in state.in_edges(n) + state.out_edges(n):
-                    assert sdfg.arrays[e.data.data].storage != dtypes.StorageType.GPU_Global, \
-                        f"MPI touches GPU memory: {e.data.data} in {state.label}"
+                    on_gpu = sdfg.arrays[e.data.data].storage == dtypes.StorageType.GPU_Global
+                    assert on_gpu == packed, f"{'MPI touches' if on_gpu else 'a packed halo misses'} GPU memory: " \
+                                             f"{e.data.data} in {state.label}"
     comm = _comm_states(sdfg)
     device = set(res.resident) | {t for _, t in res.device_twins}
     graph = [(state, src if d == TO_HOST else dst, d) for state, src, dst, d in pcie_copies(sdfg)
@@ -107,11 +110,31 @@ def test_consecutive_kernels_hand_their_buffers_to_each_other_on_the_device(monk
     assert not res.kernel_copies and not res.host
 
 
-def test_a_halo_exchange_in_a_time_loop_stages_only_the_rows_it_moves():
-    """Jacobi 2-D, T sweeps on a row split: inside the loop the kernels copy nothing; each halo exchange
-    (MPI reads the tile's edge rows and writes its halo rows in place) copies to the host the two edge rows
-    and the two halo rows (whose columns MPI does not all write), and back to the device the two halo rows:
-    one row each, never the tile."""
+@pytest.fixture
+def staged_halos(monkeypatch):
+    """Halo exchanges on the host sides of GPU buffers, their slabs staged in states around them."""
+    monkeypatch.setenv("DACE_PARTITION_GPU_HALO", "staged")
+
+
+def test_a_halo_exchange_in_a_time_loop_runs_on_the_gpu_buffers():
+    """Jacobi 2-D, T sweeps on a row split: nothing crosses PCIe inside the loop, in the graph: each halo
+    exchange packs its faces on the tiles in GPU memory (``halo_packed``), and the only copies are the
+    scatter's and the gather's, around the loop."""
+    sdfg = _lowered("jacobi2d_time")
+    res = _check_invariants(sdfg)
+    assert len(res.device_halos) == 2  # one exchange per array and sweep
+    assert all("guard" in c.state for c in res.copies), [c.line() for c in res.copies if "guard" not in c.state]
+    assert sorted((c.buffer, c.direction) for c in res.copies) == [
+        ("__dp0_A", TO_HOST), ("__dp0_A", TO_DEVICE), ("__dp1_B", TO_HOST), ("__dp1_B", TO_DEVICE)]
+    text = str(dp.report(sdfg))
+    assert "packed faces: device pointers where MPI is CUDA-aware" in text and "halo exchanges on GPU memory" in text
+
+
+def test_a_halo_exchange_in_a_time_loop_stages_only_the_rows_it_moves(staged_halos):
+    """The same with ``DACE_PARTITION_GPU_HALO=staged``: inside the loop the kernels copy nothing; each halo
+    exchange (MPI reads the tile's edge rows and writes its halo rows in place) copies to the host the two
+    edge rows and the two halo rows (whose columns MPI does not all write), and back to the device the two
+    halo rows: one row each, never the tile."""
     sdfg = _lowered("jacobi2d_time")
     res = _check_invariants(sdfg)
     for buffer in ("__dp0_A", "__dp1_B"):
@@ -131,33 +154,45 @@ def test_a_halo_exchange_in_a_time_loop_stages_only_the_rows_it_moves():
                        ("__dp1_B", TO_HOST, "whole"), ("__dp1_B", TO_DEVICE, "whole")]
 
 
-def test_an_io_distributed_time_loop_stages_only_the_rows_its_halo_exchanges_move():
-    """io="distributed": the tiles are arguments, whose device twins the kernels update; each halo
-    exchange stages the rows it moves of the twin, never the tile (whole tiles per exchange made 200
-    sweeps of 8192^2 on two ranks sharing an H200 take 6 s per call, 120 times one rank)."""
+@pytest.mark.parametrize("halo", ["packed", "staged"])
+def test_an_io_distributed_time_loop_moves_only_its_halos(halo, monkeypatch):
+    """io="distributed": the tiles are arguments, whose device twins the kernels update. Packed, the halo
+    exchanges work on the twins (nothing crosses PCIe but the call's own copies); staged, each stages the
+    rows it moves of the twin, never the tile (whole tiles per exchange made 200 sweeps of 8192^2 on two
+    ranks sharing an H200 take 6 s per call, 120 times one rank)."""
+    monkeypatch.setenv("DACE_PARTITION_GPU_HALO", halo)
     sdfg = CASES["jacobi2d_time"].program.to_sdfg()
     sdfg.specialize(dict(N=12))
     dp.lower(sdfg, {m.name: (2, 1) for m in dp.maps(sdfg)}, device="gpu", io="distributed")
     res = _check_invariants(sdfg)
     exchanges = [c for c in res.copies if c.why.startswith("MPI")]
+    if halo == "packed":
+        assert not exchanges and res.device_halos
+        assert {c.why for c in res.copies} == {"the call starts", "the call ends"}
+        return
     assert {c.buffer for c in exchanges} == {"__dp_dev_A", "__dp_dev_B"}
     assert all(c.part.startswith("rows ") for c in exchanges), [c.line() for c in exchanges if c.part == "whole"]
 
 
-@pytest.mark.parametrize("io", [pytest.param("root", marks=pytest.mark.slow), "distributed"])
-def test_a_halo_exchange_over_blocks_of_different_heights_is_correct(io):
-    """12 rows, 10 of them updated, over 4 ranks: blocks of 3, 3, 2 and 2 rows. Each exchange stages the
-    rank's own edge and halo rows (an expression in its grid coordinates), not the tallest block's. Run
-    on the host under mpiexec -n 4, every element equals NumPy's (the tallest block's rows gave wrong
-    halos on an H200, 8190 rows over 4 ranks)."""
+@pytest.mark.parametrize("io,halo", [pytest.param("root", "staged", marks=pytest.mark.slow), ("distributed", "staged"),
+                                     ("root", "packed")])
+def test_a_halo_exchange_over_blocks_of_different_heights_is_correct(io, halo, monkeypatch):
+    """12 rows, 10 of them updated, over 4 ranks: blocks of 3, 3, 2 and 2 rows. Staged, each exchange
+    stages the rank's own edge and halo rows (an expression in its grid coordinates), not the tallest
+    block's; packed, each rank packs its own faces. Run on the host under mpiexec -n 4, every element
+    equals NumPy's (the tallest block's rows gave wrong halos on an H200, 8190 rows over 4 ranks)."""
     from conformance.harness import compare
+    monkeypatch.setenv("DACE_PARTITION_GPU_HALO", halo)
     case = CASES["jacobi2d_time"]
     sdfg = case.program.to_sdfg()
     sdfg.specialize(dict(N=12))
-    sdfg.name = f"res_uneven_halo_{io}"
+    sdfg.name = f"res_uneven_halo_{io}_{halo}"
     dp.lower(sdfg, {m.name: (4, 1) for m in dp.maps(sdfg)}, device="gpu", io=io)
     res = _check_invariants(sdfg)
-    assert any(c.part.startswith("rows ") and "_r0" in c.part for c in res.copies), "no rank-dependent rows"
+    if halo == "staged":
+        assert any(c.part.startswith("rows ") and "_r0" in c.part for c in res.copies), "no rank-dependent rows"
+    else:
+        assert res.device_halos and all("guard" in c.state for c in res.copies)
     inputs = {k: v for k, v in case.inputs(np.random.default_rng(5)).items() if k != "N"}
     expected = case.reference({k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in inputs.items()})
     got = dp.run(on_host(sdfg), 4, timeout=180, **inputs)
@@ -165,11 +200,33 @@ def test_a_halo_exchange_over_blocks_of_different_heights_is_correct(io):
     assert why is None, why
 
 
+def test_packed_halos_give_mpi_the_buffers_where_it_is_cuda_aware_and_refuse_a_bad_setting(monkeypatch):
+    """``DACE_PARTITION_CUDA_AWARE=1`` makes every rank hand MPI the packed faces themselves (on the host
+    here: what the GPU build does with device pointers), equal to NumPy; a value other than 0, 1 or auto
+    ends every rank with a message that names the variable, before any halo moves."""
+    from conformance.harness import compare
+    case = CASES["jacobi2d_time"]
+    sdfg = case.program.to_sdfg()
+    sdfg.specialize(dict(N=12))
+    sdfg.name = "res_cuda_aware_halo"
+    dp.lower(sdfg, {m.name: (2, 1) for m in dp.maps(sdfg)}, device="gpu")
+    assert _check_invariants(sdfg).device_halos
+    on_host(sdfg)
+    inputs = {k: v for k, v in case.inputs(np.random.default_rng(7)).items() if k != "N"}
+    expected = case.reference({k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in inputs.items()})
+    monkeypatch.setenv("DACE_PARTITION_CUDA_AWARE", "1")
+    why = compare(expected, dp.run(sdfg, 2, timeout=180, **inputs), case.exact)
+    assert why is None, why
+    monkeypatch.setenv("DACE_PARTITION_CUDA_AWARE", "maybe")
+    with pytest.raises(Exception, match=r"DACE_PARTITION_CUDA_AWARE=maybe: expected 0, 1 or auto"):
+        dp.run(sdfg, 2, timeout=120, **inputs)
+
+
 @pytest.mark.parametrize("name,n,grid,io", [
     pytest.param("jacobi2d_time", 13, (1, 2), "root", marks=pytest.mark.slow),  # (2, 2) covers it (time)
     ("jacobi2d_time", 13, (2, 2), "distributed"),
     pytest.param("heat3d_time", 9, (1, 2, 2), "root", marks=pytest.mark.slow)])
-def test_a_halo_exchange_across_columns_stages_only_its_slabs(name, n, grid, io):
+def test_a_halo_exchange_across_columns_stages_only_its_slabs(name, n, grid, io, staged_halos):
     """A split of the columns (alone, with the rows, or of the second and third dimensions of a 3-D
     stencil; 13 or 9 points, so blocks of different sizes) stages the slabs MPI moves, each one copy
     (pitched where it is strided), never the tile. Run on the host under mpiexec, every element equals
@@ -187,6 +244,30 @@ def test_a_halo_exchange_across_columns_stages_only_its_slabs(name, n, grid, io)
     assert any(c.part.startswith("columns ") for c in halo)
     assert any(c.part.startswith("rows ") for c in halo) == (grid[0] > 1)
     assert any(c.part.startswith("dim 2 ") for c in halo) == (len(grid) > 2)
+    rng = np.random.default_rng(6)
+    inputs = dict(A=rng.random((n, ) * len(grid)), B=rng.random((n, ) * len(grid)), T=2)
+    expected = case.reference({k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in inputs.items()})
+    got = dp.run(on_host(sdfg), int(np.prod(grid)), timeout=180, **inputs)
+    why = compare(expected, got, case.exact)
+    assert why is None, why
+
+
+@pytest.mark.parametrize("name,n,grid,io", [
+    ("jacobi2d_time", 13, (2, 2), "distributed"),
+    ("heat3d_time", 9, (1, 2, 2), "root"),
+    pytest.param("heat3d_time", 9, (2, 2, 1), "distributed", marks=pytest.mark.slow)])
+def test_a_halo_exchange_across_columns_packs_its_faces_on_the_gpu_buffers(name, n, grid, io):
+    """The same splits with the default packed halos: no copy in the graph inside the time loop (the faces,
+    strided ones included, are packed by the exchange itself: pitched copies per face, per plane in 3-D).
+    Run on the host under mpiexec, every element equals NumPy's."""
+    from conformance.harness import compare
+    case = CASES[name]
+    sdfg = case.program.to_sdfg()
+    sdfg.specialize(dict(N=n))
+    sdfg.name = f"res_packed_halo_{name}_{'x'.join(map(str, grid))}_{io}"
+    dp.lower(sdfg, {m.name: grid for m in dp.maps(sdfg) if len(m.params) == len(grid)}, device="gpu", io=io)
+    res = _check_invariants(sdfg)
+    assert res.device_halos and not [c for c in res.copies if c.why.startswith("MPI") and "guard" not in c.state]
     rng = np.random.default_rng(6)
     inputs = dict(A=rng.random((n, ) * len(grid)), B=rng.random((n, ) * len(grid)), T=2)
     expected = case.reference({k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in inputs.items()})

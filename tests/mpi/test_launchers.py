@@ -168,6 +168,18 @@ def test_mpi_info_names_the_library_programs_link():
     assert "compiled programs link" in str(info) and info.mismatch is None
 
 
+def test_mpi_info_says_whether_gpu_halos_give_mpi_device_pointers(monkeypatch):
+    """The answer the packed GPU halo exchange acts on: MPIX_Query_cuda_support of the library programs link
+    (the mpich and Open MPI wheels are built without CUDA), unless DACE_PARTITION_CUDA_AWARE forces it."""
+    monkeypatch.delenv("DACE_PARTITION_CUDA_AWARE", raising=False)
+    info = dp.mpi_info()
+    assert info.cuda_aware.startswith(("yes (MPIX_Query_cuda_support)", "no (")), str(info)
+    if os.path.realpath(info.library).startswith(os.path.realpath(sys.prefix)):  # a wheel's MPI
+        assert info.cuda_aware.startswith("no ("), str(info)
+    monkeypatch.setenv("DACE_PARTITION_CUDA_AWARE", "1")
+    assert dp.mpi_info().cuda_aware == "yes (DACE_PARTITION_CUDA_AWARE=1)"
+
+
 # --- real jobs under the selected launcher (mpiexec by default, srun under make test-slurm) ----------
 
 def test_world_size_check_catches_singletons(script):

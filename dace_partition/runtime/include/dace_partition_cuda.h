@@ -196,6 +196,44 @@ inline int select_device() {
     return selected;
 }
 
+// The copier of a halo exchange between buffers in GPU memory (dace_partition_halo_packed.h): pitched
+// copies on a stream of its own (cudaMemcpyDefault: the pointers say which way), packed faces in device
+// memory (`device`: MPI is CUDA-aware) or in pinned host memory. A CUDA error ends every rank.
+struct DeviceCopy {
+    cudaStream_t stream = nullptr;
+
+    static void check(cudaError_t e, const char *what) {
+        if (e == cudaSuccess) return;
+        int rank = 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+        std::fprintf(stderr, "dace_partition: rank %d: %s in a halo exchange: %s\n", rank, what, cudaGetErrorString(e));
+        std::fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    cudaStream_t on() {
+        if (!stream) check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+        return stream;
+    }
+    void *alloc(size_t bytes, bool device) {
+        void *p = nullptr;
+        check(device ? cudaMalloc(&p, bytes ? bytes : 1) : cudaMallocHost(&p, bytes ? bytes : 1),
+              device ? "cudaMalloc" : "cudaMallocHost");
+        return p;
+    }
+    void free(void *p, bool device) {  // errors ignored: at exit the context may be gone already
+        if (p) (void)(device ? cudaFree(p) : cudaFreeHost(p));
+    }
+    void copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height) {
+        check(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDefault, on()), "cudaMemcpy2DAsync");
+    }
+    void sync() { check(cudaStreamSynchronize(on()), "cudaStreamSynchronize"); }
+    void wait_for_kernels() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+    void release() {
+        if (stream) (void)cudaStreamDestroy(stream);
+        stream = nullptr;
+    }
+};
+
 }  // namespace dace_partition_cuda
 
 // DaCe 1.0.2 allocates a persistent pinned array (the host twin MPI uses for a GPU-resident buffer) with

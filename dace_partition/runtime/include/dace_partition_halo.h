@@ -48,6 +48,22 @@ inline MPI_Datatype face_type(MPI_Datatype base, const Block &box, const Block &
     return r;
 }
 
+// The faces rank `me` receives (`recv(q, box)`, from peer q) and sends (`send(q, box)`), in global indices,
+// in peer order. A rank whose own source block holds its whole destination block receives nothing
+// (overlapping source tiles, e.g. block-plus-halo arguments, would otherwise send an element twice).
+template <typename Recv, typename Send>
+void halo_faces(const std::vector<Block> &src, const std::vector<Block> &dst, int me, int n, Recv recv, Send send) {
+    auto self_sufficient = [&](int q) { return intersect(src[q], dst[q]).elements() == dst[q].elements(); };
+    bool mine = self_sufficient(me);
+    for (int q = 0; q < n; ++q) {
+        if (q == me) continue;
+        Block in = intersect(src[q], dst[me]);
+        if (!mine && in.elements() > 0) recv(q, in);
+        Block out = intersect(src[me], dst[q]);
+        if (!self_sufficient(q) && out.elements() > 0) send(q, out);
+    }
+}
+
 inline void build_halo(HaloSite &s, const char *array, int ndim, const BlockFn &src_fn, const BlockFn &dst_fn,
                        const long long *sstr, const long long *dshape, const long long *dstr) {
     int me = world_rank(), n = world_size();
@@ -58,17 +74,8 @@ inline void build_halo(HaloSite &s, const char *array, int ndim, const BlockFn &
     s.src_me = src[me];
     s.dst_me = dst[me];
     s.own = intersect(src[me], dst[me]);
-    // A rank whose own source block holds its whole destination block receives nothing (overlapping
-    // source tiles, e.g. block-plus-halo arguments, would otherwise send the same element twice).
-    auto self_sufficient = [&](int q) { return intersect(src[q], dst[q]).elements() == dst[q].elements(); };
-    bool mine = self_sufficient(me);
-    for (int q = 0; q < n; ++q) {
-        if (q == me) continue;
-        Block in = intersect(src[q], dst[me]);
-        if (!mine && in.elements() > 0) s.recvs.push_back(HaloPeer{q, face_type(s.base, in, dst[me], dstr)});
-        Block out = intersect(src[me], dst[q]);
-        if (!self_sufficient(q) && out.elements() > 0) s.sends.push_back(HaloPeer{q, face_type(s.base, out, src[me], sstr)});
-    }
+    halo_faces(src, dst, me, n, [&](int q, const Block &in) { s.recvs.push_back(HaloPeer{q, face_type(s.base, in, dst[me], dstr)}); },
+               [&](int q, const Block &out) { s.sends.push_back(HaloPeer{q, face_type(s.base, out, src[me], sstr)}); });
     s.reqs.resize(s.sends.size() + s.recvs.size());
 }
 
