@@ -27,7 +27,7 @@ int main(int argc, char **argv) {
     Dl_info info;
     const char *path = "?";
     void *sym = dlsym(RTLD_DEFAULT, "MPI_Get_library_version");  /* callable before MPI_Init */
-    if (argc > 1) {  /* what the halo exchanges of a GPU lowering ask at run time */
+    if (argc > 1) {  /* what the halo exchanges of a GPU lowering ask, as they ask it: after MPI_Init */
         int (*query)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "MPIX_Query_cuda_support");
         MPI_Init(NULL, NULL);
         printf("%d\n", query ? query() : -1);
@@ -121,12 +121,13 @@ def _compiled(mpicc, env):
 
 def _cuda_aware(exe, env) -> str:
     """In words, what ``mpi_cuda_aware()`` in ``dace_partition_halo_packed.h`` answers for this MPI: the
-    environment's ``DACE_PARTITION_CUDA_AWARE`` if it is 0 or 1, else ``MPIX_Query_cuda_support()``."""
+    environment's ``DACE_PARTITION_CUDA_AWARE`` if it is 0 or 1, else ``MPIX_Query_cuda_support()``, asked after
+    ``MPI_Init`` (MPICH refuses it before) by one process started without a launcher."""
     force = env.get("DACE_PARTITION_CUDA_AWARE", "auto")
     if force in ("0", "1"):
         return f"{'yes' if force == '1' else 'no'} (DACE_PARTITION_CUDA_AWARE={force})"
     try:
-        proc = subprocess.run([exe, "cuda"], capture_output=True, text=True, timeout=60, env=env)
+        proc = subprocess.run([exe, "cuda"], capture_output=True, text=True, timeout=30, env=env)
         answer = int(proc.stdout.split()[0]) if proc.returncode == 0 else None
     except (OSError, subprocess.SubprocessError, ValueError, IndexError):
         answer = None
