@@ -130,6 +130,12 @@ def test_a_halo_exchange_in_a_time_loop_runs_on_the_gpu_buffers():
     assert "packed faces: device pointers where MPI is CUDA-aware" in text and "halo exchanges on GPU memory" in text
 
 
+def test_an_unknown_gpu_halo_setting_is_refused_when_lowering(monkeypatch):
+    monkeypatch.setenv("DACE_PARTITION_GPU_HALO", "fast")
+    with pytest.raises(ValueError, match=r"DACE_PARTITION_GPU_HALO='fast': expected one of packed, staged"):
+        _lowered("jacobi2d_time")
+
+
 def test_a_halo_exchange_in_a_time_loop_stages_only_the_rows_it_moves(staged_halos):
     """The same with ``DACE_PARTITION_GPU_HALO=staged``: inside the loop the kernels copy nothing; each halo
     exchange (MPI reads the tile's edge rows and writes its halo rows in place) copies to the host the two
