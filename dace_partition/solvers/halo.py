@@ -126,7 +126,7 @@ class HaloSolver(Solver):
 
 #: Where a packed halo's copies run: pitched device copies in a CUDA build, memcpy where the GPU lowering's
 #: data flow runs on the host (``runtime/emulation.py`` gives its buffers host storage).
-_COPIER = {True: "dace_partition_cuda::DeviceCopy", False: "dace_partition::HostCopy"}
+DEVICE_COPIER, HOST_COPIER = "dace_partition_cuda::DeviceCopy", "dace_partition::HostCopy"
 
 
 class PackedHaloSolver(HaloSolver):
@@ -141,4 +141,4 @@ class PackedHaloSolver(HaloSolver):
 
     def _function(self, dst_desc) -> str:
         on_gpu = dst_desc.storage == dace.dtypes.StorageType.GPU_Global
-        return f"halo_exchange_packed<{dst_desc.dtype.ctype}, {_COPIER[on_gpu]}>"
+        return f"halo_exchange_packed<{dst_desc.dtype.ctype}, {DEVICE_COPIER if on_gpu else HOST_COPIER}>"
