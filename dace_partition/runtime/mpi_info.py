@@ -56,7 +56,6 @@ class MpiInfo:
     launcher: str
     cuda_aware: str = "unknown"  # whether MPI takes device pointers, as a GPU lowering's halo exchange decides it
 
-
     def __str__(self):
         lines = [
             "dace-partition MPI",

@@ -228,6 +228,29 @@ def test_packed_halos_give_mpi_the_buffers_where_it_is_cuda_aware_and_refuse_a_b
         dp.run(sdfg, 2, timeout=120, **inputs)
 
 
+def _stencil_on_gpu(name, n, grid, io, label):
+    """Conformance stencil ``name`` of ``n`` points per dimension, its maps of len(grid) dimensions on
+    ``grid``, lowered for the GPU."""
+    sdfg = CASES[name].program.to_sdfg()
+    sdfg.specialize(dict(N=n))
+    sdfg.name = f"{label}_{name}_{'x'.join(map(str, grid))}_{io}"
+    dp.lower(sdfg, {m.name: grid for m in dp.maps(sdfg) if len(m.params) == len(grid)}, device="gpu", io=io)
+    return sdfg
+
+
+def _stencil_runs_like_numpy(name, sdfg, n, grid):
+    """Two sweeps of the lowered stencil, its GPU data flow on the host under mpiexec: every element equals
+    NumPy's."""
+    from conformance.harness import compare
+    case = CASES[name]
+    rng = np.random.default_rng(6)
+    inputs = dict(A=rng.random((n, ) * len(grid)), B=rng.random((n, ) * len(grid)), T=2)
+    expected = case.reference({k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in inputs.items()})
+    got = dp.run(on_host(sdfg), int(np.prod(grid)), timeout=180, **inputs)
+    why = compare(expected, got, case.exact)
+    assert why is None, why
+
+
 @pytest.mark.parametrize("name,n,grid,io", [
     pytest.param("jacobi2d_time", 13, (1, 2), "root", marks=pytest.mark.slow),  # (2, 2) covers it (time)
     ("jacobi2d_time", 13, (2, 2), "distributed"),
@@ -237,12 +260,7 @@ def test_a_halo_exchange_across_columns_stages_only_its_slabs(name, n, grid, io,
     stencil; 13 or 9 points, so blocks of different sizes) stages the slabs MPI moves, each one copy
     (pitched where it is strided), never the tile. Run on the host under mpiexec, every element equals
     NumPy's."""
-    from conformance.harness import compare
-    case = CASES[name]
-    sdfg = case.program.to_sdfg()
-    sdfg.specialize(dict(N=n))
-    sdfg.name = f"res_slab_halo_{name}_{'x'.join(map(str, grid))}_{io}"
-    dp.lower(sdfg, {m.name: grid for m in dp.maps(sdfg) if len(m.params) == len(grid)}, device="gpu", io=io)
+    sdfg = _stencil_on_gpu(name, n, grid, io, "res_slab_halo")
     res = _check_invariants(sdfg)
     # the exchanges' copies (the loop's scatter and gather, and the call's own copies, move whole tiles)
     halo = [c for c in res.copies if "guard" not in c.state and c.why.startswith("MPI")]
@@ -250,12 +268,7 @@ def test_a_halo_exchange_across_columns_stages_only_its_slabs(name, n, grid, io,
     assert any(c.part.startswith("columns ") for c in halo)
     assert any(c.part.startswith("rows ") for c in halo) == (grid[0] > 1)
     assert any(c.part.startswith("dim 2 ") for c in halo) == (len(grid) > 2)
-    rng = np.random.default_rng(6)
-    inputs = dict(A=rng.random((n, ) * len(grid)), B=rng.random((n, ) * len(grid)), T=2)
-    expected = case.reference({k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in inputs.items()})
-    got = dp.run(on_host(sdfg), int(np.prod(grid)), timeout=180, **inputs)
-    why = compare(expected, got, case.exact)
-    assert why is None, why
+    _stencil_runs_like_numpy(name, sdfg, n, grid)
 
 
 @pytest.mark.parametrize("name,n,grid,io", [
@@ -266,20 +279,10 @@ def test_a_halo_exchange_across_columns_packs_its_faces_on_the_gpu_buffers(name,
     """The same splits with the default packed halos: no copy in the graph inside the time loop (the faces,
     strided ones included, are packed by the exchange itself: pitched copies per face, per plane in 3-D).
     Run on the host under mpiexec, every element equals NumPy's."""
-    from conformance.harness import compare
-    case = CASES[name]
-    sdfg = case.program.to_sdfg()
-    sdfg.specialize(dict(N=n))
-    sdfg.name = f"res_packed_halo_{name}_{'x'.join(map(str, grid))}_{io}"
-    dp.lower(sdfg, {m.name: grid for m in dp.maps(sdfg) if len(m.params) == len(grid)}, device="gpu", io=io)
+    sdfg = _stencil_on_gpu(name, n, grid, io, "res_packed_halo")
     res = _check_invariants(sdfg)
     assert res.device_halos and not [c for c in res.copies if c.why.startswith("MPI") and "guard" not in c.state]
-    rng = np.random.default_rng(6)
-    inputs = dict(A=rng.random((n, ) * len(grid)), B=rng.random((n, ) * len(grid)), T=2)
-    expected = case.reference({k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in inputs.items()})
-    got = dp.run(on_host(sdfg), int(np.prod(grid)), timeout=180, **inputs)
-    why = compare(expected, got, case.exact)
-    assert why is None, why
+    _stencil_runs_like_numpy(name, sdfg, n, grid)
 
 
 @pytest.mark.parametrize("name", ["axpy_sweeps", pytest.param("columns_by_copies", marks=pytest.mark.slow)])

@@ -10,6 +10,9 @@
 // Peers are found from the blocks, not assumed, so tiny or uneven blocks (a halo reaching past an empty
 // neighbour) still get every element; the solver accepts only moves whose pattern is neighbour-only.
 #pragma once
+#include <cstdlib>
+#include <cstring>
+
 #include "dace_partition_runtime.h"
 
 namespace {
@@ -86,19 +89,89 @@ inline long long linear_in(const Block &box, const Block &block, const long long
     return off;
 }
 
+// The call site of a halo exchange (`kind`: 0 datatypes, 1 packed) and, in `probe`, the probe of its
+// blocks: rank-independent, so all ranks rebuild the site together.
+inline SiteKey halo_site_key(int kind, int ndim, int src_gid, const BlockFn &src_fn, const long long *src_lstrides,
+                             int dst_gid, const BlockFn &dst_fn, const long long *dst_lshape,
+                             const long long *dst_lstrides, MPI_Datatype base, std::vector<long long> &probe) {
+    static std::vector<long long> shapes, probe2;
+    shapes.assign(src_lstrides, src_lstrides + ndim);
+    shapes.insert(shapes.end(), dst_lshape, dst_lshape + ndim);
+    shapes.insert(shapes.end(), dst_lstrides, dst_lstrides + ndim);
+    probe_blocks(grid(src_gid), ndim, src_fn, probe, false);
+    probe_blocks(grid(dst_gid), ndim, dst_fn, probe2, false);
+    probe.insert(probe.end(), probe2.begin(), probe2.end());
+    return SiteKey{fn_type(src_fn), fn_type(dst_fn), {src_gid, dst_gid, ndim, kind}, base, shapes};
+}
+
+// The host's copier: plain memcpy, buffers from malloc. The packed exchange (dace_partition_halo_packed.h)
+// takes a copier as a template parameter; a CUDA build's is dace_partition_cuda::DeviceCopy.
+struct HostCopy {
+    void *alloc(size_t bytes, bool) {
+        void *p = std::malloc(bytes ? bytes : 1);
+        if (!p) fail("cannot allocate %zu bytes for a halo face", bytes);
+        return p;
+    }
+    void free(void *p, bool) { std::free(p); }
+    void copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height) {
+        for (size_t r = 0; r < height; ++r)
+            std::memcpy(static_cast<char *>(dst) + r * dpitch, static_cast<const char *>(src) + r * spitch, width);
+    }
+    void sync() {}
+    void wait_for_kernels() {}
+    void release() {}
+};
+
+// The elements `count` of two strided buffers (strides in elements), as pitched copies: rows of the
+// innermost run (the last dimension where both strides are 1, else single elements), one copy per
+// combination of the outer dimensions.
+template <typename T, typename Copy>
+void copy_box(Copy &c, T *dst, const long long *dstr, const T *src, const long long *sstr,
+              const std::vector<long long> &count) {
+    int nd = (int)count.size();
+    for (long long x : count)
+        if (x <= 0) return;
+    const size_t sz = sizeof(T);
+    bool unit = nd > 0 && dstr[nd - 1] == 1 && sstr[nd - 1] == 1;
+    int row = unit ? nd - 2 : nd - 1;  // the dimension the pitch steps over (-1: one run)
+    size_t width = unit ? (size_t)count[nd - 1] * sz : sz;
+    size_t height = row >= 0 ? (size_t)count[row] : 1;
+    size_t dpitch = row >= 0 ? (size_t)dstr[row] * sz : width, spitch = row >= 0 ? (size_t)sstr[row] * sz : width;
+    int outer = row > 0 ? row : 0;
+    long long planes = 1;
+    for (int j = 0; j < outer; ++j) planes *= count[j];
+    std::vector<long long> idx(outer, 0);
+    for (long long p = 0; p < planes; ++p) {
+        long long so = 0, d = 0;
+        for (int j = 0; j < outer; ++j) so += idx[j] * sstr[j], d += idx[j] * dstr[j];
+        c.copy2d(dst + d, dpitch, src + so, spitch, width, height);
+        for (int j = outer - 1; j >= 0; --j) {
+            if (++idx[j] < count[j]) break;
+            idx[j] = 0;
+        }
+    }
+}
+
+// The part `own` of its destination block that a rank holds in its source block, copied locally; nothing
+// where the source is the destination's own block (a kernel that writes into the block-plus-halo buffer it
+// is read from).
+template <typename T, typename Copy>
+void copy_own(Copy &c, const Block &own, const Block &src_me, const T *src_local, const long long *src_lstrides,
+              const Block &dst_me, T *dst_local, const long long *dst_lstrides) {
+    if (own.elements() == 0) return;
+    const T *from = src_local + linear_in(own, src_me, src_lstrides);
+    T *to = dst_local + linear_in(own, dst_me, dst_lstrides);
+    if (from != to) copy_box<T>(c, to, dst_lstrides, from, src_lstrides, own.count);
+}
+
 template <typename T>
 void halo_exchange(const char *array, int ndim, int src_gid, BlockFn src_fn, const T *src_local,
                    const long long *src_lstrides, int dst_gid, BlockFn dst_fn, T *dst_local,
                    const long long *dst_lshape, const long long *dst_lstrides) {
     MPI_Datatype base = mpi_type(dst_local);
-    static std::vector<long long> shapes, probe, probe2;
-    shapes.assign(src_lstrides, src_lstrides + ndim);
-    shapes.insert(shapes.end(), dst_lshape, dst_lshape + ndim);
-    shapes.insert(shapes.end(), dst_lstrides, dst_lstrides + ndim);
-    probe_blocks(grid(src_gid), ndim, src_fn, probe, false);  // rank-independent: all ranks rebuild together
-    probe_blocks(grid(dst_gid), ndim, dst_fn, probe2, false);
-    probe.insert(probe.end(), probe2.begin(), probe2.end());
-    SiteKey key{fn_type(src_fn), fn_type(dst_fn), {src_gid, dst_gid, ndim, 0}, base, shapes};
+    static std::vector<long long> probe;
+    SiteKey key = halo_site_key(0, ndim, src_gid, src_fn, src_lstrides, dst_gid, dst_fn, dst_lshape, dst_lstrides,
+                                base, probe);
     bool fresh = false;
     HaloSite &s = SiteCache<HaloSite>::get(key, probe, fresh);  // rank-independent probes: all rebuild together
     if (fresh) {
@@ -111,36 +184,9 @@ void halo_exchange(const char *array, int ndim, int src_gid, BlockFn src_fn, con
         check(MPI_Irecv(dst_local, 1, p.type, p.peer, tag, comm(), &s.reqs[k++]), "MPI_Irecv");
     for (const HaloPeer &p : s.sends)
         check(MPI_Isend(const_cast<T *>(src_local), 1, p.type, p.peer, tag, comm(), &s.reqs[k++]), "MPI_Isend");
-    // The local part overlaps the messages in flight (it touches other elements of dst_local). Where the
-    // source is the destination's own block (a kernel that writes into the block-plus-halo buffer it is
-    // read from), there is nothing to copy.
-    bool same = s.own.elements() > 0 && src_local + linear_in(s.own, s.src_me, src_lstrides) ==
-                                            dst_local + linear_in(s.own, s.dst_me, dst_lstrides);
-    if (s.own.elements() > 0 && !same) {
-        int nd = ndim;
-        long long inner = s.own.count[nd - 1];
-        Block rows = s.own;
-        rows.count[nd - 1] = 1;
-        bool unit = src_lstrides[nd - 1] == 1 && dst_lstrides[nd - 1] == 1;
-        std::vector<long long> idx(nd, 0);
-        long long n = rows.elements();
-        for (long long i = 0; i < n; ++i) {
-            long long so = 0, d = 0;
-            for (int j = 0; j < nd; ++j) {
-                long long g = s.own.start[j] + idx[j];
-                so += (g - s.src_me.start[j]) * src_lstrides[j];
-                d += (g - s.dst_me.start[j]) * dst_lstrides[j];
-            }
-            if (unit)
-                std::copy(src_local + so, src_local + so + inner, dst_local + d);
-            else
-                for (long long e = 0; e < inner; ++e) dst_local[d + e * dst_lstrides[nd - 1]] = src_local[so + e * src_lstrides[nd - 1]];
-            for (int j = nd - 1; j >= 0; --j) {
-                if (++idx[j] < rows.count[j]) break;
-                idx[j] = 0;
-            }
-        }
-    }
+    // The local part overlaps the messages in flight (it touches other elements of dst_local).
+    HostCopy host;
+    copy_own(host, s.own, s.src_me, src_local, src_lstrides, s.dst_me, dst_local, dst_lstrides);
     if (k) check(MPI_Waitall((int)k, s.reqs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
 }
 

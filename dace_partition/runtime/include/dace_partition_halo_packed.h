@@ -10,7 +10,7 @@
 // only the faces cross PCIe. DACE_PARTITION_CUDA_AWARE=1 or 0 forces either way.
 //
 // The copier is a template parameter: dace_partition_cuda::DeviceCopy (dace_partition_cuda.h) in a CUDA
-// build; HostCopy where the GPU lowering's data flow runs on the host (runtime/emulation.py), so the host
+// build; HostCopy (dace_partition_halo.h) where the GPU lowering's data flow runs on the host (runtime/emulation.py), so the host
 // runs the same faces, offsets and messages. The copies run on the copier's own stream after the device's
 // earlier work (DaCe may leave the last kernel of the state before running: it skips the synchronization
 // where the next state's nodes name the same stream), synchronized before MPI reads a packed face and
@@ -21,7 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "dace_partition_halo.h"
+#include "dace_partition_halo.h"  // the faces, the site key, copy_box and HostCopy
 
 namespace {
 namespace dace_partition {
@@ -41,53 +41,6 @@ inline bool mpi_cuda_aware() {
         aware = query != nullptr && query() == 1;
     }
     return aware == 1;
-}
-
-// The host's copier: plain memcpy, buffers from malloc (wherever "device" memory is host memory).
-struct HostCopy {
-    void *alloc(size_t bytes, bool) {
-        void *p = std::malloc(bytes ? bytes : 1);
-        if (!p) fail("cannot allocate %zu bytes for a halo face", bytes);
-        return p;
-    }
-    void free(void *p, bool) { std::free(p); }
-    void copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height) {
-        for (size_t r = 0; r < height; ++r)
-            std::memcpy(static_cast<char *>(dst) + r * dpitch, static_cast<const char *>(src) + r * spitch, width);
-    }
-    void sync() {}
-    void wait_for_kernels() {}
-    void release() {}
-};
-
-// The elements `count` of two strided buffers (strides in elements), as pitched copies: rows of the
-// innermost run (the last dimension where both strides are 1, else single elements), one copy per
-// combination of the outer dimensions.
-template <typename T, typename Copy>
-void copy_box(Copy &c, T *dst, const long long *dstr, const T *src, const long long *sstr,
-              const std::vector<long long> &count) {
-    int nd = (int)count.size();
-    for (long long x : count)
-        if (x <= 0) return;
-    const size_t sz = sizeof(T);
-    bool unit = nd > 0 && dstr[nd - 1] == 1 && sstr[nd - 1] == 1;
-    int row = unit ? nd - 2 : nd - 1;  // the dimension the pitch steps over (-1: one run)
-    size_t width = unit ? (size_t)count[nd - 1] * sz : sz;
-    size_t height = row >= 0 ? (size_t)count[row] : 1;
-    size_t dpitch = row >= 0 ? (size_t)dstr[row] * sz : width, spitch = row >= 0 ? (size_t)sstr[row] * sz : width;
-    int outer = row > 0 ? row : 0;
-    long long planes = 1;
-    for (int j = 0; j < outer; ++j) planes *= count[j];
-    std::vector<long long> idx(outer, 0);
-    for (long long p = 0; p < planes; ++p) {
-        long long so = 0, d = 0;
-        for (int j = 0; j < outer; ++j) so += idx[j] * sstr[j], d += idx[j] * dstr[j];
-        c.copy2d(dst + d, dpitch, src + so, spitch, width, height);
-        for (int j = outer - 1; j >= 0; --j) {
-            if (++idx[j] < count[j]) break;
-            idx[j] = 0;
-        }
-    }
 }
 
 struct PackedFace {
@@ -138,14 +91,9 @@ void halo_exchange_packed(const char *array, int ndim, int src_gid, BlockFn src_
                           const long long *src_lstrides, int dst_gid, BlockFn dst_fn, T *dst_local,
                           const long long *dst_lshape, const long long *dst_lstrides) {
     MPI_Datatype base = mpi_type(dst_local);
-    static std::vector<long long> shapes, probe, probe2;
-    shapes.assign(src_lstrides, src_lstrides + ndim);
-    shapes.insert(shapes.end(), dst_lshape, dst_lshape + ndim);
-    shapes.insert(shapes.end(), dst_lstrides, dst_lstrides + ndim);
-    probe_blocks(grid(src_gid), ndim, src_fn, probe, false);  // rank-independent: all ranks rebuild together
-    probe_blocks(grid(dst_gid), ndim, dst_fn, probe2, false);
-    probe.insert(probe.end(), probe2.begin(), probe2.end());
-    SiteKey key{fn_type(src_fn), fn_type(dst_fn), {src_gid, dst_gid, ndim, 1}, base, shapes};
+    static std::vector<long long> probe;
+    SiteKey key = halo_site_key(1, ndim, src_gid, src_fn, src_lstrides, dst_gid, dst_fn, dst_lshape, dst_lstrides,
+                                base, probe);
     bool fresh = false;
     PackedHaloSite<Copy> &s = SiteCache<PackedHaloSite<Copy>>::get(key, probe, fresh);
     if (fresh) {
@@ -172,10 +120,7 @@ void halo_exchange_packed(const char *array, int ndim, int src_gid, BlockFn src_
         check(MPI_Irecv(f.packed, f.msg.n, f.msg.type, f.peer, tag, comm(), &s.reqs[k++]), "MPI_Irecv");
     for (PackedFace &f : s.sends)
         copy_box<T>(s.copy, static_cast<T *>(f.packed), f.packed_strides.data(), src_local + f.offset, src_lstrides, f.count);
-    // The part this rank holds already, unless the source is the destination's own block (in place).
-    long long so = linear_in(s.own, s.src_me, src_lstrides), d = linear_in(s.own, s.dst_me, dst_lstrides);
-    if (s.own.elements() > 0 && src_local + so != dst_local + d)
-        copy_box<T>(s.copy, dst_local + d, dst_lstrides, src_local + so, src_lstrides, s.own.count);
+    copy_own(s.copy, s.own, s.src_me, src_local, src_lstrides, s.dst_me, dst_local, dst_lstrides);
     s.copy.sync();  // the packed faces are complete before MPI reads them
     for (PackedFace &f : s.sends)
         check(MPI_Isend(f.packed, f.msg.n, f.msg.type, f.peer, tag, comm(), &s.reqs[k++]), "MPI_Isend");
