@@ -204,7 +204,7 @@ def main():
     result = {"date": datetime.now(timezone.utc).isoformat(), "host": platform.node(), "gpu": gpu,
               "emulated": args.emulated, "small": args.small, "builds_s": builds_s,
               # how the Jacobi's halos moved: packed on the device (default) or staged; MPI's answer to them
-              "gpu_halo": os.environ.get("DACE_PARTITION_GPU_HALO", "packed"),
+              "gpu_comm": os.environ.get("DACE_PARTITION_GPU_COMM", "packed"),
               "cuda_aware_mpi": dp.mpi_info().cuda_aware,
               "note": "per call inside one job, seconds: best and median of repeated calls after a checked first "
                       "call; ranks share the one GPU; peers timed in a separate process in the same session",

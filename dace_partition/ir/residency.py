@@ -6,9 +6,9 @@ once when it starts; kernels hand it to each other on the device. MPI works on h
 communication state that touches a resident buffer goes through its *pinned* host twin: one copy from
 the device before the state (where MPI reads it, or writes only part of it) and one back after it
 (where MPI writes it). Those copies, and nothing else, cross PCIe for resident buffers in the graph. A halo
-exchange between GPU buffers (``device_halos``) works on them in place: its faces are packed on the
-device and cross PCIe inside the exchange, through pinned buffers of the faces, unless MPI takes device
-pointers.
+exchange, a redistribution or an allreduce between GPU buffers (``device_moves``) works on them in place:
+its pieces are packed on the device and cross PCIe inside the exchange, through pinned buffers of the
+pieces, unless MPI takes device pointers.
 """
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -75,7 +75,7 @@ class Residency:
     kernel_copies: Tuple[str, ...] = field(default=())  # arrays still copied in and out around a kernel
     gpu_writes: Tuple[str, ...] = ()  # resident arrays a GPU state writes (only their host side can be stale)
     device_copies: Tuple[str, ...] = ()  # states of rank 0's array copies that run on the GPU (copy kernels)
-    device_halos: Tuple[str, ...] = ()  # states of halo exchanges on GPU memory (faces packed on the device)
+    device_moves: Tuple[str, ...] = ()  # states of halos, redistributions, allreduces on the GPU buffers
 
     @property
     def twins(self) -> Dict[str, str]:
@@ -109,10 +109,10 @@ class Residency:
             out.append(f"on the host: {name} ({why})")
         if self.kernel_copies:
             out.append("copied host -> GPU -> host around each kernel that uses them: " + ", ".join(self.kernel_copies))
-        if self.device_halos:
-            out.append("halo exchanges on GPU memory, faces packed there (to MPI as device pointers where it is "
-                       "CUDA-aware, else through pinned host buffers of the faces alone): " +
-                       ", ".join(f"'{s}'" for s in self.device_halos))
+        if self.device_moves:
+            out.append("moves on GPU memory (halos and redistributions packed there; to MPI as device pointers "
+                       "where it is CUDA-aware, else through pinned host buffers of what moves): " +
+                       ", ".join(f"'{s}'" for s in self.device_moves))
         if self.device_copies:
             out.append("array copies run on the GPU, between resident buffers: " +
                        ", ".join(f"'{s}'" for s in self.device_copies))

@@ -11,7 +11,8 @@ carries out the plan's decision of which arrays live in GPU memory (``LoweringPl
     (``GPUTransformSDFG`` on the wrapper only: resident arrays are used in place, none is copied)
     -> each communication state works on host memory (pinned twins), with the copies it needs in a state
     before it (device -> host) and one after it (host -> device) (:func:`stage_communication`), except
-    halo exchanges between GPU buffers, which pack their faces on the device (:func:`device_halos`)
+    halos, redistributions and allreduces between GPU buffers, which run on the device buffers
+    (:func:`device_moves`)
 
 so two kernels on a rank hand their data over on the device, and PCIe is crossed only where MPI or the
 caller needs the data (:func:`pcie_copies` lists every such copy of a lowered graph). Matrix products
@@ -19,7 +20,7 @@ caller needs the data (:func:`pcie_copies` lists every such copy of a lowered gr
 run on cuBLAS where the toolkit has it (:func:`~dace_partition.runtime.cuda_build.cublas_available`);
 every other library node is expanded to its pure implementation, so its maps become GPU kernels too, each
 with a thread block chosen from its shape (:func:`block_size`). MPI sees a device pointer only where it
-says at run time that it is CUDA-aware, and then only a packed halo face, so any MPI works.
+says at run time that it is CUDA-aware, and then only a packed piece, so any MPI works.
 
 Each rank picks its GPU by node-local rank (``MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`` ->
 ``cudaSetDevice(local_rank % device_count)``) before DaCe creates its CUDA streams; see
@@ -34,6 +35,7 @@ from enum import Enum
 from typing import Dict, List, Optional, Tuple
 
 import dace
+import networkx as nx
 from dace import dtypes, nodes
 from dace.memlet import Memlet
 from dace.sdfg import SDFG, SDFGState
@@ -48,6 +50,7 @@ from .graph import RANK, guard
 from ..ir.residency import ARGS_ON_GPU, CopyDirection, Residency, StagingCopy
 from ..plan.residency import GpuPlacement
 from ..runtime.cuda_build import CUDA_ENVIRONMENT
+from ..solvers import registry as solver_registry
 from ..solvers.node import DistributedMemlet
 from ..schedule import expand_all
 from .gpu_rows import fuse_rows
@@ -150,10 +153,10 @@ def offload(sdfg: SDFG, kernel_states: List[SDFGState], placement: GpuPlacement,
         _expand_library_nodes(sdfg, state, cublas)
     residency = placement.residency
     residency = residency.without({n for n in residency.resident if n not in sdfg.arrays})  # inside a row kernel
-    halos = device_halos(sdfg, residency)
-    residency = replace(residency, device_halos=tuple(st.label for st in halos),
-                        gpu_writes=tuple(dict.fromkeys(residency.gpu_writes + _written(halos))))
-    residency = place(sdfg, residency, states + halos)
+    moves = device_moves(sdfg, residency)
+    residency = replace(residency, device_moves=tuple(st.label for st in moves),
+                        gpu_writes=tuple(dict.fromkeys(residency.gpu_writes + _written(moves))))
+    residency = place(sdfg, residency, states + moves)
     wrappers = [w for w in (_offload_state(sdfg, state) for state in states) if w is not None]
     residency = residency.without({n for n in residency.resident if n not in sdfg.arrays})  # moved into a wrapper
     residency = stage_communication(sdfg, residency)
@@ -224,41 +227,78 @@ def _is_comm_state(state: SDFGState) -> bool:
     return bool(work) and all(isinstance(n, DistributedMemlet) for n in work)
 
 
-class GpuHalo(str, Enum):
-    """How a halo exchange between buffers in GPU memory runs (``DACE_PARTITION_GPU_HALO``)."""
-    PACKED = "packed"  # on the device buffers: faces packed there, to MPI as device or pinned host buffers
-    STAGED = "staged"  # MPI on the buffers' host sides, with the slabs it moves staged in states around it
+class GpuComm(str, Enum):
+    """How halos, redistributions and allreduces between buffers in GPU memory run
+    (``DACE_PARTITION_GPU_COMM``)."""
+    PACKED = "packed"  # on the device buffers: pieces packed there, to MPI as device or pinned host buffers
+    STAGED = "staged"  # MPI on the buffers' host sides, with what it moves staged in states around it
 
     @classmethod
-    def from_env(cls) -> "GpuHalo":
-        value = os.environ.get("DACE_PARTITION_GPU_HALO", cls.PACKED.value)
+    def from_env(cls) -> "GpuComm":
+        value = os.environ.get("DACE_PARTITION_GPU_COMM", cls.PACKED.value)
         try:
             return cls(value)
         except ValueError:
-            raise ValueError(f"DACE_PARTITION_GPU_HALO={value!r}: expected one of "
+            raise ValueError(f"DACE_PARTITION_GPU_COMM={value!r}: expected one of "
                              f"{', '.join(h.value for h in cls)}") from None
 
 
-def device_halos(sdfg: SDFG, residency: Residency) -> List[SDFGState]:
-    """The communication states that exchange halos between arrays that all live in GPU memory (resident
-    buffers, arguments with a device twin): their DistributedMemlets become ``halo_packed``, which packs
-    the faces on the device and gives MPI device pointers where it is CUDA-aware, else pinned host copies
-    of the faces alone (``runtime/include/dace_partition_halo_packed.h``). :func:`place` points them at
-    the device twins; :func:`stage_communication` leaves them alone. ``DACE_PARTITION_GPU_HALO=staged``
-    keeps every halo on host memory instead."""
-    if GpuHalo.from_env() is GpuHalo.STAGED:
+def _packed(sdfg: SDFG, dm: DistributedMemlet) -> Optional[str]:
+    """The packed solver (``solvers/device.py``) that takes over ``dm``'s move, or None."""
+    name = "halo_packed" if dm.implementation == "halo" else \
+        "blocks_packed" if dm.implementation in ("blocks", "synthesized") else \
+        "allreduce_device" if dm.implementation == "allreduce" else None
+    if name is None or solver_registry.get(name).refuse(dm.move(sdfg)) is not None:
+        return None  # a scatter or gather (rank 0's side is host memory), partial results
+    return name
+
+
+def device_moves(sdfg: SDFG, residency: Residency) -> List[SDFGState]:
+    """The communication states whose moves are all halos, redistributions of final values or allreduces
+    between arrays that all live in GPU memory (resident buffers, arguments with a device twin): their
+    DistributedMemlets become ``halo_packed``, ``blocks_packed`` or ``allreduce_device``
+    (``solvers/device.py``), which pack the pieces on the device and give MPI device pointers where it is
+    CUDA-aware, else pinned host copies of the pieces alone. Where such moves share a state with others (a
+    scatter from rank 0's host array), they move to a state of their own before it: they touch none of the
+    others' arrays, so the order of the two is free. :func:`place` points them at the device twins;
+    :func:`stage_communication` leaves them alone. ``DACE_PARTITION_GPU_COMM=staged`` keeps every move on
+    host memory instead."""
+    if GpuComm.from_env() is GpuComm.STAGED:
         return []
     on_gpu = (set(residency.resident) | set(residency.arguments)) - set(residency.rank0)
     out = []
-    for st in all_states(sdfg):
-        if not _is_comm_state(st):
+    for st in [s for s in all_states(sdfg) if _is_comm_state(s)]:
+        parts = [set(c) for c in nx.weakly_connected_components(st.nx)]
+        packed = {dm: _packed(sdfg, dm) for dm in st.nodes() if isinstance(dm, DistributedMemlet)}
+
+        def on_device(part):
+            return any(n in packed for n in part) and all(packed.get(n, True) for n in part) and \
+                all(n.data in on_gpu for n in part if isinstance(n, nodes.AccessNode))
+
+        device = [p for p in parts if on_device(p)]
+        if not device:
             continue
-        dms = [n for n in st.nodes() if isinstance(n, DistributedMemlet)]
-        if all(dm.implementation == "halo" for dm in dms) and all(n.data in on_gpu for n in st.data_nodes()):
-            for dm in dms:
-                dm.implementation = "halo_packed"
-            out.append(st)
+        names = {n.data for p in device for n in p if isinstance(n, nodes.AccessNode)}
+        rest = [p for p in parts if not on_device(p)]
+        if rest and names & {n.data for p in rest for n in p if isinstance(n, nodes.AccessNode)}:
+            continue  # an array on both sides: the two would not be independent
+        for dm in (n for p in device for n in p if n in packed):
+            dm.implementation = packed[dm]
+        out.append(_split_off(st, set().union(*device)) if rest else st)
     return out
+
+
+def _split_off(state: SDFGState, part) -> SDFGState:
+    """Moves the nodes ``part`` of ``state`` (whole components) into a new state right before it."""
+    parent = state.parent_graph
+    new = parent.add_state_before(state, f"{state.label}_on_gpu", is_start_block=parent.start_block is state)
+    edges = [e for e in state.edges() if e.src in part]
+    for n in part:
+        new.add_node(n)
+    for e in edges:
+        new.add_edge(e.src, e.src_conn, e.dst, e.dst_conn, e.data)
+    state.remove_nodes_from(list(part))
+    return new
 
 
 def _written(states: List[SDFGState]) -> Tuple[str, ...]:
@@ -408,7 +448,7 @@ def stage_communication(sdfg: SDFG, residency: Residency) -> Residency:
     stale = set(residency.gpu_writes) | {device_of[a] for a in residency.gpu_writes if a in device_of}
     pinned: Dict[str, str] = {}
     copies: List[StagingCopy] = list(residency.copies)
-    on_device = set(residency.device_halos)
+    on_device = set(residency.device_moves)
     for st in [s for s in all_states(sdfg) if _is_comm_state(s) and s.label not in on_device]:
         touched = [n for n in st.data_nodes() if n.data in resident or n.data in device_of]
         if not touched:

@@ -119,7 +119,7 @@ def _compiled(mpicc, env):
 
 
 def _cuda_aware(exe, env) -> str:
-    """In words, what ``mpi_cuda_aware()`` in ``dace_partition_halo_packed.h`` answers for this MPI: the
+    """In words, what ``mpi_cuda_aware()`` in ``dace_partition_device_moves.h`` answers for this MPI: the
     environment's ``DACE_PARTITION_CUDA_AWARE`` if it is 0 or 1, else ``MPIX_Query_cuda_support()``, asked after
     ``MPI_Init`` (MPICH refuses it before) by one process started without a launcher."""
     force = env.get("DACE_PARTITION_CUDA_AWARE", "auto")

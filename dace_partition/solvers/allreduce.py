@@ -33,5 +33,8 @@ class AllreduceSolver(Solver):
     def emit(self, move: Move, src_desc, dst_desc) -> str:
         keep = sum(1 << d for d in move.src.replica_dims)
         count = " * ".join(f"(long long)({sym2cpp(s)})" for s in dst_desc.shape) or "1"
-        return (f'dace_partition::allreduce<{dst_desc.dtype.ctype}>("{move.array}", {move.src.grid_id}, {keep}u, '
+        return (f'dace_partition::{self._function(dst_desc)}("{move.array}", {move.src.grid_id}, {keep}u, '
                 f"_in, _out, {count}, {move.src.pending.code});")
+
+    def _function(self, dst_desc) -> str:
+        return f"allreduce<{dst_desc.dtype.ctype}>"

@@ -14,12 +14,8 @@ derived datatype on the rank-local buffer (strided faces are not packed), the pa
 copied locally while the messages are in flight. Set up once per call site. ``cost`` is exactly the
 bytes each rank receives from other ranks (the local part is a copy), which the PMPI counter measures.
 
-Between buffers in GPU memory (``passes/gpu.py`` chooses it there) the implementation is ``halo_packed``
-(``dace_partition_halo_packed.h``): the same faces, each packed into a contiguous buffer by pitched copies
-and sent as plain elements, from device memory where MPI says at run time that it is CUDA-aware, else
-from pinned host memory; no derived datatype ever describes device memory.
+Between buffers in GPU memory the GPU lowering uses ``halo_packed`` instead (``solvers/device.py``).
 """
-from dataclasses import replace
 from typing import Optional
 
 import dace.library
@@ -38,14 +34,6 @@ class DacePartitionHalo(DacePartitionMPI):
     """The MPI build settings plus the halo header (MPI itself is set up by DacePartitionMPI's init code,
     so this one adds none)."""
     headers = ["mpi.h", "dace_partition_runtime.h", "dace_partition_halo.h"]
-    init_code = ""
-
-
-@dace.library.environment
-class DacePartitionHaloPacked(DacePartitionMPI):
-    """The MPI build settings plus the packed halo header, and ``dlsym`` (for ``MPIX_Query_cuda_support``)."""
-    headers = ["mpi.h", "dace_partition_runtime.h", "dace_partition_halo_packed.h"]
-    cmake_libraries = DacePartitionMPI.cmake_libraries + ["${CMAKE_DL_LIBS}"]
     init_code = ""
 
 
@@ -121,24 +109,3 @@ class HaloSolver(Solver):
                 f"const long long __dshape[] = {_arr(dst_desc.shape)}; const long long __dstr[] = {_arr(dst_desc.strides)};\n"
                 f'dace_partition::{self._function(dst_desc)}("{move.array}", {len(move.dst.subset)}, '
                 f"{move.src.grid_id}, {src_fn}, _in, __sstr, {move.dst.grid_id}, {dst_fn}, _out, __dshape, __dstr);\n}}")
-
-
-
-#: Where a packed halo's copies run: pitched device copies in a CUDA build, memcpy where the GPU lowering's
-#: data flow runs on the host (``runtime/emulation.py`` gives its buffers host storage).
-DEVICE_COPIER, HOST_COPIER = "dace_partition_cuda::DeviceCopy", "dace_partition::HostCopy"
-
-
-class PackedHaloSolver(HaloSolver):
-    """The halo exchange between buffers in GPU memory: the same faces, packed (see the module docstring).
-    Registered but not tried by default: the GPU lowering chooses it for a halo between resident buffers."""
-    name = "halo_packed"
-    environments = [DacePartitionHaloPacked]
-
-    def cost(self, move: Move) -> Cost:
-        return replace(super().cost(move), calls=("MPI_Isend/MPI_Irecv(grid neighbours, packed faces: device "
-                                                  "pointers where MPI is CUDA-aware, else pinned host buffers)", ))
-
-    def _function(self, dst_desc) -> str:
-        on_gpu = dst_desc.storage == dace.dtypes.StorageType.GPU_Global
-        return f"halo_exchange_packed<{dst_desc.dtype.ctype}, {DEVICE_COPIER if on_gpu else HOST_COPIER}>"

@@ -4,9 +4,9 @@ Built in, tried in this order for every move: ``grid_mapped`` (scatters and gath
 thesis ch. 5), ``hierarchical`` (P^2 reduction programs, only with ``DACE_PARTITION_HIERARCHY``),
 ``allreduce`` (partial results into the same blocks), ``synthesized`` (grid-to-grid between block layouts
 of one mesh, 000_*.txt), ``halo`` (grid-to-grid between neighbours only), ``blocks`` (any rectangular
-per-rank block). ``halo_packed`` (the halo exchange on GPU buffers) is registered but not tried: the GPU
-lowering chooses it. Packages
-register more under the entry-point group ``dace_partition.solvers`` (each entry point loads a
+per-rank block). ``halo_packed``, ``blocks_packed`` and ``allreduce_device`` (moves between GPU buffers,
+``solvers/device.py``) are registered but not tried: the GPU lowering chooses them. Packages register
+more under the entry-point group ``dace_partition.solvers`` (each entry point loads a
 :class:`~dace_partition.solvers.base.Solver` subclass or instance); they are tried after the built-ins
 unless ``lower(..., solvers=[...])`` says otherwise.
 """
@@ -25,7 +25,8 @@ from .allreduce import AllreduceSolver
 from .base import Solver
 from .blocks import BlockSolver
 from .grid_mapped import GridMappedSolver
-from .halo import HaloSolver, PackedHaloSolver
+from .device import DeviceAllreduceSolver, PackedBlockSolver, PackedHaloSolver
+from .halo import HaloSolver
 from .hierarchical import HierarchicalSolver
 from .synthesized import SynthesizedSolver
 
@@ -139,4 +140,6 @@ register(AllreduceSolver())
 register(SynthesizedSolver())
 register(HaloSolver())  # neighbour-only redistributions (shifted reads, halos), before the general one
 register(BlockSolver())
-register(PackedHaloSolver(), default=False)  # chosen by the GPU lowering for halos between GPU buffers
+register(PackedHaloSolver(), default=False)  # the GPU lowering's choice between GPU buffers (solvers/device.py)
+register(PackedBlockSolver(), default=False)
+register(DeviceAllreduceSolver(), default=False)

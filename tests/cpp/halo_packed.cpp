@@ -1,4 +1,4 @@
-// The packed halo exchange (dace_partition_halo_packed.h, host copier) against the values it must deliver,
+// The packed halo exchange (dace_partition_device_moves.h, host copier) against the values it must deliver,
 // on random layouts (tests/mpi/test_runtime_setup.py builds this with the environment's mpicxx and runs it
 // under mpiexec -n 2, 3 and 4).
 //
@@ -11,7 +11,7 @@
 // f of its global index, and the padding must be untouched. The same exchange through the derived-datatype
 // halo (dace_partition_halo.h) must give the same buffer. Prints "HALO-PACKED OK <cases>" on rank 0.
 #include "dace_partition_runtime.h"
-#include "dace_partition_halo_packed.h"
+#include "dace_partition_device_moves.h"
 
 #include <cstdio>
 #include <cstdlib>

@@ -302,22 +302,22 @@ def test_resident_build_copies_only_what_the_report_lists():
 
 
 @functools.lru_cache(maxsize=None)
-def jacobi_2x2(halo="packed"):
+def jacobi_2x2(comm="packed"):
     """The conformance Jacobi time loop, 13 x 13 on a 2 x 2 grid (blocks of 6 and 5), built with nvcc, its
-    halo exchanges ``packed`` (the default) or ``staged`` (``DACE_PARTITION_GPU_HALO``)."""
+    halo exchanges ``packed`` (the default) or ``staged`` (``DACE_PARTITION_GPU_COMM``)."""
     from conformance.programs import CASES as CONFORMANCE
     sdfg = CONFORMANCE["jacobi2d_time"].program.to_sdfg()
     sdfg.specialize(dict(N=13))
-    sdfg.name = f"tgpu_jacobi_2x2_{halo}"
-    old = os.environ.get("DACE_PARTITION_GPU_HALO")
-    os.environ["DACE_PARTITION_GPU_HALO"] = halo
+    sdfg.name = f"tgpu_jacobi_2x2_{comm}"
+    old = os.environ.get("DACE_PARTITION_GPU_COMM")
+    os.environ["DACE_PARTITION_GPU_COMM"] = comm
     try:
         dp.lower(sdfg, {m.name: (2, 2) for m in dp.maps(sdfg) if len(m.params) == 2}, device="gpu")
     finally:
         if old is None:
-            os.environ.pop("DACE_PARTITION_GPU_HALO")
+            os.environ.pop("DACE_PARTITION_GPU_COMM")
         else:
-            os.environ["DACE_PARTITION_GPU_HALO"] = old
+            os.environ["DACE_PARTITION_GPU_COMM"] = old
     return sdfg, dp.runtime.launch.build(sdfg)
 
 
@@ -331,7 +331,7 @@ def test_a_halo_between_gpu_buffers_builds_as_packed_device_copies():
     sdfg, folder = jacobi_2x2()
     cpp = _sources(folder, "cpu", "cpp")
     res = dp.report(sdfg).residency
-    assert len(res.device_halos) == 2
+    assert len(res.device_moves) == 2
     assert cpp.count("dace_partition::halo_exchange_packed<double, dace_partition_cuda::DeviceCopy>(") == 2
     assert "dace_partition::halo_exchange<" not in cpp
     assert len(res.copies) == len(pcie_copies(sdfg)) == 4 and all(c.why.startswith("MPI") for c in res.copies)
@@ -343,10 +343,63 @@ def test_a_halo_between_gpu_buffers_builds_as_packed_device_copies():
             assert s in syms, f"{s} is not referenced by the built library"
 
 
+@functools.lru_cache(maxsize=None)
+def conformance_on_two(name):
+    """A conformance program on 2 ranks, built with nvcc: fdtd2d (hz and ex move between two kernels'
+    blocks inside its time loop, beside scatters from rank 0's ey), normalize (an allreduce of partial
+    column sums)."""
+    from conformance.programs import CASES as CONFORMANCE
+    case = CONFORMANCE[name]
+    sdfg = case.program.to_sdfg()
+    sdfg.name = f"tgpu_{name}_2"
+    dp.lower(sdfg, case.schedule(2, dp.maps(sdfg)), device="gpu")
+    return sdfg, dp.runtime.launch.build(sdfg)
+
+
+def _references(lib, names):
+    if shutil.which("nm"):
+        syms = subprocess.run(["nm", "-D", lib], capture_output=True, text=True).stdout
+        for s in names:
+            assert s in syms, f"{s} is not referenced by the built library"
+
+
+@needs_nvcc
+def test_a_redistribution_between_gpu_buffers_builds_as_packed_device_copies():
+    """fdtd2d's moves of hz and ex between GPU buffers build as the packed redistribution (and hz's halo as
+    the packed halo) with the CUDA copier, in states of their own; only rank 0's ey still goes through
+    host memory inside the loop."""
+    sdfg, folder = conformance_on_two("fdtd2d")
+    cpp = _sources(folder, "cpu", "cpp")
+    res = dp.report(sdfg).residency
+    assert len(res.device_moves) == 3 and sum(label.endswith("_on_gpu") for label in res.device_moves) == 2
+    assert cpp.count("dace_partition::redistribute_packed<double, dace_partition_cuda::DeviceCopy>(") == 2
+    assert cpp.count("dace_partition::halo_exchange_packed<double, dace_partition_cuda::DeviceCopy>(") == 1
+    assert "dace_partition::redistribute<" not in cpp and "dace_partition::halo_exchange<" not in cpp
+    inside = {c.buffer for c in res.copies if "guard" not in c.state and c.why.startswith("MPI")}
+    assert inside and all("ey" in b for b in inside), inside
+    _references(os.path.join(folder, "build", f"lib{sdfg.name}.so"),
+                ("cudaMemcpy2DAsync", "cudaMallocHost", "dlsym", "MPI_Isend", "MPI_Irecv"))
+
+
+@needs_nvcc
+@pytest.mark.slow  # an nvcc build (~30 s); the emulated run is in the default suite
+def test_an_allreduce_between_gpu_buffers_builds_on_the_device_buffers():
+    """normalize's partial column sums live in GPU memory: nvcc builds the device allreduce with the CUDA
+    copier (no staging state around it), and nothing crosses PCIe but the scatter and the gather."""
+    sdfg, folder = conformance_on_two("normalize")
+    cpp = _sources(folder, "cpu", "cpp")
+    res = dp.report(sdfg).residency
+    assert len(res.device_moves) == 1
+    assert cpp.count("dace_partition::allreduce_device<double, dace_partition_cuda::DeviceCopy>(") == 1
+    assert "dace_partition::allreduce<" not in cpp
+    assert not [c for c in res.copies if "allreduce" in c.why or c.state.startswith(res.device_moves[0])]
+    _references(os.path.join(folder, "build", f"lib{sdfg.name}.so"), ("cudaMemcpy2DAsync", "dlsym", "MPI_Allreduce"))
+
+
 @needs_nvcc
 @pytest.mark.slow  # an nvcc build (~30 s)
 def test_a_halo_across_columns_is_staged_by_pitched_copies():
-    """With ``DACE_PARTITION_GPU_HALO=staged`` the halo exchanges of a 2 x 2 split copy their edge and halo
+    """With ``DACE_PARTITION_GPU_COMM=staged`` the halo exchanges of a 2 x 2 split copy their edge and halo
     slabs, the columns as one cudaMemcpy2DAsync each (DaCe's pitched copy), and the built program makes
     exactly the copies the report lists."""
     from dace_partition.passes.gpu import pcie_copies
@@ -408,8 +461,8 @@ def test_gpu_run(name, ranks, rng):
 
 @needs_nvcc
 @needs_gpu
-@pytest.mark.parametrize("halo,aware", [("packed", "auto"), ("packed", "1"), ("staged", "auto")])
-def test_a_halo_across_columns_runs_on_the_gpu(halo, aware, rng, monkeypatch):
+@pytest.mark.parametrize("comm,aware", [("packed", "auto"), ("packed", "1"), ("staged", "auto")])
+def test_a_halo_across_columns_runs_on_the_gpu(comm, aware, rng, monkeypatch):
     """The 2 x 2 Jacobi above on 4 ranks sharing the GPU, its halos packed on the device (faces through
     pinned host memory, or given to MPI as device pointers where it is CUDA-aware: forced with
     ``DACE_PARTITION_CUDA_AWARE=1``, which only a CUDA-aware MPI survives) or staged: every element equals
@@ -419,12 +472,33 @@ def test_a_halo_across_columns_runs_on_the_gpu(halo, aware, rng, monkeypatch):
     if aware == "1" and not mpi_info().cuda_aware.startswith("yes"):
         pytest.skip(f"this MPI does not take device pointers: {mpi_info().cuda_aware}")
     monkeypatch.setenv("DACE_PARTITION_CUDA_AWARE", aware)
-    sdfg, _ = jacobi_2x2(halo)
+    sdfg, _ = jacobi_2x2(comm)
     args = dict(A=rng.random((13, 13)), B=rng.random((13, 13)), T=3)
     expected = _jac2_loop({k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()})
     got = dp.run(sdfg, 4, **args)
     for name in ("A", "B"):
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-12, err_msg=name)
+
+
+@needs_nvcc
+@needs_gpu
+@pytest.mark.parametrize("name,aware", [("fdtd2d", "auto"), ("fdtd2d", "1"), ("normalize", "auto"), ("normalize", "1")])
+def test_moves_between_gpu_buffers_run_on_the_gpu(name, aware, rng, monkeypatch):
+    """fdtd2d and normalize above on 2 ranks sharing the GPU, hz and ex redistributed packed on the device
+    and the column sums reduced from it (through pinned host memory, or as device pointers where MPI is
+    CUDA-aware): every element equals NumPy's."""
+    from conformance.harness import compare
+    from conformance.programs import CASES as CONFORMANCE
+    from dace_partition.runtime.mpi_info import mpi_info
+    if aware == "1" and not mpi_info().cuda_aware.startswith("yes"):
+        pytest.skip(f"this MPI does not take device pointers: {mpi_info().cuda_aware}")
+    monkeypatch.setenv("DACE_PARTITION_CUDA_AWARE", aware)
+    case = CONFORMANCE[name]
+    sdfg, _ = conformance_on_two(name)
+    inputs = case.inputs(rng)
+    expected = case.reference({k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in inputs.items()})
+    why = compare(expected, dp.run(sdfg, 2, **inputs), case.exact)
+    assert why is None, why
 
 
 @needs_nvcc

@@ -67,11 +67,11 @@ def _check_invariants(sdfg):
     for state in all_states(sdfg):
         for n in state.nodes():
             if isinstance(n, DistributedMemlet):
-                packed = n.implementation == "halo_packed"  # faces packed on the device, never a datatype there
-                assert packed == (state.label in res.device_halos), state.label
+                packed = n.implementation in ("halo_packed", "blocks_packed", "allreduce_device")  # on the device
+                assert packed == (state.label in res.device_moves), state.label
                 for e in state.in_edges(n) + state.out_edges(n):
                     on_gpu = sdfg.arrays[e.data.data].storage == dtypes.StorageType.GPU_Global
-                    assert on_gpu == packed, f"{'MPI touches' if on_gpu else 'a packed halo misses'} GPU memory: " \
+                    assert on_gpu == packed, f"{'MPI touches' if on_gpu else 'a packed move misses'} GPU memory: " \
                                              f"{e.data.data} in {state.label}"
     comm = _comm_states(sdfg)
     device = set(res.resident) | {t for _, t in res.device_twins}
@@ -113,7 +113,7 @@ def test_consecutive_kernels_hand_their_buffers_to_each_other_on_the_device(monk
 @pytest.fixture
 def staged_halos(monkeypatch):
     """Halo exchanges on the host sides of GPU buffers, their slabs staged in states around them."""
-    monkeypatch.setenv("DACE_PARTITION_GPU_HALO", "staged")
+    monkeypatch.setenv("DACE_PARTITION_GPU_COMM", "staged")
 
 
 def test_a_halo_exchange_in_a_time_loop_runs_on_the_gpu_buffers():
@@ -122,22 +122,23 @@ def test_a_halo_exchange_in_a_time_loop_runs_on_the_gpu_buffers():
     scatter's and the gather's, around the loop."""
     sdfg = _lowered("jacobi2d_time")
     res = _check_invariants(sdfg)
-    assert len(res.device_halos) == 2  # one exchange per array and sweep
+    assert len(res.device_moves) == 2  # one exchange per array and sweep
     assert all("guard" in c.state for c in res.copies), [c.line() for c in res.copies if "guard" not in c.state]
     assert sorted((c.buffer, c.direction) for c in res.copies) == [
         ("__dp0_A", TO_HOST), ("__dp0_A", TO_DEVICE), ("__dp1_B", TO_HOST), ("__dp1_B", TO_DEVICE)]
     text = str(dp.report(sdfg))
-    assert "packed faces: device pointers where MPI is CUDA-aware" in text and "halo exchanges on GPU memory" in text
+    assert "packed pieces: device pointers where MPI is CUDA-aware" in text
+    assert "moves on GPU memory (halos and redistributions packed there" in text
 
 
-def test_an_unknown_gpu_halo_setting_is_refused_when_lowering(monkeypatch):
-    monkeypatch.setenv("DACE_PARTITION_GPU_HALO", "fast")
-    with pytest.raises(ValueError, match=r"DACE_PARTITION_GPU_HALO='fast': expected one of packed, staged"):
+def test_an_unknown_gpu_comm_setting_is_refused_when_lowering(monkeypatch):
+    monkeypatch.setenv("DACE_PARTITION_GPU_COMM", "fast")
+    with pytest.raises(ValueError, match=r"DACE_PARTITION_GPU_COMM='fast': expected one of packed, staged"):
         _lowered("jacobi2d_time")
 
 
 def test_a_halo_exchange_in_a_time_loop_stages_only_the_rows_it_moves(staged_halos):
-    """The same with ``DACE_PARTITION_GPU_HALO=staged``: inside the loop the kernels copy nothing; each halo
+    """The same with ``DACE_PARTITION_GPU_COMM=staged``: inside the loop the kernels copy nothing; each halo
     exchange (MPI reads the tile's edge rows and writes its halo rows in place) copies to the host the two
     edge rows and the two halo rows (whose columns MPI does not all write), and back to the device the two
     halo rows: one row each, never the tile."""
@@ -166,14 +167,14 @@ def test_an_io_distributed_time_loop_moves_only_its_halos(halo, monkeypatch):
     exchanges work on the twins (nothing crosses PCIe but the call's own copies); staged, each stages the
     rows it moves of the twin, never the tile (whole tiles per exchange made 200 sweeps of 8192^2 on two
     ranks sharing an H200 take 6 s per call, 120 times one rank)."""
-    monkeypatch.setenv("DACE_PARTITION_GPU_HALO", halo)
+    monkeypatch.setenv("DACE_PARTITION_GPU_COMM", halo)
     sdfg = CASES["jacobi2d_time"].program.to_sdfg()
     sdfg.specialize(dict(N=12))
     dp.lower(sdfg, {m.name: (2, 1) for m in dp.maps(sdfg)}, device="gpu", io="distributed")
     res = _check_invariants(sdfg)
     exchanges = [c for c in res.copies if c.why.startswith("MPI")]
     if halo == "packed":
-        assert not exchanges and res.device_halos
+        assert not exchanges and res.device_moves
         assert {c.why for c in res.copies} == {"the call starts", "the call ends"}
         return
     assert {c.buffer for c in exchanges} == {"__dp_dev_A", "__dp_dev_B"}
@@ -188,7 +189,7 @@ def test_a_halo_exchange_over_blocks_of_different_heights_is_correct(io, halo, m
     block's; packed, each rank packs its own faces. Run on the host under mpiexec -n 4, every element
     equals NumPy's (the tallest block's rows gave wrong halos on an H200, 8190 rows over 4 ranks)."""
     from conformance.harness import compare
-    monkeypatch.setenv("DACE_PARTITION_GPU_HALO", halo)
+    monkeypatch.setenv("DACE_PARTITION_GPU_COMM", halo)
     case = CASES["jacobi2d_time"]
     sdfg = case.program.to_sdfg()
     sdfg.specialize(dict(N=12))
@@ -198,7 +199,7 @@ def test_a_halo_exchange_over_blocks_of_different_heights_is_correct(io, halo, m
     if halo == "staged":
         assert any(c.part.startswith("rows ") and "_r0" in c.part for c in res.copies), "no rank-dependent rows"
     else:
-        assert res.device_halos and all("guard" in c.state for c in res.copies)
+        assert res.device_moves and all("guard" in c.state for c in res.copies)
     inputs = {k: v for k, v in case.inputs(np.random.default_rng(5)).items() if k != "N"}
     expected = case.reference({k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in inputs.items()})
     got = dp.run(on_host(sdfg), 4, timeout=180, **inputs)
@@ -216,7 +217,7 @@ def test_packed_halos_give_mpi_the_buffers_where_it_is_cuda_aware_and_refuse_a_b
     sdfg.specialize(dict(N=12))
     sdfg.name = "res_cuda_aware_halo"
     dp.lower(sdfg, {m.name: (2, 1) for m in dp.maps(sdfg)}, device="gpu")
-    assert _check_invariants(sdfg).device_halos
+    assert _check_invariants(sdfg).device_moves
     on_host(sdfg)
     inputs = {k: v for k, v in case.inputs(np.random.default_rng(7)).items() if k != "N"}
     expected = case.reference({k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in inputs.items()})
@@ -226,6 +227,43 @@ def test_packed_halos_give_mpi_the_buffers_where_it_is_cuda_aware_and_refuse_a_b
     monkeypatch.setenv("DACE_PARTITION_CUDA_AWARE", "maybe")
     with pytest.raises(Exception, match=r"DACE_PARTITION_CUDA_AWARE=maybe: expected 0, 1 or auto"):
         dp.run(sdfg, 2, timeout=120, **inputs)
+
+
+@pytest.mark.parametrize("name,P,comm,kinds,aware", [
+    ("fdtd2d", 2, "packed", {"blocks_packed", "halo_packed"}, "auto"),
+    ("gemver", 4, "packed", {"blocks_packed"}, "1"),
+    ("normalize", 2, "packed", {"allreduce_device"}, "1"),
+    pytest.param("normalize", 4, "packed", {"allreduce_device"}, "auto", marks=pytest.mark.slow),
+    pytest.param("fdtd2d", 4, "staged", set(), "auto", marks=pytest.mark.slow)])
+def test_moves_between_gpu_buffers_run_on_the_device(name, P, comm, kinds, aware, monkeypatch):
+    """fdtd2d's time loop moves hz and ex between the row blocks of one kernel and the next (and a halo of
+    hz), gemver moves a vector between two kernels' blocks, each in a communication state shared with a
+    scatter from rank 0's host array; normalize sums partial column sums of its row blocks. The lowering
+    gives the first two a state of their own (``..._on_gpu``), and all run on the GPU buffers
+    (``blocks_packed``, ``halo_packed``, ``allreduce_device``): nothing crosses PCIe for them there. With
+    ``DACE_PARTITION_GPU_COMM=staged`` nothing is split or moved on the device. Run on the host under
+    mpiexec (``DACE_PARTITION_CUDA_AWARE=1``: MPI gets the buffers themselves, as a CUDA-aware MPI gets
+    device pointers), every element equals NumPy's."""
+    from conformance.harness import compare
+    monkeypatch.setenv("DACE_PARTITION_GPU_COMM", comm)
+    monkeypatch.setenv("DACE_PARTITION_CUDA_AWARE", aware)
+    case = CASES[name]
+    sdfg = case.program.to_sdfg()
+    sdfg.name = f"res_device_moves_{name}_{P}_{comm}"
+    dp.lower(sdfg, case.schedule(P, dp.maps(sdfg)), device="gpu")
+    res = _check_invariants(sdfg)
+    states = {st.label: st for st in all_states(sdfg)}
+    assert kinds == {n.implementation for label in res.device_moves for n in states[label].nodes()
+                     if isinstance(n, DistributedMemlet)}
+    assert any(label.endswith("_on_gpu") for label in states) == (name != "normalize" and comm == "packed")
+    moved = {e.data.data for label in res.device_moves for e in states[label].edges()}
+    # what crosses PCIe for them is the scatter before and the gather after fdtd2d's time loop
+    assert not [c.line() for c in res.copies if c.buffer in moved and c.why.startswith("MPI") and "guard" not in c.state]
+    inputs = case.inputs(np.random.default_rng(3))
+    expected = case.reference({k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in inputs.items()})
+    got = dp.run(on_host(sdfg), P, timeout=180, **inputs)
+    why = compare(expected, got, case.exact)
+    assert why is None, why
 
 
 def _stencil_on_gpu(name, n, grid, io, label):
@@ -281,7 +319,7 @@ def test_a_halo_exchange_across_columns_packs_its_faces_on_the_gpu_buffers(name,
     Run on the host under mpiexec, every element equals NumPy's."""
     sdfg = _stencil_on_gpu(name, n, grid, io, "res_packed_halo")
     res = _check_invariants(sdfg)
-    assert res.device_halos and not [c for c in res.copies if c.why.startswith("MPI") and "guard" not in c.state]
+    assert res.device_moves and not [c for c in res.copies if c.why.startswith("MPI") and "guard" not in c.state]
     _stencil_runs_like_numpy(name, sdfg, n, grid)
 
 

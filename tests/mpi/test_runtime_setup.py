@@ -121,22 +121,42 @@ def test_no_setup_calls_after_the_first_call(tmp_path, rng):
                calls[1]["traffic"] == {"MPI_Alltoall": 1} for calls in programs[3])
 
 
+def _packed_program(tmp_path, name):
+    exe = str(tmp_path / name)
+    mpicxx = os.path.join(os.path.dirname(sys.executable), "mpicxx")
+    if not os.path.exists(mpicxx):
+        mpicxx = "mpicxx"
+    build = _run([mpicxx, "-std=c++17", "-O1", "-Wall", f"-I{INCLUDE}", os.path.join(HERE, "cpp", f"{name}.cpp"),
+                  "-o", exe, "-ldl"], timeout=300)
+    assert build.returncode == 0, build.stderr[-3000:]
+    return exe
+
+
 def test_packed_halo_faces_deliver_every_element_on_random_layouts(tmp_path):
     """The GPU lowering's packed halo exchange, with the host copier, on 60 random layouts per job (1 to 3
     dimensions, 1- and 2-D grids, halo widths 0 to 2 on either side, padded and transposed tile buffers, in
     place or between two buffers, blocks of one element or none): every element of every rank's
     block-plus-halo equals its value, the padding is untouched, and the result equals the derived-datatype
     exchange's (tests/cpp/halo_packed.cpp), under mpiexec -n 2, 3 and 4."""
-    exe = str(tmp_path / "halo_packed")
-    mpicxx = os.path.join(os.path.dirname(sys.executable), "mpicxx")
-    if not os.path.exists(mpicxx):
-        mpicxx = "mpicxx"
-    build = _run([mpicxx, "-std=c++17", "-O1", "-Wall", f"-I{INCLUDE}", os.path.join(HERE, "cpp", "halo_packed.cpp"),
-                  "-o", exe, "-ldl"], timeout=300)
-    assert build.returncode == 0, build.stderr[-3000:]
+    exe = _packed_program(tmp_path, "halo_packed")
     for ranks in (2, 3, 4):
         proc = _run(mpiexec_command(ranks) + [exe], timeout=120)
         assert proc.returncode == 0 and "HALO-PACKED OK 60" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("cuda_aware", ["0", "1"])
+def test_packed_redistribution_delivers_every_element_on_random_layouts(tmp_path, cuda_aware):
+    """The GPU lowering's packed redistribution, with the host copier, on 80 random layouts per job (1 to 3
+    dimensions; source and destination grids drawn apart, of the job's ranks or fewer, with replicas and
+    blocks grown into their neighbours; padded and transposed buffers): every element of every rank's
+    destination block equals its value, the padding is untouched, and the result equals the host
+    redistribution's (tests/cpp/redistribute_packed.cpp), under mpiexec -n 2, 3 and 4, with the packed
+    pieces in the buffers MPI is given as device pointers (forced CUDA-aware) or as pinned host ones."""
+    exe = _packed_program(tmp_path, "redistribute_packed")
+    for ranks in (2, 3, 4):
+        proc = _run(mpiexec_command(ranks) + [exe], timeout=120,
+                    env={**os.environ, "DACE_PARTITION_CUDA_AWARE": cuda_aware})
+        assert proc.returncode == 0 and "REDIST-PACKED OK 80" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
 @pytest.mark.parametrize("flags", [[], ["-DDACE_PARTITION_NO_LARGE_COUNT_CALLS"]])

@@ -196,8 +196,8 @@ inline int select_device() {
     return selected;
 }
 
-// The copier of a halo exchange between buffers in GPU memory (dace_partition_halo_packed.h): pitched
-// copies on a stream of its own (cudaMemcpyDefault: the pointers say which way), packed faces in device
+// The copier of the packed moves between buffers in GPU memory (dace_partition_device_moves.h): pitched
+// copies on a stream of its own (cudaMemcpyDefault: the pointers say which way), packed pieces in device
 // memory (`device`: MPI is CUDA-aware) or in pinned host memory. A CUDA error ends every rank.
 struct DeviceCopy {
     cudaStream_t stream = nullptr;
@@ -206,7 +206,8 @@ struct DeviceCopy {
         if (e == cudaSuccess) return;
         int rank = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-        std::fprintf(stderr, "dace_partition: rank %d: %s in a halo exchange: %s\n", rank, what, cudaGetErrorString(e));
+        std::fprintf(stderr, "dace_partition: rank %d: %s in a packed halo exchange or redistribution: %s\n", rank,
+                     what, cudaGetErrorString(e));
         std::fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }

@@ -104,12 +104,12 @@ inline SiteKey halo_site_key(int kind, int ndim, int src_gid, const BlockFn &src
     return SiteKey{fn_type(src_fn), fn_type(dst_fn), {src_gid, dst_gid, ndim, kind}, base, shapes};
 }
 
-// The host's copier: plain memcpy, buffers from malloc. The packed exchange (dace_partition_halo_packed.h)
-// takes a copier as a template parameter; a CUDA build's is dace_partition_cuda::DeviceCopy.
+// The host's copier: plain memcpy, buffers from malloc. The packed moves (dace_partition_device_moves.h)
+// take a copier as a template parameter; a CUDA build's is dace_partition_cuda::DeviceCopy.
 struct HostCopy {
     void *alloc(size_t bytes, bool) {
         void *p = std::malloc(bytes ? bytes : 1);
-        if (!p) fail("cannot allocate %zu bytes for a halo face", bytes);
+        if (!p) fail("cannot allocate %zu bytes for a packed piece", bytes);
         return p;
     }
     void free(void *p, bool) { std::free(p); }

@@ -1195,6 +1195,21 @@ void for_each(const Block &box, const Block &owner, const long long *lstrides, F
     }
 }
 
+// Per rank, whether it is the first (lowest) holder of its source block among identical ones (replicas):
+// the one that sends it. Found by sorting, O(P log P).
+inline std::vector<char> first_holders(const std::vector<Block> &src) {
+    std::vector<char> first(src.size(), 1);
+    std::map<std::vector<long long>, int> seen;
+    std::vector<long long> key;
+    for (int w = 0; w < (int)src.size(); ++w) {
+        if (src[w].elements() == 0) continue;
+        key.assign(src[w].start.begin(), src[w].start.end());
+        key.insert(key.end(), src[w].count.begin(), src[w].count.end());
+        if (!seen.emplace(key, w).second) first[w] = 0;
+    }
+    return first;
+}
+
 struct Piece {
     int peer;
     Block box;
@@ -1230,17 +1245,7 @@ void build_redistribution(RedistSite &s, const char *array, int ndim, int src_gi
     for (int j = 0; j < ndim; ++j)
         if (dst[me].count[j] > dst_lshape[j]) fail("block of '%s' does not fit its local buffer", array);
     // Without an operator, identical source blocks (replicas) send once: from the lowest rank.
-    std::vector<char> sends(n, 1);
-    if (op == OP_NONE) {
-        std::map<std::vector<long long>, int> first;
-        std::vector<long long> key;
-        for (int w = 0; w < n; ++w) {
-            if (src[w].elements() == 0) continue;
-            key.assign(src[w].start.begin(), src[w].start.end());
-            key.insert(key.end(), src[w].count.begin(), src[w].count.end());
-            if (!first.emplace(key, w).second) sends[w] = 0;
-        }
-    }
+    std::vector<char> sends = op == OP_NONE ? first_holders(src) : std::vector<char>(n, 1);
     s.src_me = src[me];
     s.dst_me = dst[me];
     s.sends.clear();
