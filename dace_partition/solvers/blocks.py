@@ -130,8 +130,12 @@ class BlockSolver(Solver):
         combined on arrival."""
         src_fn = _block_fn(move.src.subset, move.src.coords)
         dst_fn = _block_fn(move.dst.subset, move.dst.coords)
-        op = op_code(move.src.pending)
+        function, tail = self._redistribute(move, dst_desc)
         return ("{\n" f"const long long __sstr[] = {_arr(src_desc.strides)};\n"
                 f"const long long __dshape[] = {_arr(dst_desc.shape)}; const long long __dstr[] = {_arr(dst_desc.strides)};\n"
-                f'dace_partition::redistribute<{dst_desc.dtype.ctype}>("{move.array}", {len(move.dst.subset)}, '
-                f"{move.src.grid_id}, {src_fn}, _in, __sstr, {move.dst.grid_id}, {dst_fn}, _out, __dshape, __dstr, {op});\n}}")
+                f'dace_partition::{function}("{move.array}", {len(move.dst.subset)}, '
+                f"{move.src.grid_id}, {src_fn}, _in, __sstr, {move.dst.grid_id}, {dst_fn}, _out, __dshape, __dstr{tail});\n}}")
+
+    def _redistribute(self, move: Move, dst_desc):
+        """The runtime function of a grid-to-grid move, and its arguments after the buffers."""
+        return f"redistribute<{dst_desc.dtype.ctype}>", f", {op_code(move.src.pending)}"

@@ -22,7 +22,7 @@ import dace.library
 from ..ir import Cost, Move, MoveKind
 from ..runtime.environment import DacePartitionMPI
 from .allreduce import AllreduceSolver
-from .blocks import BlockSolver, _arr, _block_fn
+from .blocks import BlockSolver
 from .halo import HaloSolver
 
 
@@ -75,14 +75,8 @@ class PackedBlockSolver(BlockSolver):
     def calls(self, move: Move):
         return (f"MPI_Isend/MPI_Irecv(peers with a piece, {_PACKED})", )
 
-    def _emit_redistribute(self, move: Move, src_desc, dst_desc) -> str:
-        src_fn = _block_fn(move.src.subset, move.src.coords)
-        dst_fn = _block_fn(move.dst.subset, move.dst.coords)
-        return ("{\n" f"const long long __sstr[] = {_arr(src_desc.strides)};\n"
-                f"const long long __dshape[] = {_arr(dst_desc.shape)}; const long long __dstr[] = {_arr(dst_desc.strides)};\n"
-                f"dace_partition::redistribute_packed<{dst_desc.dtype.ctype}, {_copier(dst_desc)}>(\"{move.array}\", "
-                f"{len(move.dst.subset)}, {move.src.grid_id}, {src_fn}, _in, __sstr, {move.dst.grid_id}, {dst_fn}, "
-                "_out, __dshape, __dstr);\n}")
+    def _redistribute(self, move: Move, dst_desc):
+        return f"redistribute_packed<{dst_desc.dtype.ctype}, {_copier(dst_desc)}>", ""
 
 
 class DeviceAllreduceSolver(AllreduceSolver):
