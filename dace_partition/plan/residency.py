@@ -14,7 +14,7 @@ planned kernel (GPU), at a scatter or gather (MPI) or in a state of rank 0's cod
 (``passes/gpu.py``) carries it out.
 """
 from dataclasses import dataclass
-from typing import Dict, List, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import dace
 from dace import nodes
@@ -43,8 +43,10 @@ def has_kernel(state: SDFGState) -> bool:
 
 def is_copy_state(sdfg: SDFG, state: SDFGState) -> bool:
     """A state of copies that can run as copy kernels: array to array of the same rank (how DaCe writes
-    ``y[:] = t`` after a kernel wrote ``t``; a reshape between ranks is not one, DaCe's ``CopyToMap``
-    cannot index it), or a scalar argument into a one-element array (``passes.prepare`` stages scalars so)."""
+    ``y[:] = t`` after a kernel wrote ``t``), or of different ranks where the two subsets have the same
+    extents but for ones (``f[:, d] = t``: a vector into a column; a reshape is not one, DaCe's
+    ``CopyToMap`` cannot index it), or a scalar argument into a one-element array (``passes.prepare``
+    stages scalars so)."""
     if state.number_of_edges() == 0 or not all(isinstance(n, nodes.AccessNode) for n in state.nodes()):
         return False
     for e in state.edges():
@@ -52,11 +54,19 @@ def is_copy_state(sdfg: SDFG, state: SDFGState) -> bool:
         if e.data.wcr is not None or e.data.data is None or type(dst) is not dace.data.Array:
             return False
         if type(src) is dace.data.Array:
-            if len(src.shape) != len(dst.shape):
+            if len(src.shape) != len(dst.shape) and _squeezed(e.data.get_src_subset(e, state)) != \
+                    _squeezed(e.data.get_dst_subset(e, state)):
                 return False
         elif not (type(src) is dace.data.Scalar and dst.total_size == 1):
             return False
     return True
+
+
+def _squeezed(subset) -> Optional[List[str]]:
+    """The extents of a copy's subset other than 1 (``f[:, d] = t``: a vector into a column), or None."""
+    if subset is None:
+        return None
+    return [str(x) for x in subset.size() if str(x) != "1"]
 
 
 def plan_gpu_placement(sdfg: SDFG, model: PartitionModel) -> GpuPlacement:
