@@ -131,24 +131,35 @@ void run_packed(PackedSite<Copy> &s, int tag, const T *src_local, const long lon
     s.copy.sync();  // in place before the next kernel reads it
 }
 
-template <typename T, typename Copy>
-void halo_exchange_packed(const char *array, int ndim, int src_gid, BlockFn src_fn, const T *src_local,
-                          const long long *src_lstrides, int dst_gid, BlockFn dst_fn, T *dst_local,
-                          const long long *dst_lshape, const long long *dst_lstrides) {
+// A packed move's call site (`kind`: 1 halo, 2 redistribution; its messages' tag follows from it), set up
+// at its first call with `faces` (see build_packed), then run.
+template <typename T, typename Copy, typename Faces>
+void packed_move(int kind, const char *array, int ndim, int src_gid, const BlockFn &src_fn, const T *src_local,
+                 const long long *src_lstrides, int dst_gid, const BlockFn &dst_fn, T *dst_local,
+                 const long long *dst_lshape, const long long *dst_lstrides, Faces faces) {
     MPI_Datatype base = mpi_type(dst_local);
     static std::vector<long long> probe;
-    SiteKey key = halo_site_key(1, ndim, src_gid, src_fn, src_lstrides, dst_gid, dst_fn, dst_lshape, dst_lstrides,
+    SiteKey key = halo_site_key(kind, ndim, src_gid, src_fn, src_lstrides, dst_gid, dst_fn, dst_lshape, dst_lstrides,
                                 base, probe);
     bool fresh = false;
     PackedSite<Copy> &s = SiteCache<PackedSite<Copy>>::get(key, probe, fresh);
     if (fresh)
         build_packed<T>(s, array, ndim, src_gid, src_fn, src_lstrides, dst_gid, dst_fn, dst_lshape, dst_lstrides, base,
-                        [](const std::vector<Block> &src, const std::vector<Block> &dst, int me, int n, auto recv,
-                           auto send) {
-                            halo_faces(src, dst, me, n, recv, send);
-                            return intersect(src[me], dst[me]);
-                        });
-    run_packed(s, 0x4a11, src_local, src_lstrides, dst_local, dst_lstrides);
+                        faces);
+    run_packed(s, 0x4a10 + kind, src_local, src_lstrides, dst_local, dst_lstrides);
+}
+
+template <typename T, typename Copy>
+void halo_exchange_packed(const char *array, int ndim, int src_gid, BlockFn src_fn, const T *src_local,
+                          const long long *src_lstrides, int dst_gid, BlockFn dst_fn, T *dst_local,
+                          const long long *dst_lshape, const long long *dst_lstrides) {
+    packed_move<T, Copy>(1, array, ndim, src_gid, src_fn, src_local, src_lstrides, dst_gid, dst_fn, dst_local,
+                         dst_lshape, dst_lstrides,
+                         [](const std::vector<Block> &src, const std::vector<Block> &dst, int me, int n, auto recv,
+                            auto send) {
+                             halo_faces(src, dst, me, n, recv, send);
+                             return intersect(src[me], dst[me]);
+                         });
 }
 
 // A redistribution of final values between two block layouts (solvers/blocks.py's `redistribute`, same
@@ -159,29 +170,22 @@ template <typename T, typename Copy>
 void redistribute_packed(const char *array, int ndim, int src_gid, BlockFn src_fn, const T *src_local,
                          const long long *src_lstrides, int dst_gid, BlockFn dst_fn, T *dst_local,
                          const long long *dst_lshape, const long long *dst_lstrides) {
-    MPI_Datatype base = mpi_type(dst_local);
-    static std::vector<long long> probe;
-    SiteKey key = halo_site_key(2, ndim, src_gid, src_fn, src_lstrides, dst_gid, dst_fn, dst_lshape, dst_lstrides,
-                                base, probe);
-    bool fresh = false;
-    PackedSite<Copy> &s = SiteCache<PackedSite<Copy>>::get(key, probe, fresh);
-    if (fresh)
-        build_packed<T>(s, array, ndim, src_gid, src_fn, src_lstrides, dst_gid, dst_fn, dst_lshape, dst_lstrides, base,
-                        [](const std::vector<Block> &src, const std::vector<Block> &dst, int me, int n, auto recv,
-                           auto send) {
-                            std::vector<char> sends = first_holders(src);
-                            for (int q = 0; q < n; ++q) {
-                                if (q == me) continue;
-                                Block in = intersect(src[q], dst[me]);
-                                if (sends[q] && in.elements() > 0) recv(q, in);
-                                Block out = intersect(src[me], dst[q]);
-                                if (sends[me] && out.elements() > 0) send(q, out);
-                            }
-                            Block own = intersect(src[me], dst[me]);
-                            if (!sends[me]) std::fill(own.count.begin(), own.count.end(), 0);
-                            return own;
-                        });
-    run_packed(s, 0x4a12, src_local, src_lstrides, dst_local, dst_lstrides);
+    packed_move<T, Copy>(2, array, ndim, src_gid, src_fn, src_local, src_lstrides, dst_gid, dst_fn, dst_local,
+                         dst_lshape, dst_lstrides,
+                         [](const std::vector<Block> &src, const std::vector<Block> &dst, int me, int n, auto recv,
+                            auto send) {
+                             std::vector<char> sends = first_holders(src);
+                             for (int q = 0; q < n; ++q) {
+                                 if (q == me) continue;
+                                 Block in = intersect(src[q], dst[me]);
+                                 if (sends[q] && in.elements() > 0) recv(q, in);
+                                 Block out = intersect(src[me], dst[q]);
+                                 if (sends[me] && out.elements() > 0) send(q, out);
+                             }
+                             Block own = intersect(src[me], dst[me]);
+                             if (!sends[me]) std::fill(own.count.begin(), own.count.end(), 0);
+                             return own;
+                         });
 }
 
 // The allreduce of a contiguous buffer of partial results in GPU memory (nothing to pack): MPI gets the
