@@ -18,15 +18,14 @@
 #include <random>
 #include <vector>
 
+#include "packed_layouts.h"
+
 namespace dp = dace_partition;
+using packed_test::each;
+using packed_test::f;
+using packed_test::strides_for;
 
 static int failures = 0;
-
-static double f(const long long *g, int nd) {
-    double v = 1.0;
-    for (int j = 0; j < nd; ++j) v = v * 1000.0 + (double)g[j];
-    return v;
-}
 
 struct Layout {
     int nd;
@@ -61,21 +60,6 @@ static void dst_block(const Layout &L, const int *c, long long *start, long long
     }
 }
 
-// Strides of a buffer holding `count` with `pad` extra elements per dimension; transposed: the first
-// dimension innermost (a non-unit innermost stride).
-static std::vector<long long> strides_for(int nd, const long long *count, const long long *pad, bool transposed,
-                                          long long &total) {
-    std::vector<long long> s(nd);
-    long long step = 1;
-    if (!transposed) {
-        for (int j = nd - 1; j >= 0; --j) s[j] = step, step *= count[j] + pad[j];
-    } else {
-        for (int j = 0; j < nd; ++j) s[j] = step, step *= count[j] + pad[j];
-    }
-    total = step;
-    return s;
-}
-
 template <typename Exchange>
 static std::vector<double> run_case(const Layout &L, bool in_place, bool transposed, const long long *pad,
                                     int gid, Exchange exchange) {
@@ -95,46 +79,14 @@ static std::vector<double> run_case(const Layout &L, bool in_place, bool transpo
         for (int j = 0; j < L.nd; ++j) off += (ss[j] - ds[j]) * dstr[j];
         src = dst.data() + off;
     }
-    long long n = 1;
-    for (int j = 0; j < L.nd; ++j) n *= sc[j];
-    std::vector<long long> idx(L.nd, 0), gi(L.nd);
-    for (long long i = 0; i < n; ++i) {  // the source block holds f
-        long long o = 0;
-        for (int j = 0; j < L.nd; ++j) gi[j] = ss[j] + idx[j], o += idx[j] * sstr[j];
-        src[o] = f(gi.data(), L.nd);
-        for (int j = L.nd - 1; j >= 0; --j) {
-            if (++idx[j] < sc[j]) break;
-            idx[j] = 0;
-        }
-    }
+    each(L.nd, ss, sc, sstr, [&](long long o, const long long *g) { src[o] = f(g, L.nd); });  // the source holds f
     long long dshape[3];
     for (int j = 0; j < L.nd; ++j) dshape[j] = dc[j] + pad[j];
     auto sfn = [&L](const int *cc, long long *s, long long *k) { src_block(L, cc, s, k); };
     auto dfn = [&L](const int *cc, long long *s, long long *k) { dst_block(L, cc, s, k); };
     exchange(L.nd, gid, dp::BlockFn(sfn), src, sstr.data(), dp::BlockFn(dfn), dst.data(), dshape, dstr.data());
     // every element of the destination block is f; nothing else changed
-    long long m = 1;
-    for (int j = 0; j < L.nd; ++j) m *= dc[j];
-    std::vector<char> inside(dtotal + 1, 0);
-    std::fill(idx.begin(), idx.end(), 0);
-    for (long long i = 0; i < m; ++i) {
-        long long o = 0;
-        for (int j = 0; j < L.nd; ++j) gi[j] = ds[j] + idx[j], o += idx[j] * dstr[j];
-        inside[o] = 1;
-        if (dst[o] != f(gi.data(), L.nd)) {
-            if (failures++ < 10)
-                std::fprintf(stderr, "rank %d: element %lld of the destination block is %g, expected %g\n", me, i,
-                             dst[o], f(gi.data(), L.nd));
-        }
-        for (int j = L.nd - 1; j >= 0; --j) {
-            if (++idx[j] < dc[j]) break;
-            idx[j] = 0;
-        }
-    }
-    for (long long o = 0; o <= dtotal; ++o)
-        if (!inside[o] && dst[o] != -7.0) {
-            if (failures++ < 10) std::fprintf(stderr, "rank %d: padding element %lld was written\n", me, o);
-        }
+    packed_test::check_destination(me, L.nd, ds, dc, dstr, dst, -7.0, failures);
     return dst;
 }
 

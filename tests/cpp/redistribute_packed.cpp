@@ -18,15 +18,14 @@
 #include <random>
 #include <vector>
 
+#include "packed_layouts.h"
+
 namespace dp = dace_partition;
+using packed_test::each;
+using packed_test::f;
+using packed_test::strides_for;
 
 static int failures = 0;
-
-static double f(const long long *g, int nd) {
-    double v = 1.0;
-    for (int j = 0; j < nd; ++j) v = v * 1000.0 + (double)g[j];
-    return v;
-}
 
 struct Side {
     std::vector<int> dims;  // grid shape
@@ -77,36 +76,6 @@ static bool my_block(const Layout &L, const Side &S, long long *start, long long
     return true;
 }
 
-static std::vector<long long> strides_for(int nd, const long long *count, const long long *pad, bool transposed,
-                                          long long &total) {
-    std::vector<long long> s(nd);
-    long long step = 1;
-    if (!transposed) {
-        for (int j = nd - 1; j >= 0; --j) s[j] = step, step *= count[j] + pad[j];
-    } else {
-        for (int j = 0; j < nd; ++j) s[j] = step, step *= count[j] + pad[j];
-    }
-    total = step;
-    return s;
-}
-
-// Visits every element of a block: f(local offset, global index).
-template <typename F>
-static void each(int nd, const long long *start, const long long *count, const std::vector<long long> &str, F fn) {
-    long long n = 1;
-    for (int j = 0; j < nd; ++j) n *= count[j];
-    std::vector<long long> idx(nd, 0), gi(nd);
-    for (long long i = 0; i < n; ++i) {
-        long long o = 0;
-        for (int j = 0; j < nd; ++j) gi[j] = start[j] + idx[j], o += idx[j] * str[j];
-        fn(o, gi.data());
-        for (int j = nd - 1; j >= 0; --j) {
-            if (++idx[j] < count[j]) break;
-            idx[j] = 0;
-        }
-    }
-}
-
 template <typename Exchange>
 static std::vector<double> run_case(const Layout &L, bool transposed, const long long *pad, int gid, Exchange exchange) {
     int me = dp::world_rank();
@@ -124,16 +93,7 @@ static std::vector<double> run_case(const Layout &L, bool transposed, const long
     auto dfn = [&L](const int *cc, long long *s, long long *k) { block_of(L, L.dst, cc, s, k); };
     exchange(L.nd, gid, dp::BlockFn(sfn), src.data(), sstr.data(), gid + 1, dp::BlockFn(dfn), dst.data(), dshape,
              dstr.data());
-    std::vector<char> inside(dtotal + 1, 0);
-    each(L.nd, ds, dc, dstr, [&](long long o, const long long *g) {
-        inside[o] = 1;
-        if (dst[o] != f(g, L.nd) && failures++ < 10)
-            std::fprintf(stderr, "rank %d: destination element at offset %lld is %g, expected %g\n", me, o, dst[o],
-                         f(g, L.nd));
-    });
-    for (long long o = 0; o <= dtotal; ++o)
-        if (!inside[o] && dst[o] != -7.0 && failures++ < 10)
-            std::fprintf(stderr, "rank %d: padding element %lld was written\n", me, o);
+    packed_test::check_destination(me, L.nd, ds, dc, dstr, dst, -7.0, failures);
     return dst;
 }
 
