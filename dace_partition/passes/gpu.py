@@ -269,17 +269,21 @@ def device_moves(sdfg: SDFG, residency: Residency) -> List[SDFGState]:
     out = []
     for st in [s for s in all_states(sdfg) if _is_comm_state(s)]:
         parts = [set(c) for c in nx.weakly_connected_components(st.nx)]
-        packed = {dm: _packed(sdfg, dm) for dm in st.nodes() if isinstance(dm, DistributedMemlet)}
+        packed = {}  # DistributedMemlet -> its packed solver, asked only where all its arrays are on the GPU
 
         def on_device(part):
-            return any(n in packed for n in part) and all(packed.get(n, True) for n in part) and \
-                all(n.data in on_gpu for n in part if isinstance(n, nodes.AccessNode))
+            dms = [n for n in part if isinstance(n, DistributedMemlet)]
+            if not dms or not all(n.data in on_gpu for n in part if isinstance(n, nodes.AccessNode)):
+                return False
+            packed.update((dm, _packed(sdfg, dm)) for dm in dms)  # the parts are disjoint: once each
+            return all(packed[dm] for dm in dms)
 
-        device = [p for p in parts if on_device(p)]
+        where = [on_device(p) for p in parts]
+        device = [p for p, d in zip(parts, where) if d]
         if not device:
             continue
         names = {n.data for p in device for n in p if isinstance(n, nodes.AccessNode)}
-        rest = [p for p in parts if not on_device(p)]
+        rest = [p for p, d in zip(parts, where) if not d]
         if rest and names & {n.data for p in rest for n in p if isinstance(n, nodes.AccessNode)}:
             continue  # an array on both sides: the two would not be independent
         for dm in (n for p in device for n in p if n in packed):

@@ -3,11 +3,12 @@ and the allreduce of partial results.
 
 MPI must never get a derived datatype on device memory (most MPIs read such a buffer from the host, or
 not at all), and staging a whole tile through the host to send a face of it moves the tile across PCIe
-twice. So these two solvers send the same pieces as their host counterparts (``halo``, and ``blocks``'s
-grid-to-grid ``redistribute``), each packed into a contiguous buffer by pitched copies on the device and
-sent as plain elements (``runtime/include/dace_partition_device_moves.h``). The packed buffers are device
-memory, handed to MPI as device pointers, where the MPI library says at run time that it is CUDA-aware,
-else pinned host memory: packing is then the device -> host copy and only the pieces cross PCIe. An
+twice. So the halo and redistribution solvers here send the same pieces as their host counterparts
+(``halo``, and ``blocks``'s grid-to-grid ``redistribute``), each packed into a contiguous buffer by
+pitched copies on the device and sent as plain elements (``runtime/include/dace_partition_device_moves.h``).
+The packed buffers are device memory, handed to MPI as device pointers, where the MPI library says at run
+time that it is CUDA-aware, else pinned host memory: packing is then the device -> host copy and only the
+pieces cross PCIe. An
 allreduce's buffer is contiguous already: MPI gets it where it is CUDA-aware, else a pinned copy of it.
 
 None is tried by the lowering: the GPU lowering (``passes/gpu.py``, ``device_moves``) switches a
