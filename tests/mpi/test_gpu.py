@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -478,6 +479,39 @@ def test_a_halo_across_columns_runs_on_the_gpu(comm, aware, rng, monkeypatch):
     got = dp.run(sdfg, 4, **args)
     for name in ("A", "B"):
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-12, err_msg=name)
+
+
+def _copy_box_on_gpu(tmp_path):
+    """tests/cpp/copy_box.cpp built by nvcc with the CUDA copier (the MPI compiler as nvcc's host compiler:
+    the runtime headers include mpi.h); returns nvcc's result and the program's path."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    include = os.path.join(os.path.dirname(dp.__file__), "runtime", "include")
+    mpicxx = os.path.join(os.path.dirname(os.path.abspath(sys.executable)), "mpicxx")
+    exe = str(tmp_path / "copy_box_gpu")
+    build = _nvcc_with_dace("-ccbin", mpicxx if os.path.exists(mpicxx) else "mpicxx", "-x", "cu", "-DCOPY_BOX_ON_GPU",
+                            "-I", include, os.path.join(here, "..", "cpp", "copy_box.cpp"), "-o", exe, "-ldl")
+    return build, exe
+
+
+@needs_nvcc
+@pytest.mark.slow  # 30 s of nvcc; the generated programs' builds compile the CUDA copier too
+def test_pitched_copies_build_with_the_cuda_copier(tmp_path):
+    """The copy_box test program builds with the CUDA copier (cudaMemcpy2DAsync and cudaMemcpy3DAsync), so
+    that a machine with a GPU runs it (below)."""
+    build, exe = _copy_box_on_gpu(tmp_path)
+    assert build.returncode == 0 and os.path.exists(exe), build.stderr[-3000:]
+
+
+@needs_nvcc
+@needs_gpu
+def test_pitched_copies_deliver_every_element_on_the_gpu(tmp_path):
+    """The pitched copies of the packed moves with the CUDA copier, on 400 random boxes of buffers in GPU
+    memory or pinned host memory: every element arrives, nothing else is written, and each 2-D and 3-D
+    copy's arguments meet the driver's conditions (tests/cpp/copy_box.cpp)."""
+    build, exe = _copy_box_on_gpu(tmp_path)
+    assert build.returncode == 0, build.stderr[-3000:]
+    proc = subprocess.run([exe], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "COPY-BOX OK 400" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
 @needs_nvcc

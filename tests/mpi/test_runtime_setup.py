@@ -159,6 +159,18 @@ def test_packed_redistribution_delivers_every_element_on_random_layouts(tmp_path
         assert proc.returncode == 0 and "REDIST-PACKED OK 80" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
+def test_pitched_copies_deliver_every_element_in_few_driver_calls(tmp_path):
+    """The pitched copies that pack and unpack the GPU moves' faces and pieces (copy_box), with a copier
+    that checks cudaMemcpy2DAsync's and cudaMemcpy3DAsync's conditions on every call, on 400 random boxes
+    (1 to 4 dimensions; padded, gapped, transposed and permuted buffers): every element of the box
+    arrives, nothing else is written; and a face across a middle dimension is one 2-D copy, a 3-D piece one
+    3-D copy, slices that are no whole number of rows one 2-D copy each (tests/cpp/copy_box.cpp; one
+    process, no MPI call)."""
+    exe = _packed_program(tmp_path, "copy_box")
+    proc = _run([exe], timeout=120)
+    assert proc.returncode == 0 and "COPY-BOX OK 400" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
 @pytest.mark.parametrize("flags", [[], ["-DDACE_PARTITION_NO_LARGE_COUNT_CALLS"]])
 def test_large_counts(tmp_path, flags):
     """Counts above INT_MAX: type arithmetic on synthetic counts (nothing allocated), then real transfers

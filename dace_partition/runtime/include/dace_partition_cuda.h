@@ -197,8 +197,9 @@ inline int select_device() {
 }
 
 // The copier of the packed moves between buffers in GPU memory (dace_partition_device_moves.h): pitched
-// copies on a stream of its own (cudaMemcpyDefault: the pointers say which way), packed pieces in device
-// memory (`device`: MPI is CUDA-aware) or in pinned host memory. A CUDA error ends every rank.
+// 2-D and 3-D copies on a stream of its own (cudaMemcpyDefault: the pointers say which way), packed
+// pieces in device memory (`device`: MPI is CUDA-aware) or in pinned host memory. A CUDA error ends
+// every rank.
 struct DeviceCopy {
     cudaStream_t stream = nullptr;
 
@@ -226,6 +227,17 @@ struct DeviceCopy {
     }
     void copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height) {
         check(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDefault, on()), "cudaMemcpy2DAsync");
+    }
+    // `depth` slices of `height` rows; a slice of each buffer is `drows` / `srows` of its rows (copy_box
+    // makes sure that is whole and holds `height` rows).
+    void copy3d(void *dst, size_t dpitch, size_t drows, const void *src, size_t spitch, size_t srows, size_t width,
+                size_t height, size_t depth) {
+        cudaMemcpy3DParms p = {};
+        p.srcPtr = make_cudaPitchedPtr(const_cast<void *>(src), spitch, width, srows);
+        p.dstPtr = make_cudaPitchedPtr(dst, dpitch, width, drows);
+        p.extent = make_cudaExtent(width, height, depth);
+        p.kind = cudaMemcpyDefault;
+        check(cudaMemcpy3DAsync(&p, on()), "cudaMemcpy3DAsync");
     }
     void sync() { check(cudaStreamSynchronize(on()), "cudaStreamSynchronize"); }
     void wait_for_kernels() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }

@@ -3,8 +3,9 @@
 // moves between resident buffers).
 //
 // MPI never gets a derived datatype on device memory: each face of a halo, or piece of a redistribution,
-// is packed into a contiguous buffer by pitched copies (one cudaMemcpy2DAsync per face of a 2-D buffer,
-// one per plane of a 3-D one), sent as plain elements, and unpacked the same way. Where the packed faces
+// is packed into a contiguous buffer by pitched copies (copy_box: one cudaMemcpy2DAsync per face of a 2-D
+// buffer or per face across one dimension of a 3-D one, one cudaMemcpy3DAsync per 3-D piece), sent as
+// plain elements, and unpacked the same way. Where the packed faces
 // live is decided at run time: in GPU memory, handed to MPI as device pointers, when the MPI library says
 // it is CUDA-aware (MPIX_Query_cuda_support, looked up with dlsym: neither the mpich nor the Open MPI
 // wheel is); else in pinned host memory, so that packing is the device -> host copy and unpacking the

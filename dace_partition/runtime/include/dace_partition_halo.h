@@ -105,7 +105,9 @@ inline SiteKey halo_site_key(int kind, int ndim, int src_gid, const BlockFn &src
 }
 
 // The host's copier: plain memcpy, buffers from malloc. The packed moves (dace_partition_device_moves.h)
-// take a copier as a template parameter; a CUDA build's is dace_partition_cuda::DeviceCopy.
+// take a copier as a template parameter; a CUDA build's is dace_partition_cuda::DeviceCopy. A copier
+// copies `height` rows of `width` bytes (copy2d) and `depth` slices of those (copy3d) with the parameters of
+// cudaMemcpy2DAsync and cudaMemcpy3DAsync on linear memory: a slice of a buffer is `rows` of its rows.
 struct HostCopy {
     void *alloc(size_t bytes, bool) {
         void *p = std::malloc(bytes ? bytes : 1);
@@ -117,36 +119,86 @@ struct HostCopy {
         for (size_t r = 0; r < height; ++r)
             std::memcpy(static_cast<char *>(dst) + r * dpitch, static_cast<const char *>(src) + r * spitch, width);
     }
+    void copy3d(void *dst, size_t dpitch, size_t drows, const void *src, size_t spitch, size_t srows, size_t width,
+                size_t height, size_t depth) {
+        for (size_t z = 0; z < depth; ++z)
+            copy2d(static_cast<char *>(dst) + z * dpitch * drows, dpitch,
+                   static_cast<const char *>(src) + z * spitch * srows, spitch, width, height);
+    }
     void sync() {}
     void wait_for_kernels() {}
     void release() {}
 };
 
-// The elements `count` of two strided buffers (strides in elements), as pitched copies: rows of the
-// innermost run (the last dimension where both strides are 1, else single elements), one copy per
-// combination of the outer dimensions.
+// One dimension of a box to copy: its count and its strides (elements) in the source and the destination.
+struct CopyDim {
+    long long n, s, d;
+};
+
+// The dimensions of a box of `count` elements with strides `sstr` and `dstr`, fewest first: dimensions of
+// one element dropped, and a dimension merged into the next one where both buffers hold the two as one
+// run (a whole row of an unpadded tile). So a face across a middle dimension is one pitched copy, not one
+// per plane.
+inline std::vector<CopyDim> copy_dims(const long long *dstr, const long long *sstr, const std::vector<long long> &count) {
+    std::vector<CopyDim> out;
+    for (size_t j = 0; j < count.size(); ++j) {
+        if (count[j] == 1) continue;
+        CopyDim c{count[j], sstr[j], dstr[j]};
+        if (!out.empty()) {
+            CopyDim &o = out.back();
+            if (o.s == c.n * c.s && o.d == c.n * c.d) {
+                o = CopyDim{o.n * c.n, c.s, c.d};
+                continue;
+            }
+        }
+        out.push_back(c);
+    }
+    return out;
+}
+
+// The elements `count` of two strided buffers (strides in elements), as pitched copies: the innermost run
+// (the last dimension where both strides are 1, else single elements), then rows at a pitch, then, where
+// both buffers' slice pitch is a whole number of their rows, slices as one 3-D copy (one cudaMemcpy3DAsync
+// on a GPU), else one 2-D copy per slice; one such copy per combination of the outer dimensions.
 template <typename T, typename Copy>
 void copy_box(Copy &c, T *dst, const long long *dstr, const T *src, const long long *sstr,
               const std::vector<long long> &count) {
-    int nd = (int)count.size();
     for (long long x : count)
         if (x <= 0) return;
-    const size_t sz = sizeof(T);
-    bool unit = nd > 0 && dstr[nd - 1] == 1 && sstr[nd - 1] == 1;
-    int row = unit ? nd - 2 : nd - 1;  // the dimension the pitch steps over (-1: one run)
-    size_t width = unit ? (size_t)count[nd - 1] * sz : sz;
-    size_t height = row >= 0 ? (size_t)count[row] : 1;
-    size_t dpitch = row >= 0 ? (size_t)dstr[row] * sz : width, spitch = row >= 0 ? (size_t)sstr[row] * sz : width;
-    int outer = row > 0 ? row : 0;
+    const long long sz = sizeof(T);
+    std::vector<CopyDim> dims = copy_dims(dstr, sstr, count);
+    size_t width = sz;
+    if (!dims.empty() && dims.back().s == 1 && dims.back().d == 1) {
+        width = (size_t)(dims.back().n * sz);
+        dims.pop_back();
+    }
+    size_t height = 1, spitch = width, dpitch = width;
+    if (!dims.empty()) {
+        height = (size_t)dims.back().n, spitch = (size_t)(dims.back().s * sz), dpitch = (size_t)(dims.back().d * sz);
+        dims.pop_back();
+    }
+    size_t depth = 1, srows = 0, drows = 0;  // depth > 1: the slices go as one 3-D copy
+    if (!dims.empty() && height > 1) {
+        const CopyDim &z = dims.back();
+        long long ss = z.s * sz, ds = z.d * sz;
+        if (ss > 0 && ds > 0 && ss % (long long)spitch == 0 && ds % (long long)dpitch == 0 &&
+            (size_t)ss >= height * spitch && (size_t)ds >= height * dpitch) {
+            depth = (size_t)z.n, srows = (size_t)ss / spitch, drows = (size_t)ds / dpitch;
+            dims.pop_back();
+        }
+    }
     long long planes = 1;
-    for (int j = 0; j < outer; ++j) planes *= count[j];
-    std::vector<long long> idx(outer, 0);
+    for (const CopyDim &o : dims) planes *= o.n;
+    std::vector<long long> idx(dims.size(), 0);
     for (long long p = 0; p < planes; ++p) {
         long long so = 0, d = 0;
-        for (int j = 0; j < outer; ++j) so += idx[j] * sstr[j], d += idx[j] * dstr[j];
-        c.copy2d(dst + d, dpitch, src + so, spitch, width, height);
-        for (int j = outer - 1; j >= 0; --j) {
-            if (++idx[j] < count[j]) break;
+        for (size_t j = 0; j < dims.size(); ++j) so += idx[j] * dims[j].s, d += idx[j] * dims[j].d;
+        if (depth > 1)
+            c.copy3d(dst + d, dpitch, drows, src + so, spitch, srows, width, height, depth);
+        else
+            c.copy2d(dst + d, dpitch, src + so, spitch, width, height);
+        for (int j = (int)dims.size() - 1; j >= 0; --j) {
+            if (++idx[j] < dims[j].n) break;
             idx[j] = 0;
         }
     }
