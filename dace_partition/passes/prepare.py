@@ -384,7 +384,11 @@ def _loop_ranges(sdfg: SDFG):
 
 def _loop_max(expr, loops, consts):
     """The largest value of ``expr`` (affine in the loop variables) over the loops' ranges, or None where
-    that cannot be decided symbolically."""
+    that cannot be decided symbolically. A loop variable's coefficient decides which end gives it (the
+    transient exists only while the loop runs, so its first value is at most its last: ``M - i`` over
+    ``0..M-1`` is largest at 0 although ``M - 1`` has no sign for an integer ``M``); where the coefficient
+    has no sign, the two ends are compared."""
+    import sympy
     expr = dace.symbolic.pystr_to_symbolic(str(expr))
     loops = {v: (dace.symbolic.pystr_to_symbolic(str(lo)).subs(consts), dace.symbolic.pystr_to_symbolic(str(hi)).subs(consts))
              for v, (lo, hi) in loops.items()}
@@ -394,15 +398,19 @@ def _loop_max(expr, loops, consts):
         if var is None:
             return expr
         lo, hi = loops[var]
-        sym = dace.symbolic.symbol(var)
+        sym = next(x for x in expr.free_symbols if str(x) == var)
         a, b = expr.subs(sym, lo), expr.subs(sym, hi)
-        d = dace.symbolic.simplify(a - b)
-        if d.is_nonnegative:
-            expr = a
-        elif d.is_nonpositive:
-            expr = b
+        c = dace.symbolic.simplify(sympy.diff(expr, sym))
+        if var not in {str(x) for x in c.free_symbols} and (c.is_nonnegative or c.is_nonpositive):
+            expr = b if c.is_nonnegative else a
         else:
-            return None
+            d = dace.symbolic.simplify(a - b)
+            if d.is_nonnegative:
+                expr = a
+            elif d.is_nonpositive:
+                expr = b
+            else:
+                return None
         expr = dace.symbolic.simplify(expr)
     return None
 

@@ -74,6 +74,28 @@ def test_view_read_in_loop_runs_like_numpy(view_read_sdfg):
     np.testing.assert_allclose(ret, ref, rtol=1e-12)
 
 
+def test_a_temporary_sized_by_the_loop_builds_with_symbolic_sizes():
+    """covariance as a user calls it, sizes not specialized: ``data[:, i] @ data[:, i:M]`` has ``M - i``
+    elements and, once each kernel has a state of its own, spans two states of the loop, so it is
+    allocated at its largest over the loop, ``M`` (the sign of ``i``'s coefficient says which end gives
+    it; ``M - 1``, the difference of the two ends, has no sign for an integer ``M``). DaCe then generates
+    it (before: "Variable __tmp3 has not been defined"), and every element equals NumPy's on 2 ranks."""
+    sdfg = view_read_in_loop.to_sdfg()
+    sdfg.name = "t_npb_view_read_in_loop_symbolic"
+    dp.lower(sdfg, ranks=2)
+    loop_sized = [n for n, d in sdfg.arrays.items()
+                  if type(d) is dace.data.Array and d.transient and "i" in {str(x) for x in d.free_symbols}]
+    assert not loop_sized, {n: sdfg.arrays[n].shape for n in loop_sized}
+    rng = np.random.default_rng(1)
+    data = rng.random((9, 7))
+    ref_data = data - 1.0
+    ref = np.zeros((7, 7))
+    for i in range(7):
+        ref[i, i:] = ref_data[:, i] @ ref_data[:, i:] / 3.0
+    got = dp.run(sdfg, 2, data=data.copy(), M=7, N=9)
+    np.testing.assert_allclose(got[0] if isinstance(got, tuple) else got, ref, rtol=1e-12)
+
+
 @pytest.mark.parametrize("subset,fills", [("i, 0:M", True), ("i, i:M", False), ("i, 0:i + 1", False),
                                           ("2*i:2*i + 2", True), ("2*i", False), ("i, j", True), ("i + j", False),
                                           ("j, i", True), ("i, i", False)])
