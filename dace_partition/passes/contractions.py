@@ -17,7 +17,7 @@ product's O(size * K)), DaCe's ``MatMul`` computes ``[batch, M, N]`` (a ``Gemm``
 the BLAS the toolchain selects), and the result is added to the output as the sum conflict did.
 """
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, List, Optional, Tuple
 
 import dace
@@ -169,15 +169,25 @@ def _match(state: SDFGState, entry: nodes.MapEntry) -> Optional[_Match]:
     return _Match(decision, state, entry, subsets, sources, outs[0].data.wcr)
 
 
-def find_contractions(sdfg: SDFG) -> List[_Match]:
-    """The maps at the top level of the program's states that are contractions (see the module docstring)."""
+def find_contractions(sdfg: SDFG, expanded: Optional[Dict[nodes.NestedSDFG, str]] = None) -> List[_Match]:
+    """The maps at the top level of the program's states that are contractions (see the module
+    docstring), and those at the top level of the nested SDFGs in ``expanded`` (node -> the name of its
+    kernel's principal map): library nodes that ``lower`` replaced by their pure expansion because their
+    tiles are uneven or sized at run time, whose matrix product is a contraction map again, tiled
+    exactly (a GEMM of this rank's block, not of the padded buffer)."""
     found = []
     for state in ordered_states(sdfg):
         scope = state.scope_dict()
         for n in state.nodes():
-            if isinstance(n, nodes.MapEntry) and scope[n] is None:
+            if scope[n] is not None:
+                continue
+            if isinstance(n, nodes.MapEntry):
                 m = _match(state, n)
                 if m is not None:
+                    found.append(m)
+            elif isinstance(n, nodes.NestedSDFG) and expanded and n in expanded:
+                for m in find_contractions(n.sdfg):  # named after the kernel, as the report names it
+                    m.decision = replace(m.decision, map=expanded[n])
                     found.append(m)
     return found
 
@@ -191,6 +201,7 @@ class ContractionToGemm:
 
     def apply(self, sdfg: SDFG, m: _Match):
         st, entry, d = m.state, m.entry, m.decision
+        tag = d.map.replace(".", "_")  # names made here (a kernel's map inside a node is "<node>.<map>")
         rng = {p: r for p, r in zip(entry.map.params, entry.map.range.ranges)}
         ext = {p: symbolic.simplify(r[1] - r[0] + 1) for p, r in rng.items()}
         span = {p: f"{r[0]}:{r[1] + 1}" for p, r in rng.items()}
@@ -215,7 +226,7 @@ class ContractionToGemm:
         bufs, buf_nodes = {}, {}
         for role, groups in shapes.items():
             groups = groups if batched else groups[1:]
-            name, _ = sdfg.add_array(f"__gemm_{d.map}_{role}", [size(g) for g in groups], dtype, transient=True,
+            name, _ = sdfg.add_array(f"__gemm_{tag}_{role}", [size(g) for g in groups], dtype, transient=True,
                                      find_new_name=True)
             bufs[role] = (name, groups)
             buf_nodes[role] = st.add_access(name)
@@ -223,13 +234,13 @@ class ContractionToGemm:
             name, groups = bufs[role]
             src = m.sources[role]
             used = [p for g in groups for p in g]
-            st.add_mapped_tasklet(f"{d.map}_pack_{role}", {p: span[p] for p in entry.map.params if p in used},
+            st.add_mapped_tasklet(f"{tag}_pack_{role}", {p: span[p] for p in entry.map.params if p in used},
                                   {"__in": Memlet(data=src.data, subset=m.subsets[role])}, "__out = __in",
                                   {"__out": Memlet(f"{name}[{', '.join(flat(g) for g in groups)}]")},
                                   input_nodes={src.data: src}, output_nodes={name: buf_nodes[role]},
                                   external_edges=True)
         from dace.libraries.blas import MatMul
-        gemm = MatMul(f"{d.map}_gemm")
+        gemm = MatMul(f"{tag}_gemm")
         st.add_node(gemm)
         for role, conn in (("a", "_a"), ("b", "_b")):
             name = bufs[role][0]
@@ -240,7 +251,7 @@ class ContractionToGemm:
         target = m.sources["out"]
         exit_node = st.exit_node(entry)
         scope_nodes = set(st.scope_subgraph(entry).nodes())
-        st.add_mapped_tasklet(f"{d.map}_unpack", {p: span[p] for p in entry.map.params if p in d.batch + d.m + d.n},
+        st.add_mapped_tasklet(f"{tag}_unpack", {p: span[p] for p in entry.map.params if p in d.batch + d.m + d.n},
                               {"__in": Memlet(f"{out_name}[{', '.join(flat(g) for g in out_groups)}]")}, code,
                               {"__out": Memlet(data=target.data, subset=m.subsets["out"], wcr=m.wcr)},
                               input_nodes={out_name: buf_nodes["out"]}, output_nodes={target.data: target},
@@ -252,13 +263,18 @@ class ContractionToGemm:
 
 
 class ContractionsToBlas(OrderedPass):
-    """Every contraction map of the program (after partitioning: on its rank-local tiles) becomes a GEMM.
+    """Every contraction map of the program (after partitioning: on its rank-local tiles) becomes a GEMM,
+    those of the pure expansions in ``expanded`` included (see :func:`find_contractions`).
     ``apply_pass`` returns the decisions (:class:`Contraction`), in program order."""
+
+    def __init__(self, expanded: Optional[Dict[nodes.NestedSDFG, str]] = None):
+        super().__init__()
+        self.expanded = dict(expanded or {})
 
     def apply_pass(self, sdfg: SDFG, _=None) -> List[Contraction]:
         done = []
-        for m in find_contractions(sdfg):
-            ContractionToGemm().apply(sdfg, m)
+        for m in find_contractions(sdfg, self.expanded):
+            ContractionToGemm().apply(m.state.sdfg, m)
             done.append(m.decision)
         return done
 

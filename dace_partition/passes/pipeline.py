@@ -102,7 +102,9 @@ def lowering_pipeline(plan: LoweringPlan, options: LoweringOptions, report) -> T
     then(StartGrids(plan))
     then(CheckMoves(plan))
     if not gpu and options.contractions:
-        then(ContractionsToBlas())
+        # library nodes replaced by their pure expansion (uneven tiles): their products on BLAS again
+        then(ContractionsToBlas({km.kernel.node: km.analysis.principal for km in plan.kernels
+                                 if km.kernel.label in plan.expanded}))
     if not gpu and options.single_threaded:
         then(SingleThreaded(plan))
     steps = dict(STEP_NAMES)
