@@ -2,7 +2,7 @@
 
     python benchmarks/npbench.py [--npbench DIR] [--kernels gemm,atax] [--ranks 2,4] [--timeout 300]
                                  [--skip-auto] [--preset S] [--md docs/npbench_table.md] [--table-only]
-                                 [--device gpu [--emulated | --build-only]]
+                                 [--device gpu [--emulated | --build-only]] [--symbolic]
 
 NPBench (github.com/spcl/npbench) is not vendored: it is taken from ``--npbench DIR``, else ``$NPBENCH_DIR``,
 else ``~/.cache/dace_partition/npbench``, which is cloned (``git clone --depth 1``) when missing.
@@ -26,6 +26,10 @@ flow on the host (``dace_partition.runtime.emulation``: device arrays and their 
 host arrays, so a missing or misplaced staging copy gives a wrong result; its times mean nothing) and
 ``--build-only`` builds the CUDA program with nvcc and stops (outcome ``built``). Their results go to
 ``npbench_gpu_emulated.json`` and ``npbench_gpu_build.json``, on a GPU to ``npbench_gpu.json``.
+
+``--symbolic`` leaves the sizes symbolic, as a user who calls ``to_sdfg()`` and nothing more has them: the
+lowering sees no sizes (the automatic schedule assumes some and says so) and the program is called with
+the symbols' values. Write it to its own ``--out``.
 """
 import argparse
 import contextlib
@@ -182,9 +186,11 @@ def _output_names(n_ret, info):
     return [f"return[{i}]" for i in range(n_ret)] + list(info.get("output_args", []))
 
 
-def _specialize(sdfg, data, params):
+def _specialize(sdfg, data, params, symbolic=False):
     """Replaces every free symbol by its value: a preset parameter of that name, else the extent of an
-    argument array whose declared shape names the symbol. Returns {symbol: value}."""
+    argument array whose declared shape names the symbol. Returns {symbol: value}. With ``symbolic`` the
+    SDFG keeps its symbols (as a user who calls ``to_sdfg()`` and nothing more has them) and the values
+    become call arguments instead."""
     import dace
     import numpy as np
     values = {}
@@ -198,7 +204,10 @@ def _specialize(sdfg, data, params):
             if isinstance(dim, dace.symbolic.symbol) and str(dim) not in values:
                 values[str(dim)] = int(ext)
     values = {k: v for k, v in values.items() if k in map(str, sdfg.free_symbols)}
-    if values:
+    if symbolic:
+        for k, v in values.items():
+            data.setdefault(k, v)
+    elif values:
         sdfg.specialize(values)
     return values
 
@@ -422,7 +431,8 @@ def child(kernel, npb, progress_path, opts):
         t = time.perf_counter()
         sdfg0 = prog.to_sdfg()
         rec["to_sdfg_s"] = time.perf_counter() - t
-        rec["symbols"] = _specialize(sdfg0, data, params)
+        rec["symbols"] = _specialize(sdfg0, data, params, opts.symbolic)
+        rec["symbolic"] = bool(opts.symbolic)
         arglist = [a for a in sdfg0.arglist() if not a.startswith("__return")]  # return arrays: DaCe allocates them
         missing = [a for a in arglist if a not in data]
         if missing:
@@ -479,7 +489,8 @@ def run_kernel(kernel, npb, opts, nruns):
            "--preset", opts.preset, "--ranks", ",".join(map(str, opts.ranks)), "--timeout", str(opts.timeout),
            "--reps", str(opts.reps), "--budget", str(opts.budget)] + (["--skip-auto"] if opts.skip_auto else []) + \
         (["--skip-natural"] if opts.skip_natural else []) + (["--dist"] if opts.dist else []) + \
-        ["--device", opts.device] + (["--emulated"] if opts.emulated else []) + (["--build-only"] if opts.build_only else [])
+        (["--symbolic"] if opts.symbolic else []) + ["--device", opts.device] + \
+        (["--emulated"] if opts.emulated else []) + (["--build-only"] if opts.build_only else [])
     limit = opts.timeout * (3 + nruns)  # setup + DaCe compile + one timeout per run, at most
     t = time.perf_counter()
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
@@ -599,6 +610,9 @@ def main():
                     help="also the automatic schedule with io=\"distributed\" (mode auto_dist): every rank passes "
                          "its own tiles, the timed call is the program alone, without rank 0's scatter and gather")
     ap.add_argument("--preset", default="S", choices=("S", "M", "L", "paper"))
+    ap.add_argument("--symbolic", action="store_true",
+                    help="do not specialize the sizes: the SDFG keeps its symbols and the program is called with "
+                         "their values, as a user who does not specialize runs it")
     ap.add_argument("--reps", type=int, default=3, help="timed calls at most (best is kept); default 3")
     ap.add_argument("--budget", type=float, default=5.0, help="seconds of timed calls at most per variant")
     ap.add_argument("--device", default="cpu", choices=("cpu", "gpu"), help="lower with this device (default cpu)")
