@@ -62,13 +62,19 @@ def test_a_view_whose_shape_follows_a_loop_variable_stays_a_view():
     assert all(isinstance(sdfg.arrays[n], dace.data.View) for n in moving)
 
 
+def view_read_reference(data):
+    """NumPy's result of ``view_read_in_loop``."""
+    d = data - 1.0
+    ref = np.zeros((d.shape[1], d.shape[1]))
+    for i in range(d.shape[1]):
+        ref[i, i:] = d[:, i] @ d[:, i:] / 3.0
+    return ref
+
+
 def test_view_read_in_loop_runs_like_numpy(view_read_sdfg):
     rng = np.random.default_rng(0)
     data = rng.random((8, 6))
-    ref_data = data - 1.0
-    ref = np.zeros((6, 6))
-    for i in range(6):
-        ref[i, i:] = ref_data[:, i] @ ref_data[:, i:] / 3.0
+    ref = view_read_reference(data)
     got = dp.run(view_read_sdfg, 2, data=data.copy())
     ret = got[0] if isinstance(got, tuple) else got
     np.testing.assert_allclose(ret, ref, rtol=1e-12)
@@ -88,10 +94,7 @@ def test_a_temporary_sized_by_the_loop_builds_with_symbolic_sizes():
     assert not loop_sized, {n: sdfg.arrays[n].shape for n in loop_sized}
     rng = np.random.default_rng(1)
     data = rng.random((9, 7))
-    ref_data = data - 1.0
-    ref = np.zeros((7, 7))
-    for i in range(7):
-        ref[i, i:] = ref_data[:, i] @ ref_data[:, i:] / 3.0
+    ref = view_read_reference(data)
     got = dp.run(sdfg, 2, data=data.copy(), M=7, N=9)
     np.testing.assert_allclose(got[0] if isinstance(got, tuple) else got, ref, rtol=1e-12)
 
