@@ -7,7 +7,7 @@ made before it (:func:`lowering_pipeline`), in the order their dependencies decl
     LocalizeArguments     rank-local arguments (io="distributed")
     BroadcastBranchData   the data that conditions read, broadcast to every rank as planned
     GuardRankZeroCode     everything not partitioned runs on rank 0 only
-    ContractionsToBlas    contractions on rank-local tiles become GEMMs (before the GPU offload on a GPU)
+    ContractionsToBlas    contractions on rank-local tiles become GEMMs (on a GPU: before the offload, on cuBLAS)
     OffloadToGpu          kernels and their arrays to the GPU (device=GPU)
     StartGrids            grids made at start-up, rank-local buffers allocated once
     CheckMoves            every remaining move's blocks lie inside its array
@@ -95,16 +95,17 @@ def lowering_pipeline(plan: LoweringPlan, options: LoweringOptions, report) -> T
     then(BroadcastBranchData(plan))
     then(GuardRankZeroCode(plan))
     gpu = options.device == Device.GPU
+    # library nodes replaced by their pure expansion (uneven tiles): their products on BLAS again
+    expanded = {km.kernel.node: km.analysis.principal for km in plan.kernels if km.kernel.label in plan.expanded}
     if gpu:
-        if options.contractions:
-            then(ContractionsToBlas())
+        from ..runtime import cuda_build
+        if options.contractions and cuda_build.cublas_available():  # else a GEMM is DaCe's pure GPU maps: the
+            then(ContractionsToBlas(expanded))                       # packing copies would only add work
         then(OffloadToGpu(plan, report))
     then(StartGrids(plan))
     then(CheckMoves(plan))
     if not gpu and options.contractions:
-        # library nodes replaced by their pure expansion (uneven tiles): their products on BLAS again
-        then(ContractionsToBlas({km.kernel.node: km.analysis.principal for km in plan.kernels
-                                 if km.kernel.label in plan.expanded}))
+        then(ContractionsToBlas(expanded))
     if not gpu and options.single_threaded:
         then(SingleThreaded(plan))
     steps = dict(STEP_NAMES)

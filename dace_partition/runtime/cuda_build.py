@@ -110,7 +110,15 @@ def cublas_available() -> bool:
     """True when cuBLAS can be built and linked here: ``cublas_v2.h`` in the CUDA toolkit of
     :func:`nvcc_path` and ``libcublas`` in its library folders or on the loader's path.
 
-    ``DACE_PARTITION_BLAS=pure`` forces False (GEMMs then run as DaCe's pure GPU maps)."""
+    ``DACE_PARTITION_BLAS=pure`` or ``DACE_PARTITION_GPU_BLAS=pure`` forces False (GEMMs then run as DaCe's
+    pure GPU maps). ``DACE_PARTITION_GPU_BLAS=cublas`` forces True: to lower on a machine without cuBLAS for
+    one that has it, or to run that lowering's data flow on the host (:mod:`~dace_partition.runtime.emulation`,
+    where the GEMMs take DaCe's host expansion)."""
+    forced = os.environ.get("DACE_PARTITION_GPU_BLAS", "").strip().lower()
+    if forced not in ("", "auto", "pure", "cublas"):
+        raise ValueError(f"DACE_PARTITION_GPU_BLAS must be cublas, pure or auto, got {forced!r}")
+    if forced in ("pure", "cublas"):
+        return forced == "cublas"
     if os.environ.get("DACE_PARTITION_BLAS", "").strip().lower() == "pure":
         return False
     nvcc = nvcc_path()

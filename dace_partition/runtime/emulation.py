@@ -19,6 +19,7 @@ from dace import SDFG, dtypes, nodes
 
 _CUDA_ONLY = ("warpReduce", "__shfl", "threadIdx")  # in a tasklet: code that exists only on the GPU
 _HOST_STORAGE = (dtypes.StorageType.GPU_Global, dtypes.StorageType.GPU_Shared, dtypes.StorageType.CPU_Pinned)
+_GPU_NODE_SCHEDULES = tuple(dtypes.GPU_SCHEDULES) + (dtypes.ScheduleType.GPU_Default, )
 
 
 @contextlib.contextmanager
@@ -49,7 +50,9 @@ def on_host(sdfg: SDFG) -> SDFG:
         if isinstance(n, nodes.MapEntry) and n.map.schedule in dtypes.GPU_SCHEDULES:
             n.map.schedule = dtypes.ScheduleType.Sequential
             n.map.gpu_block_size = None
-        elif isinstance(n, nodes.LibraryNode) and getattr(n, "implementation", None) == "cuBLAS":
+        elif isinstance(n, (nodes.NestedSDFG, nodes.LibraryNode)) and n.schedule in _GPU_NODE_SCHEDULES:
+            n.schedule = dtypes.ScheduleType.Default  # else a library node expanded inside gets a GPU schedule
+        if isinstance(n, nodes.LibraryNode) and getattr(n, "implementation", None) == "cuBLAS":
             n.implementation = "pure"
         if isinstance(n, nodes.CodeNode) and CUDA_ENVIRONMENT in getattr(n, "environments", []):
             n.environments = [e for e in n.environments if e != CUDA_ENVIRONMENT]

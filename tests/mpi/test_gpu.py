@@ -32,6 +32,7 @@ needs_gpu = pytest.mark.skipif(not HAVE_GPU, reason="no CUDA GPU here (nvidia-sm
                                "builds are compiled but not run")
 
 MATMUL_GRIDS = [(1, 1, 1), (4, 1, 1), (1, 1, 4), (2, 2, 2)]
+UNEVEN_MATMUL_GRIDS = [(2, 2, 1), (1, 1, 2)]
 
 # name -> (program factory, schedule factory, inputs factory, reference)
 CASES = {
@@ -47,6 +48,10 @@ for _g in MATMUL_GRIDS:
     CASES["matmul_" + "x".join(map(str, _g))] = (
         lambda: programs.matmul.to_sdfg(), (lambda g: lambda s: {"_MatMult_.gemm_map": g})(_g),
         lambda r: dict(a=r.random((64, 64)), b=r.random((64, 64))), lambda a, b: a @ b)
+for _g in UNEVEN_MATMUL_GRIDS:  # 37 x 37: the pure expansion, its product on cuBLAS where the toolkit has it
+    CASES["matmul_uneven_" + "x".join(map(str, _g))] = (
+        lambda: programs.matmul_n(37).to_sdfg(), (lambda g: lambda s: {"_MatMult_.gemm_map": g})(_g),
+        lambda r: dict(a=r.random((37, 37)), b=r.random((37, 37))), lambda a, b: a @ b)
 
 
 @functools.lru_cache(maxsize=None)
@@ -140,6 +145,78 @@ def test_matrix_products_on_cublas_when_the_toolkit_has_it(cublas, monkeypatch):
         assert not any(isinstance(n, nodes.LibraryNode) and not isinstance(n, DistributedMemlet)
                        for n, _ in sdfg.all_nodes_recursive()), "a library node is left for a toolkit without cuBLAS"
         assert dp.report(sdfg).blas.startswith("pure")
+
+
+SM, SN, SK = (dace.symbol(n) for n in ("SM", "SN", "SK"))
+
+
+@dace.program
+def matmul_symbolic(a: dace.float64[SM, SK], b: dace.float64[SK, SN]):
+    return a @ b
+
+
+def _uneven_matmul_on_gpu(n, grid, tag):
+    """``a @ b`` lowered for the GPU on tiles of unequal widths (``n`` not a multiple of the grid), or
+    sized at run time (``n=None``: sizes left symbolic): the library node becomes its pure expansion."""
+    sdfg = programs.matmul_n(n).to_sdfg() if n else matmul_symbolic.to_sdfg()
+    sdfg.name = f"tgpu_uneven_matmul_{tag}_{n}_{'x'.join(map(str, grid))}"
+    dp.lower(sdfg, {"_MatMult_.gemm_map": grid}, device="gpu")
+    return sdfg
+
+
+@pytest.mark.parametrize("cublas", [True, False])
+@pytest.mark.parametrize("n,grid", [(37, (2, 2, 1)), (37, (1, 1, 2)), (None, (2, 1, 2))])
+def test_matrix_products_on_uneven_tiles_run_on_cublas(n, grid, cublas, monkeypatch):
+    """On uneven tiles (or tiles sized at run time) the matrix product is the pure expansion, tiled exactly.
+    Its product map ran as DaCe's GPU map, one thread per output element with an atomic add per
+    multiply-add; with cuBLAS it is now one cuBLAS GEMM of the rank's exact block between GPU copy kernels
+    that pack the operands and unpack the product. Without cuBLAS the expansion's maps stay (packing them
+    for a pure GEMM would only add copies)."""
+    monkeypatch.setattr(cuda_build, "cublas_available", lambda: cublas)
+    sdfg = _uneven_matmul_on_gpu(n, grid, cublas)
+    from dace.libraries.blas import Gemm
+    gemms = [(g, st) for g, st in sdfg.all_nodes_recursive() if isinstance(g, Gemm)]
+    maps = [m.map for m, st in sdfg.all_nodes_recursive() if isinstance(m, nodes.MapEntry) and st.entry_node(m) is None]
+    notes = [note for k in dp.report(sdfg).kernels for note in k.notes]
+    assert any("pure expansion" in note for note in notes)
+    on_blas = any("'_MatMult_.gemm_map'" in note and "GEMM on BLAS" in note for note in notes)
+    products = [m for m in maps if len(m.params) == 3]  # the expansion's i, j, k map
+    if cublas:
+        assert [g.implementation for g, _ in gemms] == ["cuBLAS"] and on_blas and not products, notes
+        assert gemms[0][1].sdfg is not sdfg, "the GEMM is not inside the expansion (the rank's exact block)"
+        packs = [m for m in maps if "_pack_" in m.label or m.label.endswith("_unpack_map")]
+        assert len(packs) == 3 and all(m.schedule == dtypes.ScheduleType.GPU_Device for m in packs)
+        assert dp.report(sdfg).blas.startswith("cuBLAS")
+    else:
+        assert not gemms and not on_blas and [m.schedule for m in products] == [dtypes.ScheduleType.GPU_Device]
+
+
+@pytest.mark.parametrize("grid", [(2, 1, 2), pytest.param((2, 2, 1), marks=pytest.mark.slow)])
+def test_matrix_products_on_uneven_tiles_run_like_numpy(grid, rng, monkeypatch):
+    """The cuBLAS lowering of an uneven matrix product (rows and K split unevenly; rows and columns), its GPU
+    data flow run on the host (the GEMM by DaCe's host expansion) under mpiexec, equal to NumPy."""
+    from dace_partition.runtime.emulation import host_kernels, on_host
+    monkeypatch.setenv("DACE_PARTITION_GPU_BLAS", "cublas")  # as lowered for a machine with cuBLAS
+    with host_kernels():
+        sdfg = _uneven_matmul_on_gpu(37, grid, "run")
+    a, b = rng.standard_normal((37, 37)), rng.standard_normal((37, 37))
+    got = dp.run(on_host(sdfg), int(np.prod(grid)), timeout=300, a=a, b=b)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-12, atol=1e-12)
+
+
+def test_gpu_blas_can_be_forced_either_way(monkeypatch):
+    """``DACE_PARTITION_GPU_BLAS`` lowers for a toolkit with (``cublas``) or without (``pure``) cuBLAS,
+    whatever this machine's toolkit has; ``DACE_PARTITION_BLAS=pure`` still means no BLAS anywhere."""
+    monkeypatch.setenv("DACE_PARTITION_GPU_BLAS", "cublas")
+    assert cuda_build.cublas_available()
+    monkeypatch.setenv("DACE_PARTITION_GPU_BLAS", "pure")
+    assert not cuda_build.cublas_available()
+    monkeypatch.setenv("DACE_PARTITION_GPU_BLAS", "auto")
+    monkeypatch.setenv("DACE_PARTITION_BLAS", "pure")
+    assert not cuda_build.cublas_available()
+    monkeypatch.setenv("DACE_PARTITION_GPU_BLAS", "mkl")
+    with pytest.raises(ValueError, match="DACE_PARTITION_GPU_BLAS must be cublas, pure or auto, got 'mkl'"):
+        cuda_build.cublas_available()
 
 
 def test_cpu_lowering_uses_no_gpu():
@@ -269,7 +346,8 @@ def test_cuda_build(name):
     assert libs, "the shared library was not built"
     if shutil.which("nm"):
         syms = subprocess.run(["nm", "-D", libs[0]], capture_output=True, text=True).stdout
-        expected = ["MPI_Comm_split_type", "cudaSetDevice"] + (["MPI_Scatterv", "MPI_Gatherv"] if partitioned else [])
+        moves = ["MPI_Alltoallw"] if "uneven" in name else ["MPI_Scatterv", "MPI_Gatherv"]  # uneven: general blocks
+        expected = ["MPI_Comm_split_type", "cudaSetDevice"] + (moves if partitioned else [])
         for s in expected:
             assert s in syms, f"{s} is not referenced by the built library"
     if name.startswith("matmul") and cuda_build.cublas_available():
@@ -440,7 +518,8 @@ def test_array_copies_build_as_gpu_kernels():
 def _run_cases():
     out = []
     for name in CASES:
-        need = {"matmul_1x1x1": 1, "matmul_2x2x2": 8, "softmax": 2, "matmul_4x1x1": 4, "matmul_1x1x4": 4}.get(name, 4)
+        need = {"matmul_1x1x1": 1, "matmul_2x2x2": 8, "softmax": 2, "matmul_4x1x1": 4, "matmul_1x1x4": 4,
+                "matmul_uneven_1x1x2": 2}.get(name, 4)
         for ranks in (2, 4):
             if ranks >= need:
                 out.append((name, ranks))

@@ -49,20 +49,26 @@ def _pass_names(options: LoweringOptions, program=scaled_then_summed):
 SOLVERS = tuple(resolve_solvers(None))
 
 
-@pytest.mark.parametrize("options, expected", [
-    (LoweringOptions(SOLVERS),
+@pytest.mark.parametrize("options, gpu_blas, expected", [
+    (LoweringOptions(SOLVERS), "pure",
      ["PartitionKernels", "FuseRoundTrips", "FuseLoops", "BroadcastBranchData", "GuardRankZeroCode", "StartGrids",
       "CheckMoves", "ContractionsToBlas", "SingleThreaded"]),
-    (LoweringOptions(SOLVERS, fuse=False, io=IoMode.DISTRIBUTED, contractions=False, single_threaded=False),
+    (LoweringOptions(SOLVERS, fuse=False, io=IoMode.DISTRIBUTED, contractions=False, single_threaded=False), "auto",
      ["PartitionKernels", "LocalizeArguments", "BroadcastBranchData", "GuardRankZeroCode", "StartGrids",
       "CheckMoves"]),
-    (LoweringOptions(SOLVERS, device=Device.GPU),
+    (LoweringOptions(SOLVERS, device=Device.GPU), "cublas",
      ["PartitionKernels", "FuseRoundTrips", "FuseLoops", "BroadcastBranchData", "GuardRankZeroCode",
       "ContractionsToBlas", "OffloadToGpu", "StartGrids", "CheckMoves"]),
-], ids=["cpu", "cpu-distributed-unfused", "gpu"])
-def test_the_pipeline_holds_the_passes_the_options_ask_for_in_dependency_order(options, expected):
-    """On a GPU the contractions become GEMMs before the kernels move to the GPU (cuBLAS), on a CPU after
+    (LoweringOptions(SOLVERS, device=Device.GPU), "pure",
+     ["PartitionKernels", "FuseRoundTrips", "FuseLoops", "BroadcastBranchData", "GuardRankZeroCode",
+      "OffloadToGpu", "StartGrids", "CheckMoves"]),
+], ids=["cpu", "cpu-distributed-unfused", "gpu-cublas", "gpu-without-cublas"])
+def test_the_pipeline_holds_the_passes_the_options_ask_for_in_dependency_order(options, gpu_blas, expected,
+                                                                               monkeypatch):
+    """On a GPU the contractions become GEMMs before the kernels move to the GPU, where cuBLAS is (without
+    it a GEMM is DaCe's pure GPU maps, and packing its operands would only add copies); on a CPU after
     everything else that rewrites the program; a GPU lowering is never single-threaded by the CPU pass."""
+    monkeypatch.setenv("DACE_PARTITION_GPU_BLAS", gpu_blas)
     assert _pass_names(options) == expected
 
 
