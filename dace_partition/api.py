@@ -20,7 +20,7 @@ import numpy as np
 from dace import nodes
 from dace.sdfg import SDFG
 
-from .compat import DACE_MAJOR, DACE_VERSION, stepped_elements
+from .compat import DACE_MAJOR, DACE_VERSION, stepped_elements, with_line_info_from_frames
 from .errors import ScheduleError, UnsupportedPattern
 from .ir import Device, IoMode, Layout, is_lowered, layouts_of, notes, ranks_needed
 from .passes.local_optimize import LocalOptimize, LocalStep, steps_of
@@ -41,6 +41,7 @@ def report(sdfg: SDFG) -> LoweringReport:
     return rep
 
 
+@with_line_info_from_frames
 def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=None, fuse: bool = True,
           device: str = "cpu", io: str = "root", threads: Optional[int] = 1, verbose: bool = False,
           memory_per_rank: Optional[int] = None, fixed: Optional[dict] = None, sizes: Optional[dict] = None,
@@ -138,7 +139,7 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
     _adopt(sdfg, work)
     slow = rep.slow_steps()
     if slow:
-        warnings.warn(f"'{sdfg.name}': {slow}", stacklevel=2)
+        warnings.warn(f"'{sdfg.name}': {slow}", stacklevel=3)  # the caller of lower(), past the wrapper
     if device == "cpu":
         from .runtime.toolchain import blas
         rep.blas = str(blas())

@@ -4,18 +4,22 @@
 ``from_torch_train_step`` (a whole training step, traced to ATen). They need the ``torch`` extra; the
 imports happen on first use so that the core package does not depend on torch or onnx.
 """
+from ..compat import with_line_info_from_frames
 
 
+@with_line_info_from_frames
 def from_onnx(*args, **kwargs):
     from .onnx_import import from_onnx as impl
     return impl(*args, **kwargs)
 
 
+@with_line_info_from_frames
 def from_torch(*args, **kwargs):
     from .torch_module import from_torch as impl
     return impl(*args, **kwargs)
 
 
+@with_line_info_from_frames
 def from_torch_train_step(*args, **kwargs):
     from .train_step import from_torch_train_step as impl
     return impl(*args, **kwargs)

@@ -11,7 +11,7 @@ import numpy as np
 import dace
 from dace.sdfg import SDFG
 
-from ..compat import forget_symbolic_cache, one_build_folder
+from ..compat import forget_symbolic_cache, one_build_folder, with_line_info_from_frames
 from ..errors import ScheduleError
 from ..ir import is_lowered
 from ..ir.record import notes
@@ -42,6 +42,7 @@ def _prepare_build_environment():
     os.environ.update(mpi_environment())
 
 
+@with_line_info_from_frames  # DaCe's expansions add nodes while it generates code
 def build(sdfg: SDFG) -> str:
     """Builds the lowered program once (rebuilt only when the SDFG changes) and returns its build folder.
     Leaves DaCe's symbol cache empty (:func:`~dace_partition.compat.forget_symbolic_cache`): a program
