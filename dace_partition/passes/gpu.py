@@ -104,12 +104,13 @@ class OffloadToGpu(PlanPass):
     GPU placement says (``LoweringPlan.gpu``, decided before any rewrite); the residency, with the copies
     the rewrite made, goes into ``report``. Runs after GuardRankZeroCode has guarded rank 0's states."""
 
-    def __init__(self, plan, report, after=()):
+    def __init__(self, plan, report, after=(), cublas: Optional[bool] = None):
         super().__init__(plan, after)
         self.report = report
+        self.cublas = cublas  # None: where the CUDA toolkit has it (see offload)
 
     def apply_pass(self, sdfg: SDFG, pipeline_results):
-        offload(sdfg, [km.kernel.state for km in self.plan.kernels], self.plan.gpu, self.report,
+        offload(sdfg, [km.kernel.state for km in self.plan.kernels], self.plan.gpu, self.report, self.cublas,
                 grids={km.kernel.state: tuple(km.grid) for km in self.plan.kernels})
         return self.report.residency
 

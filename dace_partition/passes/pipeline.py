@@ -99,9 +99,10 @@ def lowering_pipeline(plan: LoweringPlan, options: LoweringOptions, report) -> T
     expanded = {km.kernel.node: km.analysis.principal for km in plan.kernels if km.kernel.label in plan.expanded}
     if gpu:
         from ..runtime import cuda_build
-        if options.contractions and cuda_build.cublas_available():  # else a GEMM is DaCe's pure GPU maps: the
-            then(ContractionsToBlas(expanded))                       # packing copies would only add work
-        then(OffloadToGpu(plan, report))
+        cublas = cuda_build.cublas_available()  # decided once: which contractions to pack, and for what
+        if options.contractions and cublas:  # else a GEMM is DaCe's pure GPU maps: packing would only add copies
+            then(ContractionsToBlas(expanded))
+        then(OffloadToGpu(plan, report, cublas=cublas))
     then(StartGrids(plan))
     then(CheckMoves(plan))
     if not gpu and options.contractions:
