@@ -18,7 +18,7 @@ the BLAS the toolchain selects), and the result is added to the output as the su
 """
 import ast
 from dataclasses import dataclass, replace
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 import dace
 import sympy
@@ -27,6 +27,7 @@ from dace.frontend.operations import detect_reduction_type
 from dace.frontend.python import astutils
 from dace.memlet import Memlet
 from dace.sdfg import SDFG, SDFGState
+from dace.subsets import Range
 from dace.symbolic import pystr_to_symbolic
 
 from ..schedule import ordered_states
@@ -192,12 +193,49 @@ def find_contractions(sdfg: SDFG, expanded: Optional[Dict[nodes.NestedSDFG, str]
     return found
 
 
+def symbols_at_init(sdfg: SDFG) -> Set[str]:
+    """The symbols of ``sdfg`` whose values the program's init code has: the outermost program's free
+    symbols and constants, and a nested SDFG's symbols that its parent passes through under the same
+    name (DaCe allocates a persistent array of a nested SDFG in the outermost init, writing its size in
+    the nested SDFG's names)."""
+    node = sdfg.parent_nsdfg_node
+    if node is None:
+        return {str(s) for s in sdfg.free_symbols} | set(sdfg.constants)
+    outer = symbols_at_init(sdfg.parent_sdfg)
+    return {s for s, v in node.symbol_mapping.items()
+            if str(v) == s and s in outer and s not in sdfg.constants_prop}
+
+
+def _extent_bounds(sdfg: SDFG, m: _Match, ext: Dict[str, object]) -> Dict[str, object]:
+    """For each map parameter, an upper bound of its extent that is known when the program starts: the
+    extent itself, or the size of an operand dimension the parameter indexes (the parameter plus an
+    offset stays inside it). A rank's block of an uneven or run-time split has an extent that depends on
+    the rank's grid coordinates, set after the init; the padded tile it lies in does not. Parameters
+    without such a bound are left out."""
+    known = symbols_at_init(sdfg)
+
+    def at_init(expr):
+        return {str(f) for f in getattr(expr, "free_symbols", set())} <= known
+
+    bound = {p: e for p, e in ext.items() if at_init(e)}
+    for role in ("a", "b", "out"):
+        shape = sdfg.arrays[m.sources[role].data].shape
+        for dim, p in enumerate(_index_params(Range.from_string(m.subsets[role]), list(ext))):
+            if p not in bound and at_init(shape[dim]):
+                bound[p] = shape[dim]
+    return bound
+
+
 class ContractionToGemm:
     """Replaces one contraction map with copies into ``[batch, M, K]`` / ``[batch, K, N]`` buffers, a
     ``MatMul`` library node (expanded to ``Gemm`` / ``BatchedMatMul`` on BLAS) and an accumulating copy
     of the ``[batch, M, N]`` product into the output. Why copies: the operands' tiles are strided in
     ways a single BLAS call cannot take (``q[b, h, s, d]`` with (b, s) as rows), and gathering them is
-    linear in the data, while the product is not."""
+    linear in the data, while the product is not. The buffers are allocated once, when the program
+    starts, wherever their sizes allow it: sized for the largest block a rank can have (see
+    :func:`_extent_bounds`), the GEMM taking this call's block of them. Allocated in every call, a
+    buffer in GPU memory costs a ``cudaMalloc`` and a synchronising ``cudaFree``, and a large one on the
+    host a fresh mapping whose pages fault in again."""
 
     def apply(self, sdfg: SDFG, m: _Match):
         st, entry, d = m.state, m.entry, m.decision
@@ -206,10 +244,10 @@ class ContractionToGemm:
         ext = {p: symbolic.simplify(r[1] - r[0] + 1) for p, r in rng.items()}
         span = {p: f"{r[0]}:{r[1] + 1}" for p, r in rng.items()}
 
-        def size(group):
+        def dims(group, of):
             out = 1
             for p in group:
-                out = out * ext[p]
+                out = out * of[p]
             return symbolic.simplify(out)
 
         def flat(group):
@@ -220,16 +258,22 @@ class ContractionToGemm:
                 expr = expr * ext[p] + (symbolic.pystr_to_symbolic(p) - rng[p][0])
             return str(symbolic.simplify(expr))
 
+        bound = _extent_bounds(sdfg, m, ext)
+        once = len(bound) == len(ext)  # every extent bounded by sizes known when the program starts
+
         dtype = sdfg.arrays[d.out].dtype
         batched = bool(d.batch)
         shapes = {"a": (d.batch, d.m, d.k), "b": (d.batch, d.k, d.n), "out": (d.batch, d.m, d.n)}
-        bufs, buf_nodes = {}, {}
+        bufs, buf_nodes, blocks = {}, {}, {}
         for role, groups in shapes.items():
             groups = groups if batched else groups[1:]
-            name, _ = sdfg.add_array(f"__gemm_{tag}_{role}", [size(g) for g in groups], dtype, transient=True,
-                                     find_new_name=True)
+            name, desc = sdfg.add_array(f"__gemm_{tag}_{role}", [dims(g, bound if once else ext) for g in groups],
+                                        dtype, transient=True, find_new_name=True)
+            if once:
+                desc.lifetime = dtypes.AllocationLifetime.Persistent
             bufs[role] = (name, groups)
             buf_nodes[role] = st.add_access(name)
+            blocks[role] = Memlet(f"{name}[{', '.join(f'0:{dims(g, ext)}' for g in groups)}]")  # this call's block
         for role in ("a", "b"):
             name, groups = bufs[role]
             src = m.sources[role]
@@ -243,10 +287,9 @@ class ContractionToGemm:
         gemm = MatMul(f"{tag}_gemm")
         st.add_node(gemm)
         for role, conn in (("a", "_a"), ("b", "_b")):
-            name = bufs[role][0]
-            st.add_edge(buf_nodes[role], None, gemm, conn, Memlet.from_array(name, sdfg.arrays[name]))
+            st.add_edge(buf_nodes[role], None, gemm, conn, blocks[role])
         out_name, out_groups = bufs["out"]
-        st.add_edge(gemm, "_c", buf_nodes["out"], None, Memlet.from_array(out_name, sdfg.arrays[out_name]))
+        st.add_edge(gemm, "_c", buf_nodes["out"], None, blocks["out"])
         code = "__out = __in" if d.alpha == 1.0 else f"__out = {d.alpha!r} * __in"
         target = m.sources["out"]
         exit_node = st.exit_node(entry)

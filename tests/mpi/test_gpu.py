@@ -187,8 +187,43 @@ def test_matrix_products_on_uneven_tiles_run_on_cublas(n, grid, cublas, monkeypa
         packs = [m for m in maps if "_pack_" in m.label or m.label.endswith("_unpack_map")]
         assert len(packs) == 3 and all(m.schedule == dtypes.ScheduleType.GPU_Device for m in packs)
         assert dp.report(sdfg).blas.startswith("cuBLAS")
+        _assert_gemm_buffers_allocated_once(sdfg)
     else:
         assert not gemms and not on_blas and [m.schedule for m in products] == [dtypes.ScheduleType.GPU_Device]
+
+
+def _assert_gemm_buffers_allocated_once(sdfg):
+    """The pack buffers of the GEMMs inside expansions live in GPU memory and are allocated when the
+    program starts: sized without the rank's grid coordinates (known only later), for the largest block.
+    Each GEMM takes this call's block of them, which may depend on those coordinates."""
+    top = {str(s) for s in sdfg.free_symbols} | set(sdfg.constants)
+    bufs = [(sd, a, d) for sd in sdfg.all_sdfgs_recursive() for a, d in sd.arrays.items() if a.startswith("__gemm_")]
+    assert bufs and all(sd is not sdfg for sd, _, _ in bufs), "no GEMM inside an expansion"
+    for sd, a, d in bufs:
+        assert d.storage == dtypes.StorageType.GPU_Global, a
+        assert d.lifetime == dtypes.AllocationLifetime.Persistent, f"{a} is allocated in every call"
+        assert {str(s) for s in d.free_symbols} <= top, f"{a} is sized by {d.shape}, unknown when the program starts"
+    edges = [e for g, st in sdfg.all_nodes_recursive() if isinstance(g, nodes.LibraryNode)
+             and not isinstance(g, DistributedMemlet) for e in st.all_edges(g)]
+    assert edges and all(e.data.data.startswith("__gemm_") for e in edges), "a BLAS call not on the pack buffers"
+    return [e.data.subset for e in edges]
+
+
+@pytest.mark.parametrize("name", ["gemm", "gesummv", "k2mm", "mlp"])
+def test_gemm_buffers_of_conformance_programs_are_allocated_once(name, monkeypatch):
+    """The conformance programs' products are written on sizes left symbolic, so on the GPU each is one
+    cuBLAS GEMM of a rank's exact block inside the expansion. Its pack buffers were allocated and freed in
+    every call (a ``cudaMalloc`` and a synchronising ``cudaFree`` each); now once, at the largest block,
+    with each call's GEMM on a block that depends on the rank."""
+    from conformance.programs import CASES as CONFORMANCE
+    monkeypatch.setenv("DACE_PARTITION_GPU_BLAS", "cublas")
+    case = CONFORMANCE[name]
+    sdfg = case.program.to_sdfg()
+    sdfg.name = f"tgpu_gemm_buffers_{name}"
+    dp.lower(sdfg, case.schedule(2, dp.maps(sdfg)), device="gpu")
+    blocks = _assert_gemm_buffers_allocated_once(sdfg)
+    top = {str(s) for s in sdfg.free_symbols} | set(sdfg.constants)
+    assert any({str(s) for s in b.free_symbols} - top for b in blocks), "no GEMM runs on a rank's own block"
 
 
 @pytest.mark.parametrize("grid", [(2, 1, 2), pytest.param((2, 2, 1), marks=pytest.mark.slow)])

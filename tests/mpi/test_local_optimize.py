@@ -277,3 +277,9 @@ def test_gemm_on_tiles_whose_bounds_need_int_ceil_stays_on_blas(k, even):
     notes = [n for notes in kernel_notes(sdfg).values() for n in notes]
     assert libs and any("uneven tiles" in n for n in notes) != even
     assert any(f"'{gemm}'" in n and "GEMM on BLAS" in n for n in notes) != even, notes
+    top = {str(s) for s in sdfg.free_symbols} | set(sdfg.constants)
+    for sd in sdfg.all_sdfgs_recursive():  # the exact block's buffers: allocated once, at the largest block
+        for name, desc in sd.arrays.items():
+            if name.startswith("__gemm_"):
+                assert desc.lifetime == dace.AllocationLifetime.Persistent, f"{name} is allocated in every call"
+                assert {str(s) for s in desc.free_symbols} <= top, f"{name}: {desc.shape}"
