@@ -124,6 +124,11 @@ def job_gpus() -> Optional[int]:
     return n
 
 
+#: flop/s of a float64 GEMM as DaCe's pure GPU maps (one thread per output element, an atomic add per
+#: multiply-add): 2 * 2048^3 flop in 3.6 s on one H100 (docs/gpu.md, "Matrix products on cuBLAS").
+PURE_GPU_GEMM_FLOPS = 4.7e9
+
+
 def gpu_machine(gpus: Optional[int] = None, host: Optional[Machine] = None) -> Machine:
     """The model of ranks whose kernels run on GPUs (``lower(..., device="gpu")``), from published figures
     of an NVIDIA H100 SXM5 (HBM3 3.35 TB/s, FP64 tensor 67 TFLOP/s, PCIe Gen5 x16 64 GB/s per direction),
@@ -134,7 +139,9 @@ def gpu_machine(gpus: Optional[int] = None, host: Optional[Machine] = None) -> M
     sharing one GPU add about 0.2 ms per kernel for each further rank (softmax, matmul and MLP on 1, 2 and
     4 ranks: 1.1, 0.3 and 0.7 ms more on two ranks, 2.6, 0.65 and 1.9 ms on four, for 4, 1 and 3
     kernels). Where ``calibrate(device="gpu")`` ran on this machine, its measured rates (memory, PCIe,
-    launch, GEMM) replace the published ones.
+    launch, GEMM) replace the published ones. Where the toolkit has no cuBLAS
+    (``runtime.cuda_build.cublas_available``), the lowering runs matrix products as DaCe's pure GPU maps,
+    and they are priced at that rate (:data:`PURE_GPU_GEMM_FLOPS`), not cuBLAS's.
 
     Lowering somewhere else than where the job runs (a login node without GPUs, this machine for a cluster),
     say how many GPUs the job's ranks will have: ``DACE_PARTITION_GPUS=N`` (``gpus`` given here wins), or
@@ -150,11 +157,17 @@ def gpu_machine(gpus: Optional[int] = None, host: Optional[Machine] = None) -> M
         gpus = gpu_count() or 1
     measured = _gpu_calibration()
     if measured is not None:  # calibrate(device="gpu") ran here: its GPU rates, the host's MPI link
-        return replace(measured, alpha=host.alpha, beta=host.beta, node_alpha=host.node_alpha,
-                       node_beta=host.node_beta, ranks_per_node=host.ranks_per_node, gpus=gpus)
-    return Machine(alpha=host.alpha, beta=host.beta, blas_flops=5.0e13, map_ops=1.0e12, stream=2.5e12,
-                   source=f"GPU: H100 published figures, derated; MPI link: {host.source}", gpus=gpus,
-                   pcie=2.5e10, launch=1.0e-5, switch=2.0e-4)
+        m = replace(measured, alpha=host.alpha, beta=host.beta, node_alpha=host.node_alpha,
+                    node_beta=host.node_beta, ranks_per_node=host.ranks_per_node, gpus=gpus)
+    else:
+        m = Machine(alpha=host.alpha, beta=host.beta, blas_flops=5.0e13, map_ops=1.0e12, stream=2.5e12,
+                    source=f"GPU: H100 published figures, derated; MPI link: {host.source}", gpus=gpus,
+                    pcie=2.5e10, launch=1.0e-5, switch=2.0e-4)
+    from ..runtime.cuda_build import cublas_available
+    if not cublas_available():  # the GEMMs will be DaCe's pure GPU maps (passes/pipeline.py)
+        m = replace(m, blas_flops=min(m.blas_flops, PURE_GPU_GEMM_FLOPS),
+                    source=f"{m.source}; no cuBLAS: GEMMs at the pure maps' rate")
+    return m
 
 
 def daint_machine() -> Machine:

@@ -30,6 +30,13 @@ def row_softmax(x: dace.float32[N, N]):
 SIZES = {"N": 8192}
 
 
+@pytest.fixture(autouse=True)
+def _with_cublas(monkeypatch):
+    """Priced for a GPU whose toolkit has cuBLAS, as a full CUDA toolkit does (this machine's has none;
+    ``test_without_cublas_matrix_products_are_priced_as_pure_gpu_maps`` prices that case)."""
+    monkeypatch.setenv("DACE_PARTITION_GPU_BLAS", "cublas")
+
+
 def _partitioned(schedule):
     return {k: v for k, v in schedule.items() if v is not None and np.prod(v) > 1}
 
@@ -52,6 +59,27 @@ def test_one_gpu_per_rank_splits_an_8192_matmul_whose_tiles_are_in_place():
     assert _partitioned(dict(four)), four.explain()
     root = dp.auto_schedule(big_matmul.to_sdfg(), 4, sizes=SIZES, machine=dp.gpu_machine(gpus=4))
     assert not _partitioned(dict(root)), root.explain()
+
+
+def test_without_cublas_matrix_products_are_priced_as_pure_gpu_maps(monkeypatch, tmp_path):
+    """Without cuBLAS the lowering runs a matrix product as DaCe's pure GPU maps (an atomic add per
+    multiply-add: about 4.7 GFlop/s measured on an H100, against the 50 TFlop/s the model gives cuBLAS), and
+    the model prices it so, published or calibrated rates alike. The 8192^3 product through rank 0 then
+    costs minutes on one GPU: splitting it over four GPUs pays for scattering 1.5 GB (with cuBLAS it stays
+    on one GPU, above)."""
+    import importlib
+    M = importlib.import_module("dace_partition.search.machine")
+    monkeypatch.setattr(M, "GPU_CACHE", str(tmp_path / "none.json"))
+    monkeypatch.setenv("DACE_PARTITION_GPU_BLAS", "pure")
+    pure = dp.gpu_machine(gpus=4)
+    assert pure.blas_flops == M.PURE_GPU_GEMM_FLOPS and "no cuBLAS" in pure.source
+    root = dp.auto_schedule(big_matmul.to_sdfg(), 4, sizes=SIZES, machine=pure)
+    assert _partitioned(dict(root)), root.explain()
+    assert "no cuBLAS: GEMMs at the pure maps' rate" in root.explain()
+    one = dp.auto_schedule(big_matmul.to_sdfg(), 1, sizes=SIZES, machine=pure)
+    assert one.predicted.compute == pytest.approx(2 * 8192 ** 3 / M.PURE_GPU_GEMM_FLOPS, rel=0.05), one.explain()
+    monkeypatch.setenv("DACE_PARTITION_GPU_BLAS", "cublas")
+    assert dp.gpu_machine(gpus=4).blas_flops == 5.0e13
 
 
 def test_lowering_away_from_the_job_is_told_its_gpus(monkeypatch, tmp_path):
