@@ -19,7 +19,8 @@ from dace import SDFG, dtypes, nodes
 
 _CUDA_ONLY = ("warpReduce", "__shfl", "threadIdx")  # in a tasklet: code that exists only on the GPU
 _HOST_STORAGE = (dtypes.StorageType.GPU_Global, dtypes.StorageType.GPU_Shared, dtypes.StorageType.CPU_Pinned)
-_GPU_NODE_SCHEDULES = tuple(dtypes.GPU_SCHEDULES) + (dtypes.ScheduleType.GPU_Default, )
+_GPU_NODE_SCHEDULES = tuple(dtypes.GPU_SCHEDULES) + tuple(  # GPU_Default: DaCe 1 only
+    s for s in dtypes.ScheduleType if s.name == "GPU_Default")
 
 
 @contextlib.contextmanager

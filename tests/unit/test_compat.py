@@ -191,3 +191,17 @@ def test_line_info_from_frames_is_the_file_and_line_dace_would_give():
     assert ours.debuginfo.filename == theirs.debuginfo.filename == __file__
     assert ours.debuginfo.start_line == theirs.debuginfo.start_line + 2
     assert (given.debuginfo.filename, given.debuginfo.start_line) == ("given.py", 7)
+
+
+def test_every_module_of_the_package_imports_under_this_dace():
+    """Each module imports under the DaCe installed (1.0.2, or DaCe 2 in its subset): a name that only one
+    generation has (DaCe 2 has no ``ScheduleType.GPU_Default``) fails here, not in a user's import."""
+    import importlib
+    import pkgutil
+
+    import dace_partition
+    names = [m.name for m in pkgutil.walk_packages(dace_partition.__path__, "dace_partition.")
+             if not m.name.endswith("__main__")]
+    assert "dace_partition.runtime.emulation" in names
+    for name in names:
+        importlib.import_module(name)
