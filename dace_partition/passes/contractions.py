@@ -17,8 +17,9 @@ product's O(size * K)), DaCe's ``MatMul`` computes ``[batch, M, N]`` (a ``Gemm``
 the BLAS the toolchain selects), and the result is added to the output as the sum conflict did.
 """
 import ast
+import numbers
 from dataclasses import dataclass, replace
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import dace
 import sympy
@@ -193,36 +194,46 @@ def find_contractions(sdfg: SDFG, expanded: Optional[Dict[nodes.NestedSDFG, str]
     return found
 
 
-def symbols_at_init(sdfg: SDFG) -> Set[str]:
-    """The symbols of ``sdfg`` whose values the program's init code has: the outermost program's free
-    symbols and constants, and a nested SDFG's symbols that its parent passes through under the same
-    name (DaCe allocates a persistent array of a nested SDFG in the outermost init, writing its size in
-    the nested SDFG's names)."""
+def values_at_init(sdfg: SDFG) -> Dict[str, object]:
+    """The symbols of ``sdfg`` whose values the program's init code has, each with what the init knows it
+    as: a number (a constant of the program) or the outermost program's free symbol of the same name (a
+    nested SDFG's symbol its parents pass through under that name). DaCe allocates a persistent array of
+    a nested SDFG in the outermost init, translating its size through the parents' symbol mappings, which
+    name no constant: sizes are therefore written with the constants' values."""
     node = sdfg.parent_nsdfg_node
     if node is None:
-        return {str(s) for s in sdfg.free_symbols} | set(sdfg.constants)
-    outer = symbols_at_init(sdfg.parent_sdfg)
-    return {s for s, v in node.symbol_mapping.items()
-            if str(v) == s and s in outer and s not in sdfg.constants_prop}
+        out = {str(s): symbolic.pystr_to_symbolic(str(s)) for s in sdfg.free_symbols}
+    else:
+        outer = values_at_init(sdfg.parent_sdfg)
+        out = {s: outer[s] for s, v in node.symbol_mapping.items() if str(v) == s and s in outer}
+    for name, value in sdfg.constants.items():
+        if isinstance(value, numbers.Integral) and (node is None or name not in node.symbol_mapping):
+            out[name] = int(value)
+    return out
 
 
 def _extent_bounds(sdfg: SDFG, m: _Match, ext: Dict[str, object]) -> Dict[str, object]:
-    """For each map parameter, an upper bound of its extent that is known when the program starts: the
-    extent itself, or the size of an operand dimension the parameter indexes (the parameter plus an
-    offset stays inside it). A rank's block of an uneven or run-time split has an extent that depends on
-    the rank's grid coordinates, set after the init; the padded tile it lies in does not. Parameters
-    without such a bound are left out."""
-    known = symbols_at_init(sdfg)
+    """For each map parameter, an upper bound of its extent that is known when the program starts (see
+    :func:`values_at_init`): the extent itself, or the size of an operand dimension the parameter
+    indexes (the parameter plus an offset stays inside it). A rank's block of an uneven or run-time split
+    has an extent that depends on the rank's grid coordinates, set after the init; the padded tile it
+    lies in does not. Parameters without such a bound are left out."""
+    known = values_at_init(sdfg)
 
     def at_init(expr):
-        return {str(f) for f in getattr(expr, "free_symbols", set())} <= known
+        free = {str(f) for f in getattr(expr, "free_symbols", set())}
+        if not free <= set(known):
+            return None
+        return symbolic.simplify(symbolic.pystr_to_symbolic(str(expr)).subs(
+            {symbolic.pystr_to_symbolic(f): known[f] for f in free})) if free else expr
 
-    bound = {p: e for p, e in ext.items() if at_init(e)}
+    bound = {p: b for p, b in ((p, at_init(e)) for p, e in ext.items()) if b is not None}
     for role in ("a", "b", "out"):
         shape = sdfg.arrays[m.sources[role].data].shape
         for dim, p in enumerate(_index_params(Range.from_string(m.subsets[role]), list(ext))):
-            if p not in bound and at_init(shape[dim]):
-                bound[p] = shape[dim]
+            b = at_init(shape[dim]) if p not in bound else None
+            if b is not None:
+                bound[p] = b
     return bound
 
 
