@@ -251,6 +251,28 @@ def test_batched_matmul_stays_on_blas_on_two_ranks(rng):
 
 
 
+@dace.program
+def batched_matmul_uneven(a: dace.float64[5, 7, 6], b: dace.float64[5, 6, 9]):
+    return a @ b
+
+
+def test_batched_matmul_on_uneven_rows_is_a_batched_gemm_of_each_ranks_block(rng):
+    """7 rows of each of 5 matrices over 2 ranks (blocks of 4 and 3): the pure expansion's product map is a
+    batched GEMM on buffers sized for the larger block, allocated once; each rank multiplies its own rows,
+    the batch stride that of the larger block (a wrong stride or leading dimension mixes rows of different
+    matrices)."""
+    sdfg = batched_matmul_uneven.to_sdfg()
+    sdfg.name = "t_lo_batched_uneven"
+    dp.lower(sdfg, {m.name: (1, 2) + (1, ) * (len(m.params) - 2) for m in dp.maps(sdfg)})
+    notes = [n for notes in kernel_notes(sdfg).values() for n in notes]
+    assert any("batched GEMM on BLAS" in n for n in notes), notes
+    bufs = {a: d for sd in sdfg.all_sdfgs_recursive() for a, d in sd.arrays.items() if a.startswith("__gemm_")}
+    assert sorted(tuple(d.shape) for d in bufs.values()) == [(5, 4, 6), (5, 4, 9), (5, 6, 9)]
+    assert all(d.lifetime == dace.AllocationLifetime.Persistent for d in bufs.values())
+    a, b = rng.standard_normal((5, 7, 6)), rng.standard_normal((5, 6, 9))
+    np.testing.assert_allclose(dp.run(sdfg, 2, a=a, b=b, timeout=300), a @ b, rtol=1e-12, atol=1e-12)
+
+
 GM, GN, GK = (dace.symbol(n) for n in ("GM", "GN", "GK"))
 
 
