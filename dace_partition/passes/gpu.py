@@ -88,14 +88,26 @@ DACE_EXPORTED int __dp_gpu_sync() {  // the rank's own GPU, whatever the calling
 }
 DACE_EXPORTED int __dp_gpu_copy(void *dst, const void *src, size_t bytes) {
     dace_partition_cuda::select_device();
-    return (int)cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+    cudaError_t e = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+    // From pageable memory cudaMemcpy may return before the DMA lands, and the program's kernels run on
+    // non-blocking streams, which do not wait for the default stream: wait here.
+    return (int)(e == cudaSuccess ? cudaStreamSynchronize(0) : e);
 }
 DACE_EXPORTED int __dp_gpu_device_of(const void *p) {  // the GPU holding p; -1 host memory, -2 unknown
+    dace_partition_cuda::select_device();
     cudaPointerAttributes a;
     if (cudaPointerGetAttributes(&a, p) != cudaSuccess) { cudaGetLastError(); return -2; }
     return (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) ? a.device : -1;
 }
 DACE_EXPORTED int __dp_gpu_current() { return dace_partition_cuda::select_device(); }
+// Waits for the stream a caller's device array names (__cuda_array_interface__'s "stream": 1 the legacy
+// default stream, 2 the per-thread one, else a cudaStream_t): the program's streams are non-blocking, so
+// its kernels would not otherwise wait for the caller's work on that array.
+DACE_EXPORTED int __dp_gpu_wait_stream(unsigned long long stream) {
+    dace_partition_cuda::select_device();
+    cudaStream_t s = stream == 1 ? cudaStreamLegacy : stream == 2 ? cudaStreamPerThread : (cudaStream_t)stream;
+    return (int)cudaStreamSynchronize(s);
+}
 """
 
 

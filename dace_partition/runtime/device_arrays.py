@@ -44,12 +44,15 @@ class _Flags:
 @dataclass(frozen=True)
 class DeviceView:
     """A caller's array in GPU memory, as the checks and the call need it: pointer, shape, dtype, strides
-    (bytes). ``owner`` is the caller's object (kept alive for the call, and telling the result's kind)."""
+    (bytes). ``owner`` is the caller's object (kept alive for the call, and telling the result's kind).
+    ``stream``: where the caller's work on it may still run, as ``__cuda_array_interface__`` says it (1 the
+    legacy default stream, 2 the per-thread one, else a ``cudaStream_t``); None: nothing to wait for."""
     owner: object
     ptr: int
     shape: Tuple[int, ...]
     dtype: np.dtype
     strides: Tuple[int, ...]
+    stream: Optional[int] = None
 
     @property
     def itemsize(self) -> int:
@@ -91,7 +94,10 @@ def device_view(value) -> Optional[DeviceView]:
     shape = tuple(int(n) for n in cai["shape"])
     dtype = np.dtype(cai["typestr"])
     strides = tuple(int(s) for s in cai["strides"]) if cai.get("strides") else _c_strides(shape, dtype.itemsize)
-    return DeviceView(value, int(cai["data"][0]), shape, dtype, strides)
+    # The interface's version 3 names the stream to wait for (None: none); without the entry (PyTorch's
+    # version 2), the legacy default stream, where CuPy and PyTorch run unless told otherwise.
+    stream = cai.get("stream", 1)
+    return DeviceView(value, int(cai["data"][0]), shape, dtype, strides, None if stream is None else int(stream))
 
 
 def _from_dlpack(value):
@@ -203,6 +209,17 @@ class CudaMemory:
         self._current = fn("__dp_gpu_current", ctypes.c_int)
         sync = compiled.get_exported_function("__dp_gpu_sync", ctypes.c_int)  # None in builds older than the pool
         self.pool = BufferPool(self._free, sync, keep=2 if sync is not None else 0)
+        wait = compiled.get_exported_function("__dp_gpu_wait_stream", ctypes.c_int)
+        self._wait = fn("__dp_gpu_wait_stream", ctypes.c_int, ctypes.c_ulonglong) if wait is not None else None
+        self._sync = sync
+
+    def wait_for(self, streams):
+        """Waits for the caller's work on the streams its device arrays name (see :class:`DeviceView`);
+        builds older than that export wait for the whole device."""
+        for stream in streams:
+            err = self._wait(stream) if self._wait is not None else (self._sync() if self._sync is not None else 0)
+            if err:
+                raise RuntimeError(f"waiting for the caller's CUDA stream {stream:#x} failed (CUDA error {err})")
 
     def malloc(self, nbytes):
         p = self.pool.take(nbytes)
@@ -258,6 +275,9 @@ class HostMemory:
 
     def free(self, ptr, keep):
         pass
+
+    def wait_for(self, streams):
+        pass  # host code runs in order
 
     def copy(self, dst: int, src: int, nbytes: int):
         ctypes.memmove(dst, src, nbytes)
@@ -317,6 +337,12 @@ class DeviceCall:
             self._memory = CudaMemory(self.compiled) if gpu else HostMemory()
         return self._memory
 
+    def select_device(self) -> int:
+        """The rank's GPU, selected now: the first selection is a collective over ``MPI_COMM_WORLD``
+        (``MPI_Comm_split_type``, for the node-local rank), so every rank makes it at the same point, when
+        it loads the program. -1 where the process sees no GPU; 0 for a host emulation."""
+        return self.memory.current()
+
     def views(self, kwargs) -> Tuple[dict, bool]:
         """``kwargs`` with every device array replaced by its :class:`DeviceView`; whether there was one."""
         out, on_gpu = {}, False
@@ -350,6 +376,9 @@ class DeviceCall:
         if not on_gpu and not self.twins:  # a CPU program called with NumPy: nothing to do
             return kwargs, _unchanged
         memory = self.memory
+        memory.current()  # the rank's GPU on this thread (CUDA's current device is per thread)
+        if on_gpu:
+            memory.wait_for({v.stream for v in kwargs.values() if isinstance(v, DeviceView) and v.stream is not None})
         full = dict(kwargs)
         after = []  # (copy to, copy from, bytes) once the program returned
         template = next((v.owner for v in kwargs.values() if isinstance(v, DeviceView)), None)

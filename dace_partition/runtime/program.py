@@ -313,6 +313,7 @@ class Program:
         # device arrays in and out, and the twins of a GPU-lowered program (runtime/device_arrays.py)
         self.device = DeviceCall(compiled, twins, lambda: written_arguments(self.sdfg),
                                  [k for k in self.sdfg.arglist() if k.startswith("__return")], ARGS_ON_GPU)
+        self.device.select_device()  # a GPU build: every rank here, not at its first CUDA call (a collective)
         self._caller = _Caller(self)
         self._flag = np.zeros(1, dtype=np.int64)
         self._key = None

@@ -44,6 +44,8 @@ static double *place(const std::vector<double> &host) {
     size_t bytes = host.size() * sizeof(double);
     Copier::check(on_device ? cudaMalloc(&p, bytes) : cudaMallocHost(&p, bytes), "allocating a test buffer");
     Copier::check(cudaMemcpy(p, host.data(), bytes, cudaMemcpyDefault), "cudaMemcpy");
+    // from pageable memory the copy may still be landing; the copier's stream does not wait for it
+    Copier::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     return static_cast<double *>(p);
 }
 static void fetch(std::vector<double> &host, double *p) {
@@ -144,6 +146,7 @@ static CheckedCopy run(Buffer &s, Buffer &d, const std::vector<long long> &count
     dp::copy_box<double>(c, dp_ + d.offset(std::vector<long long>(nd, 0)), d.strides.data(),
                          sp + s.offset(std::vector<long long>(nd, 0)), s.strides.data(), count);
     c.host.sync();
+    c.host.release();
     fetch(s.data, sp);
     fetch(d.data, dp_);
     std::vector<char> in_box(d.data.size(), 0);

@@ -7,7 +7,8 @@ only ``__cuda_array_interface__``; an object that exposes only DLPack (``__dlpac
 ``__dlpack_device__``). For each: every rank's io="distributed" tiles are updated in place on the device;
 a root-io result comes back on the device, of the caller's kind (CuPy in, CuPy out; PyTorch in, PyTorch
 out; DLPack-only, taken through PyTorch, PyTorch out; interface-only, a DeviceArray); results equal NumPy's.
-A device array of the wrong dtype, shape or strides is refused in words on every rank. Prints
+An input written on the caller's stream just before the call is what the program reads. A device
+array of the wrong dtype, shape or strides is refused in words on every rank. Prints
 'ran: <kinds>' and 'OK' (rank 0)."""
 import os
 import sys
@@ -101,6 +102,28 @@ for kind, (put, get, result_type) in KINDS.items():
     if rank == 0:
         expect(isinstance(out, result_type), f"{kind} in gave {type(out).__name__} out, not {result_type.__name__}")
         np.testing.assert_allclose(to_numpy(out), sm_expected, rtol=1e-12, err_msg=f"softmax, {kind} in")
+
+# The caller's work on an input may still be queued: the program's kernels (non-blocking streams) wait for
+# the stream the array names (PyTorch's: the legacy default stream). Here the input is written after a
+# long sleep on that stream, and the program is called at once.
+if hasattr(torch.cuda, "_sleep"):
+    tiles = {k: on_gpu(np.zeros_like(jac_prog.layouts[k].scatter(jac_data[k], rank))) for k in ("A", "B")}
+    torch.cuda._sleep(200_000_000)  # about 0.1 s of GPU clock cycles
+    for k in ("A", "B"):
+        tiles[k].copy_(on_gpu(jac_prog.layouts[k].scatter(jac_data[k], rank)))
+    jac_prog(**tiles, T=jac_data["T"])
+    for name in ("A", "B"):
+        got = comm.gather(numpy_of(tiles[name]), root=0)
+        if rank == 0:
+            np.testing.assert_allclose(jac_prog.layouts[name].gather(got), jac_expected[name], rtol=1e-12,
+                                       err_msg=f"{name}, written on the caller's stream just before the call")
+    x = on_gpu(np.zeros_like(sm_data["x"]))
+    torch.cuda._sleep(200_000_000)
+    x.copy_(on_gpu(sm_data["x"]))
+    out = sm_prog(x=x, **sizes) if rank == 0 else sm_prog()
+    if rank == 0:
+        np.testing.assert_allclose(to_numpy(out), sm_expected, rtol=1e-12,
+                                   err_msg="softmax, x written on the caller's stream just before the call")
 
 # NumPy in still gives NumPy out, with the same program
 out = sm_prog(x=sm_data["x"], **sizes) if rank == 0 else sm_prog()

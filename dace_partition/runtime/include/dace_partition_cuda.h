@@ -181,12 +181,18 @@ inline int local_rank() {
     return rank;
 }
 
-// cudaSetDevice(local_rank % device_count), once per process. Runs before DaCe creates its CUDA
-// streams (see dace_partition_cuda_device_count below), so every stream lives on the selected GPU.
-// A missing GPU is left to DaCe's own initialization, which reports it.
+// cudaSetDevice(local_rank % device_count), chosen once per process (the first call is a collective over
+// MPI_COMM_WORLD: the runtime makes it when every rank loads the program). Runs before DaCe creates its
+// CUDA streams (see dace_partition_cuda_device_count in passes/gpu.py), so every stream lives on the
+// selected GPU. The device is per host thread in CUDA: a later call from another thread selects it there
+// too. A missing GPU is left to DaCe's own initialization, which reports it.
 inline int select_device() {
     static int selected = -2;
-    if (selected != -2) return selected;
+    if (selected != -2) {
+        int current = -1;
+        if (selected >= 0 && (cudaGetDevice(&current) != cudaSuccess || current != selected)) cudaSetDevice(selected);
+        return selected;
+    }
     selected = -1;
     int count = 0;
     int lrank = local_rank();
@@ -225,13 +231,31 @@ struct DeviceCopy {
     void free(void *p, bool device) {  // errors ignored: at exit the context may be gone already
         if (p) (void)(device ? cudaFree(p) : cudaFreeHost(p));
     }
+    // The driver refuses a pitch above the device's memPitch (2^31 - 1 bytes on current GPUs), even for one
+    // row: a contiguous run is one plain copy, rows at a larger pitch one copy each.
+    static constexpr size_t max_pitch = 2147483647;
+    void copy1d(void *dst, const void *src, size_t bytes) {
+        check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, on()), "cudaMemcpyAsync");
+    }
     void copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height) {
+        if (height == 1 || (width == spitch && width == dpitch)) return copy1d(dst, src, width * height);
+        if (spitch > max_pitch || dpitch > max_pitch) {
+            for (size_t r = 0; r < height; ++r)
+                copy1d(static_cast<char *>(dst) + r * dpitch, static_cast<const char *>(src) + r * spitch, width);
+            return;
+        }
         check(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDefault, on()), "cudaMemcpy2DAsync");
     }
     // `depth` slices of `height` rows; a slice of each buffer is `drows` / `srows` of its rows (copy_box
     // makes sure that is whole and holds `height` rows).
     void copy3d(void *dst, size_t dpitch, size_t drows, const void *src, size_t spitch, size_t srows, size_t width,
                 size_t height, size_t depth) {
+        if (spitch > max_pitch || dpitch > max_pitch) {
+            for (size_t z = 0; z < depth; ++z)
+                copy2d(static_cast<char *>(dst) + z * drows * dpitch, dpitch,
+                       static_cast<const char *>(src) + z * srows * spitch, spitch, width, height);
+            return;
+        }
         cudaMemcpy3DParms p = {};
         p.srcPtr = make_cudaPitchedPtr(const_cast<void *>(src), spitch, width, srows);
         p.dstPtr = make_cudaPitchedPtr(dst, dpitch, width, drows);

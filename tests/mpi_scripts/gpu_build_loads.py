@@ -1,0 +1,28 @@
+"""Loads a program built for the GPU on every rank (argv: its build folder, then the device each rank
+should select: "none" where the machine has no GPU, else "local"). Every rank selects its GPU when it
+loads the program, in the same collective, so a collective of the caller's right after the load does not
+meet the selection's MPI_Comm_split_type on another rank. Prints 'selected: <devices>' and 'OK' (rank 0);
+tests/mpi/test_gpu.py::test_a_gpu_build_selects_each_ranks_device_when_loaded."""
+import sys
+
+from mpi4py import MPI
+
+import dace_partition as dp
+from dace_partition.runtime.device_arrays import CudaMemory
+
+comm = MPI.COMM_WORLD
+folder, want = sys.argv[1], sys.argv[2]
+prog = dp.runtime.program.load(folder)
+assert isinstance(prog.device.memory, CudaMemory), type(prog.device.memory)
+assert comm.allreduce(1) == comm.size  # the caller's own collective, right after the load
+devices = comm.allgather(prog.device.select_device())
+node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+local = node.allgather(comm.rank)
+if want == "none":
+    assert devices == [-1] * comm.size, devices
+else:
+    count = max(devices) + 1
+    assert all(devices[r] == i % count for i, r in enumerate(local)), (devices, local)
+if comm.rank == 0:
+    print("selected:", devices)
+    print("OK")
