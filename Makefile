@@ -26,7 +26,12 @@ demo: $(VENV)/.installed
 	$(PY) -m dace_partition info
 	$(VENV)/bin/mpiexec -n $(RANKS) $(PY) -m mpi4py examples/quickstart.py
 
+# The ranks of every test start Python and import this package: its bytecode is compiled once here (an
+# environment with PYTHONDONTWRITEBYTECODE=1 would otherwise compile it again in every rank).
+PYC = $(1) -m compileall -q dace_partition tests benchmarks >/dev/null
+
 test: $(VENV)/.installed
+	$(call PYC,$(PY))
 	$(PY) -m pytest -q --durations=60 $(XDIST) tests
 
 test-unit: $(VENV)/.installed  # tests/unit: pure Python, no build, no MPI (tests/conftest.py guards it)
@@ -197,6 +202,7 @@ $(DACE2_VENV)/.installed: setup.py
 install-dace2: $(DACE2_VENV)/.installed
 
 test-dace2: $(DACE2_VENV)/.installed
+	$(call PYC,$(DACE2_PY))
 	$(DACE2_ENV) $(DACE2_PY) -m pytest -q --durations=15 $(XDIST) $(DACE2_MARKERS) $(DACE2_TESTS) $(DACE2_DESELECT)
 
 test-dace2-full: $(DACE2_VENV)/.installed
