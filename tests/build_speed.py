@@ -45,7 +45,8 @@ def _stamp(folder: str, content: bool) -> str:
 def include_option(flags: str, root: str) -> list:
     """``["-include <header>"]`` for programs compiled with the CPU flags ``flags`` (DaCe's
     ``compiler.cpu.args``), after building its ``.gch`` under ``root/.dacecache-pch`` if none is there;
-    [] where there is nothing to gain (DaCe 2, a path with spaces, no compiler) or the build fails."""
+    [] where there is nothing to gain (DaCe 2, a path with spaces, no compiler), the build fails, or
+    DACE_PARTITION_TEST_PCH=0 (to compare build times without it)."""
     import dace
     if not dace.__version__.startswith("1.") or os.environ.get("DACE_PARTITION_TEST_PCH", "1") == "0":
         return []

@@ -34,10 +34,11 @@ def pytest_collection_modifyitems(config, items):
         if _within(item.fspath, _MPI):
             item.add_marker(pytest.mark.mpi)
             builds = True
-    if builds and _QUICK_FLAGS and os.environ.get("DACE_compiler_cpu_args") == _QUICK_FLAGS:
+    flags = os.environ.get("DACE_compiler_cpu_args")  # set by _quick_builds (or by whoever runs the tests)
+    if builds and flags is not None and os.environ.get("DACE_PARTITION_TEST_BUILD", "quick") != "dace":
         from build_speed import include_option
         from dace_partition.runtime.environment import DacePartitionMPI
-        pch = include_option(_QUICK_FLAGS, ROOT)  # built once per session (the MPI scripts build without it)
+        pch = include_option(flags, ROOT)  # built once per session (the MPI scripts build without it)
         if pch and pch[-1] not in DacePartitionMPI.cmake_compile_flags:
             # the environment's flags reach the program's compile, not CMake's checks of the compiler and MPI
             DacePartitionMPI.cmake_compile_flags = [*DacePartitionMPI.cmake_compile_flags, *pch]
@@ -70,29 +71,23 @@ def _unit_tests_start_no_compiler_and_no_mpi(request, monkeypatch):
     monkeypatch.setattr(dace.SDFG, "compile", compile_)
 
 
-def _quick_builds() -> str:
+def _quick_builds():
     """Programs the tests build (here and in the MPI scripts they start, which inherit the environment) are
     compiled with DaCe's flags at -O1 and without debug information: about half the compile time of DaCe's
     default (-O3 overridden by RelWithDebInfo's -O2 -g), and compiling is most of the suite. CI's Slurm and
-    Open MPI stages set DACE_PARTITION_TEST_BUILD=dace and build with DaCe's own flags, as users do.
-    Returns the flags set here ("" when the environment chose its own); once tests that build are collected,
-    the lowered programs also include a precompiled header of DaCe's, MPI's, MKL's and our headers
-    (tests/build_speed.py)."""
+    Open MPI stages set DACE_PARTITION_TEST_BUILD=dace and build with DaCe's own flags, as users do. Once
+    tests that build are collected, the lowered programs also include a precompiled header of DaCe's, MPI's,
+    MKL's and our headers, made with these flags (tests/build_speed.py)."""
     if os.environ.get("DACE_PARTITION_TEST_BUILD", "quick") == "dace":
-        return ""
-    if "DACE_PARTITION_TEST_QUICK_FLAGS" in os.environ:  # set by the pytest process that started this one
-        return os.environ["DACE_PARTITION_TEST_QUICK_FLAGS"]
-    if "DACE_compiler_cpu_args" in os.environ:
-        return ""
+        return
     import re
     import dace
     os.environ.setdefault("DACE_compiler_build_type", "Tests")  # CMake has no flags for it: it adds none
-    flags = re.sub(r"-O[0-3s]\b", "-O1", dace.Config.get("compiler", "cpu", "args"))
-    os.environ["DACE_compiler_cpu_args"] = os.environ["DACE_PARTITION_TEST_QUICK_FLAGS"] = flags
-    return flags
+    flags = dace.Config.get("compiler", "cpu", "args")
+    os.environ.setdefault("DACE_compiler_cpu_args", re.sub(r"-O[0-3s]\b", "-O1", flags))
 
 
-_QUICK_FLAGS = _quick_builds()
+_quick_builds()
 
 
 def _own_build_folder_per_worker():
