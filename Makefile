@@ -26,8 +26,8 @@ demo: $(VENV)/.installed
 	$(PY) -m dace_partition info
 	$(VENV)/bin/mpiexec -n $(RANKS) $(PY) -m mpi4py examples/quickstart.py
 
-# The ranks of every test start Python and import this package: its bytecode is compiled once here (an
-# environment with PYTHONDONTWRITEBYTECODE=1 would otherwise compile it again in every rank).
+# The ranks of the tests' scripts (and of dp.run for programs without a call plan) import this package: its
+# bytecode is compiled once here (PYTHONDONTWRITEBYTECODE=1 would otherwise compile it again in every rank).
 PYC = $(1) -m compileall -q dace_partition tests benchmarks >/dev/null
 
 test: $(VENV)/.installed

@@ -1,4 +1,5 @@
-"""Entry point of the ranks started by ``dace_partition.run``: load, call, save rank 0's outputs.
+"""Entry point of the ranks started by ``dace_partition.run`` for a program without a call plan (``call_plan.py``;
+those with one run ``_plain_worker.py``, without DaCe): load, call, save rank 0's outputs.
 
 For a program lowered with ``io="distributed"``, every rank reads the whole inputs, passes its own
 tiles (``Layout.scatter``), and the output tiles are joined on rank 0 (``Layout.gather``): the test

@@ -15,10 +15,8 @@ from ..compat import forget_symbolic_cache, one_build_folder, with_line_info_fro
 from ..errors import ScheduleError
 from ..ir import is_lowered
 from ..ir.record import notes
+from ._plain_worker import BOUND as _BOUND_FILE
 from .launchers import mpi_environment
-
-
-_BOUND_FILE = "dace_partition_bound.npz"
 
 
 def bind(sdfg: SDFG, **values):
@@ -81,6 +79,9 @@ def _build(sdfg: SDFG) -> str:
         # Read here, under one_build_folder: outside it DaCe 2 under mpiexec names a per-rank folder
         # (``<cache>_rank0``) that this build did not write.
         folder = built.build_folder
+        from . import call_plan
+        from .program import written_arguments
+        call_plan.save(built, folder, written_arguments(built))  # run()'s ranks call it without DaCe
     notes(sdfg).build = (digest, folder)
     return _save_bound(sdfg, folder)
 

@@ -19,6 +19,7 @@ from dace.sdfg import SDFG
 from ..errors import ScheduleError
 from ..ir import ranks_needed
 from . import mps
+from ._plain_worker import WRITTEN  # the prefix of the written arguments saved beside a return value
 from ._world_check import RUN_DIR
 from .cuda_build import uses_gpu
 from .build import _BOUND_FILE, bind, bound_values, build
@@ -87,9 +88,6 @@ def run(sdfg: SDFG, ranks: int, timeout: float = 300, launcher=None, **inputs):
     return launch(sdfg, ranks, timeout, inputs, launcher=launcher, update=inputs)[0]
 
 
-WRITTEN = "__written_"  # prefix of the written arguments saved beside a return value
-
-
 def _update_in_place(update, written):
     """Copies the new values of written arguments into the caller's arrays (where they are writable NumPy
     arrays of as many elements; others, e.g. torch tensors, get only the returned values)."""
@@ -99,7 +97,23 @@ def _update_in_place(update, written):
             np.copyto(dst, np.reshape(v, dst.shape), casting="unsafe")
 
 
-def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = "dace_partition.runtime._worker", prefix=(),
+WORKER = "dace_partition.runtime._worker"
+_PLAIN = "DACE_PARTITION_PLAIN_WORKER"  # "0": every launch loads the program with DaCe (_worker.py)
+PLAIN_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_plain_worker.py")
+
+
+def _plain_call(sdfg: SDFG, folder: str, inputs):
+    """This launch's call plan when its ranks can call the library without DaCe (``call_plan``): inputs on
+    rank 0 and host memory only; else None."""
+    from . import call_plan
+    from ..ir import record_of
+    record = record_of(sdfg)
+    if record is None or record.layouts or record.device_twins or uses_gpu(sdfg):
+        return None
+    return call_plan.for_launch(sdfg, folder, inputs)
+
+
+def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = WORKER, prefix=(),
            collect=None, caller: str = "run()", launcher=None, update=None):
     """Checks, builds and runs ``sdfg`` on ``ranks`` ranks with the entry module ``worker`` (behind the
     command ``prefix``, e.g. ``env LD_PRELOAD=...``); returns rank 0's outputs and ``collect(tmp)``.
@@ -119,7 +133,11 @@ def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = "dace_p
     folder = build(sdfg)
     with tempfile.TemporaryDirectory(prefix="dace_partition_") as tmp, mps.private_daemon(sharing) as mps_env:
         np.savez(os.path.join(tmp, "inputs.npz"), **{k: np.asarray(v) for k, v in inputs.items()})
-        cmd = launch_command(ranks, ["-m", worker, folder, tmp], lc, prefix)
+        plan = _plain_call(sdfg, folder, inputs) if worker == WORKER and os.environ.get(_PLAIN, "1") != "0" else None
+        if plan is not None:  # the ranks need not import DaCe: about 2 s of CPU less each
+            from .call_plan import write
+            write(plan, tmp)
+        cmd = launch_command(ranks, [PLAIN_WORKER, folder, tmp] if plan else ["-m", worker, folder, tmp], lc, prefix)
         env = {**mpi_environment(), RUN_DIR: tmp, **mps_env}
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                 start_new_session=True, text=True,

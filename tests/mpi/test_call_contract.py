@@ -5,6 +5,9 @@
   anything else is refused before any rank starts, naming the argument and both shapes.
 - Results: every call returns new arrays (root io and io="distributed" tiles); a later call never
   changes an earlier result (DaCe itself returns one buffer, overwritten at every call).
+- The ranks of ``run``: a program whose arguments are plain host arrays and scalars is called through its
+  library's C functions (``runtime/call_plan.py``, ``runtime/_plain_worker.py``) without DaCe in any rank, with
+  the same results as DaCe's own call.
 - Builds: after lowering and building a program, DaCe's configuration and the environment are as they
   were, also when the build fails, so DaCe still builds the unlowered program in the same process.
 """
@@ -195,3 +198,55 @@ def test_build_leaves_the_process_as_it_found_it(monkeypatch):
     rng = np.random.default_rng(3)
     a, b = rng.standard_normal((16, 16)), rng.standard_normal((16, 16))
     np.testing.assert_allclose(original.compile()(a=a, b=b), a @ b, rtol=1e-12, atol=1e-12)
+
+
+NA = dace.symbol("NA")
+
+
+@dace.program
+def affine_and_index(x: dace.float32[NA], y: dace.float32[NA], a: dace.float32, shift: dace.int32):
+    out = np.empty((NA, ), dtype=np.float32)
+    idx = np.empty((NA, ), dtype=np.int32)
+    for i in dace.map[0:NA]:
+        out[i] = a * x[i] + y[i]
+        idx[i] = shift + i
+        y[i] = x[i] - a
+    return out, idx
+
+
+def _affine_inputs():
+    rng = np.random.default_rng(11)
+    return dict(x=rng.standard_normal(37).astype(np.float32), y=rng.standard_normal(37).astype(np.float32),
+                a=np.float32(1.75), shift=-5)
+
+
+def test_the_ranks_of_run_call_the_library_without_dace(tmp_path, monkeypatch):
+    """Float32 and int32 scalars, a symbol read off the shapes, two returned arrays and a written argument,
+    on 2 ranks, with a package named ``dace`` that fails on import first on the ranks' path: the plain worker
+    gives NumPy's results; DaCe's worker, under the same path, fails (so the poisoned path is really seen);
+    and without the poison DaCe's worker gives the same bits as the plain one."""
+    sdfg = affine_and_index.to_sdfg()
+    sdfg.name = "t_call_contract_affine"
+    dp.lower(sdfg, {dp.maps(sdfg)[0].name: (2, )})
+    poison = tmp_path / "dace"
+    poison.mkdir()
+    (poison / "__init__.py").write_text("raise ImportError('a rank imported dace')\n")
+    inputs = _affine_inputs()
+    y0 = inputs["y"].copy()
+    launch = dp.runtime.launch.launch
+    prefix = ("env", f"PYTHONPATH={tmp_path}")
+    (out, idx), _ = launch(sdfg, 2, 180, dict(inputs, y=y0.copy()), prefix=prefix, update=inputs)
+    x, a = inputs["x"], inputs["a"]
+    np.testing.assert_allclose(out, a * x + y0, rtol=1e-6, atol=1e-6)
+    assert out.dtype == np.float32 and idx.dtype == np.int32
+    np.testing.assert_array_equal(idx, np.arange(37, dtype=np.int32) - 5)
+    np.testing.assert_array_equal(inputs["y"], x - a)  # the written argument, copied back into the caller's y
+    monkeypatch.setenv("DACE_PARTITION_PLAIN_WORKER", "0")
+    with pytest.raises(dp.RunError, match="a rank imported dace"):
+        launch(sdfg, 2, 180, dict(inputs, y=y0.copy()), prefix=prefix)
+    y1 = y0.copy()
+    (out_d, idx_d), _ = launch(sdfg, 2, 180, dict(inputs, y=y1), update={"y": y1})
+    np.testing.assert_array_equal(out_d, out)
+    np.testing.assert_array_equal(idx_d, idx)
+    np.testing.assert_array_equal(y1, inputs["y"])
+

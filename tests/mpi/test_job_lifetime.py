@@ -31,6 +31,7 @@ dp.lower(sdfg, case.schedule(2, dp.maps(sdfg)))
 """
 RUN = "dp.run(sdfg, 2, A=np.random.rand(14), B=np.random.rand(14), N=14, T=10**9, timeout=600)\n"
 RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
+WORKERS = {dp.runtime.launch.WORKER, dp.runtime.launch.PLAIN_WORKER}  # a rank's entry: module or script
 
 
 def _ranks():
@@ -40,7 +41,7 @@ def _ranks():
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 argv = [a for a in f.read().decode(errors="replace").split("\0") if a]
-            if "dace_partition.runtime._worker" not in argv or not any(a.endswith(NAME) for a in argv):
+            if not WORKERS & set(argv) or not any(a.endswith(NAME) for a in argv):
                 continue
             with open(f"/proc/{pid}/environ", "rb") as f:
                 env = dict(kv.split("=", 1) for kv in f.read().decode(errors="replace").split("\0") if "=" in kv)

@@ -1,0 +1,139 @@
+"""Entry point of ``run``'s ranks for a program with a call plan (``call_plan.py``): NumPy, mpi4py and ctypes only.
+
+    python -m mpi4py .../_world_check.py RANKS LAUNCHER .../_plain_worker.py BUILD_FOLDER RUN_FOLDER
+
+It is run by path, so it imports nothing of the package (and so not DaCe): a rank starts in about a tenth of
+the time. It does what ``_worker.py`` does for a program whose inputs are given on rank 0: rank 0 reads the
+inputs and the plan, every rank learns the arguments' shapes and scalar values from one broadcast, the ranks
+other than 0 pass uninitialised arrays of those shapes, every rank calls ``__dace_init``, ``__program`` and
+``__dace_exit`` of the library, and rank 0 saves the results as ``_worker.py`` does. The calling process has
+already checked the inputs against the program's signature.
+"""
+import ctypes
+import json
+import os
+import sys
+
+if os.path.dirname(os.path.abspath(__file__)) == os.path.abspath(sys.path[0]):
+    del sys.path[0]  # run by path: the runtime's own modules must not shadow NumPy's imports
+
+import numpy as np  # noqa: E402
+
+# Shared with the package (build.py, launch.py and call_plan.py import them from here; this file imports
+# nothing of the package, and not mpi4py either until it runs as a rank).
+BOUND = "dace_partition_bound.npz"  # values bound to arguments (runtime.bind), beside the build
+WRITTEN = "__written_"  # prefix of the written arguments saved beside a return value
+CALL = "call.json"  # in a launch's run folder: the call plan with this call's return shapes
+
+
+class CallFailed(RuntimeError):
+    pass
+
+
+def _read_root(folder, tmp):
+    """On rank 0: the plan, the arguments (file inputs over bound values) and those that came from the file."""
+    with open(os.path.join(tmp, CALL)) as f:
+        plan = json.load(f)
+    given = {}
+    with np.load(os.path.join(tmp, "inputs.npz"), allow_pickle=False) as f:
+        for k in f.files:
+            v = f[k]
+            given[k] = v.item() if v.ndim == 0 else np.ascontiguousarray(v)
+    args = dict(given)
+    bound = os.path.join(folder, BOUND)
+    if os.path.exists(bound):
+        with np.load(bound, allow_pickle=False) as f:
+            for k in f.files:
+                if k not in args:
+                    v = f[k]
+                    args[k] = v.item() if v.ndim == 0 else np.ascontiguousarray(v)
+    missing = [name for name, *_ in plan["args"] if name not in args and not name.startswith("__return")]
+    if missing:
+        raise CallFailed(f"dace_partition: '{plan['program']}' is missing argument(s) {missing}")
+    for name, kind, dtype, _ in plan["args"]:
+        if kind == "array" and name in args and np.dtype(args[name].dtype).str != dtype:
+            raise CallFailed(f"dace_partition: argument '{name}' has dtype {args[name].dtype}, expected {np.dtype(dtype)}")
+    return plan, args, given
+
+
+def _describe(plan, args):
+    """What the other ranks need: every array's shape and dtype, every scalar's value."""
+    meta = {}
+    for name, kind, *_ in plan["args"]:
+        if name.startswith("__return"):
+            continue
+        v = args[name]
+        meta[name] = ("array", v.shape, v.dtype.str) if kind == "array" else ("value", v)
+    return meta
+
+
+def _returns(plan):
+    return [np.ndarray(tuple(r["shape"]), np.dtype(r["dtype"]), buffer=np.empty(r["size"], np.dtype(r["dtype"])),
+                       strides=tuple(r["strides"])) for r in plan["returns"]]
+
+
+def call(folder, plan, args, rank):
+    """Calls the library once on this rank; returns the return arrays (in the plan's order)."""
+    lib = ctypes.CDLL(os.path.join(folder, plan["library"]))
+    name = plan["program"]
+    init = getattr(lib, f"__dace_init_{name}")
+    init.restype = ctypes.c_void_p
+    program = getattr(lib, f"__program_{name}")
+    finish = getattr(lib, f"__dace_exit_{name}")
+    finish.restype = ctypes.c_int
+    results = _returns(plan)
+    values = dict(args)
+    values.update({r["name"]: arr for r, arr in zip(plan["returns"], results)})
+    cargs = {}
+    for arg, kind, dtype, ctype in plan["args"]:
+        v = values[arg]
+        if kind == "array":
+            cargs[arg] = ctypes.c_void_p(v.__array_interface__["data"][0])
+        else:  # cast to the parameter's type first, as DaCe does (a float given for an integer)
+            cargs[arg] = getattr(ctypes, ctype)(np.dtype(dtype).type(v).item())
+    handle = init(*[cargs[a] for a in plan["init"]])
+    if not handle:
+        raise CallFailed(f"dace_partition: '{name}' failed to initialize on rank {rank}")
+    handle = ctypes.c_void_p(handle)
+    program(handle, *[cargs[a[0]] for a in plan["args"]])
+    status = finish(handle)
+    if status != 0:
+        raise CallFailed(f"dace_partition: '{name}' reported error {status} when it finished on rank "
+                         f"{rank}")
+    return results
+
+
+def _pack(plan, results, written):
+    """rank 0's outputs, as ``_worker._pack`` writes them (``launch.launch`` reads them back)."""
+    if not results:
+        out = dict(written)
+        out["__kind"] = np.array("none")
+        return out
+    values = [np.asarray(arr.item()) if r["scalar"] else arr for r, arr in zip(plan["returns"], results)]
+    if len(values) == 1:
+        out = {"__r0": values[0], "__kind": np.array("single")}
+    else:
+        out = {f"__r{i}": v for i, v in enumerate(values)}
+        out.update(__kind=np.array("tuple"), __n=np.array(len(values)))
+    out.update({WRITTEN + k: np.asarray(v) for k, v in written.items()})
+    return out
+
+
+def main(folder, tmp):
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    if comm.rank == 0:
+        plan, args, given = _read_root(folder, tmp)
+        comm.bcast((plan, _describe(plan, args)), root=0)
+    else:
+        plan, meta = comm.bcast(None, root=0)
+        args = {name: (np.empty(v[0], dtype=np.dtype(v[1])) if kind == "array" else v[0])
+                for name, (kind, *v) in meta.items()}
+    results = call(folder, plan, args, comm.rank)
+    if comm.rank == 0:
+        written = {k: given[k] for k in plan["written"] if k in given}
+        np.savez(os.path.join(tmp, "outputs.npz"), **_pack(plan, results, written))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

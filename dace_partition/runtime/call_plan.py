@@ -1,0 +1,130 @@
+"""The call of a built program as plain data, so that ``run``'s ranks can call its library without DaCe.
+
+Every rank that ``run`` starts used to import DaCe (sympy, networkx, its configuration schema) and read the
+whole SDFG back, about 2 s of CPU a rank, to make one call whose arguments the calling process had already
+checked. The call needs far less: the C signature's order and types, the symbols ``__dace_init`` takes, and
+the shapes of the return arrays. They are written down twice:
+
+* at build time (:func:`save`, from the SDFG that is compiled), what depends on no value: the order of the
+  arguments, their C types, the init symbols, the return arrays' names and the arguments the program writes;
+* at launch (:func:`for_launch`, in the calling process), what the call's symbol values decide: the return
+  arrays' shapes and strides.
+
+``_plain_worker.py`` reads the result with NumPy, mpi4py and ctypes only. The order is the one DaCe's own call
+uses (``CompiledSDFG._construct_args``: ``signature_arglist``, then the init arguments are the free symbols among
+them). A program with anything beyond plain arrays and scalars in host memory (GPU storage, callbacks,
+structures, streams, distributed io, device twins) gets no plan and keeps DaCe's worker.
+"""
+import ctypes
+import json
+import os
+from typing import Optional
+
+import numpy as np
+
+import dace
+from dace import data as dt, dtypes
+
+from ._plain_worker import CALL
+
+FILE = "dace_partition_call.json"  # beside the build, next to the program record
+_HOST = (dtypes.StorageType.Default, dtypes.StorageType.CPU_Heap)
+
+
+def _refusal(sdfg) -> Optional[str]:
+    """Why the program's call cannot be written as plain data (None: it can)."""
+    for name, desc in sdfg.arglist().items():
+        if isinstance(desc, dt.Structure) or isinstance(desc.dtype, (dtypes.callback, dtypes.pyobject)):
+            return f"argument '{name}' is a {type(desc).__name__} of {desc.dtype}"
+        if isinstance(desc, dt.Array):
+            if type(desc) is not dt.Array or desc.storage not in _HOST:
+                return f"array '{name}' is a {type(desc).__name__} in {desc.storage}"
+            if desc.start_offset != 0 or tuple(desc.strides) != _c_strides(desc.shape):
+                return f"array '{name}' is not C-contiguous (strides {desc.strides})"  # the ranks get C copies
+        elif not isinstance(desc, dt.Scalar):
+            return f"argument '{name}' is a {type(desc).__name__}"
+        elif _ctype_name(desc) is None:
+            return f"scalar '{name}' has no plain C type ({desc.dtype})"
+    return None
+
+
+def _c_strides(shape) -> tuple:
+    out, step = [], 1
+    for n in reversed(tuple(shape)):
+        out.append(step)
+        step = step * n
+    return tuple(reversed(out))
+
+
+def _ctype_name(desc) -> Optional[str]:
+    try:
+        ctype = desc.dtype.as_ctypes()
+    except (TypeError, ValueError, AttributeError):
+        return None
+    name = getattr(ctype, "__name__", "")
+    return name if getattr(ctypes, name, None) is ctype else None
+
+
+def save(built, folder: str, written) -> None:
+    """Writes the value-independent part of the call of ``built`` (the SDFG that was compiled) beside its
+    build, or removes an older plan when this program's call cannot be written as data."""
+    from ..compat import return_array_names
+    path = os.path.join(folder, FILE)
+    library = os.path.join("build", f"lib{built.name}.{dace.Config.get('compiler', 'library_extension')}")
+    returns = sorted(k for k, d in built.arrays.items() if k.startswith("__return") and not d.transient)
+    if returns and returns != ["__return"]:
+        returns = return_array_names(len(returns))  # the order a call hands them back (compat)
+    reason = _refusal(built)
+    if reason is None and not os.path.exists(os.path.join(folder, library)):
+        reason = f"no library at {library}"
+    if reason is None and any(isinstance(built.arrays[r], dt.Stream) for r in returns):
+        reason = "a stream is returned"
+    if reason is not None:
+        if os.path.exists(path):
+            os.remove(path)
+        return
+    typedict = built.arglist()
+    order = built.signature_arglist(with_types=False, arglist=typedict)
+    free = {str(s) for s in built.free_symbols}
+    args = []
+    for name in order:
+        desc = typedict[name]
+        kind = "array" if isinstance(desc, dt.Array) else "value"
+        args.append([name, kind, np.dtype(desc.dtype.as_numpy_dtype()).str, _ctype_name(desc) if kind == "value" else None])
+    plan = {"program": built.name, "library": library, "args": args, "init": [a for a in order if a in free],
+            "returns": returns, "written": list(written)}
+    with open(path, "w") as f:
+        json.dump(plan, f, indent=1)
+
+
+def for_launch(sdfg, folder: str, inputs: dict) -> Optional[dict]:
+    """The plan of ``folder`` completed with this call's return arrays (their shapes evaluated with the symbol
+    values in ``inputs``), or None when the program has no plan and the ranks must load it with DaCe.
+    ``sdfg``: the lowered program the caller holds (its return arrays are those of the compiled one)."""
+    path = os.path.join(folder, FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        plan = json.load(f)
+    if plan["program"] != sdfg.name:
+        return None
+    syms = {k: v for k, v in inputs.items() if k not in sdfg.arrays and isinstance(v, (int, np.integer))}
+    syms.update(sdfg.constants)
+    returns = []
+    for name in plan["returns"]:
+        desc = sdfg.arrays.get(name)
+        if desc is None:
+            return None
+        dtype = np.dtype(desc.dtype.as_numpy_dtype())
+        shape = [int(dace.symbolic.evaluate(s, syms)) for s in desc.shape]
+        strides = [int(dace.symbolic.evaluate(s, syms)) * dtype.itemsize for s in desc.strides]
+        total = int(dace.symbolic.evaluate(desc.total_size, syms))
+        returns.append({"name": name, "dtype": dtype.str, "shape": shape, "strides": strides, "size": total,
+                        "scalar": isinstance(desc, dt.Scalar)})
+    plan["returns"] = returns
+    return plan
+
+
+def write(plan: dict, run_dir: str) -> None:
+    with open(os.path.join(run_dir, CALL), "w") as f:
+        json.dump(plan, f)
