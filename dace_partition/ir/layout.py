@@ -79,6 +79,9 @@ class Layout:
                 held[blk] = True
         return bool(held.all())
 
+    def shape_of(self, **symbols) -> Tuple[int, ...]:
+        return tuple(self._eval(s, symbols) for s in self.shape)
+
     def local_shape_of(self, **symbols) -> Tuple[int, ...]:
         return tuple(self._eval(s, symbols) for s in self.local_shape)
 

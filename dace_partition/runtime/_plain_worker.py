@@ -3,11 +3,12 @@
     python -m mpi4py .../_world_check.py RANKS LAUNCHER .../_plain_worker.py BUILD_FOLDER RUN_FOLDER
 
 It is run by path, so it imports nothing of the package (and so not DaCe): a rank starts in about a tenth of
-the time. It does what ``_worker.py`` does for a program whose inputs are given on rank 0: rank 0 reads the
-inputs and the plan, every rank learns the arguments' shapes and scalar values from one broadcast, the ranks
-other than 0 pass uninitialised arrays of those shapes, every rank calls ``__dace_init``, ``__program`` and
-``__dace_exit`` of the library, and rank 0 saves the results as ``_worker.py`` does. The calling process has
-already checked the inputs against the program's signature.
+the time. It does what ``_worker.py`` does. Inputs on rank 0: rank 0 reads the inputs and the plan, every rank
+learns the arguments' shapes and scalar values from one broadcast, and the ranks other than 0 pass
+uninitialised arrays of those shapes. io="distributed": every rank reads the whole inputs and passes its tiles
+(the plan holds every rank's blocks), and rank 0 joins the tiles of the results and of the written arguments.
+Every rank calls ``__dace_init``, ``__program`` and ``__dace_exit`` of the library, and rank 0 saves the
+results as ``_worker.py`` does. The calling process has already checked the inputs against the signature.
 """
 import ctypes
 import json
@@ -30,10 +31,13 @@ class CallFailed(RuntimeError):
     pass
 
 
-def _read_root(folder, tmp):
-    """On rank 0: the plan, the arguments (file inputs over bound values) and those that came from the file."""
+def _read_plan(tmp):
     with open(os.path.join(tmp, CALL)) as f:
-        plan = json.load(f)
+        return json.load(f)
+
+
+def _read_inputs(folder, tmp, plan):
+    """The arguments (file inputs over bound values) and those that came from the file."""
     given = {}
     with np.load(os.path.join(tmp, "inputs.npz"), allow_pickle=False) as f:
         for k in f.files:
@@ -50,10 +54,13 @@ def _read_root(folder, tmp):
     missing = [name for name, *_ in plan["args"] if name not in args and not name.startswith("__return")]
     if missing:
         raise CallFailed(f"dace_partition: '{plan['program']}' is missing argument(s) {missing}")
+    return args, given
+
+
+def _check_dtypes(plan, args):
     for name, kind, dtype, _ in plan["args"]:
         if kind == "array" and name in args and np.dtype(args[name].dtype).str != dtype:
             raise CallFailed(f"dace_partition: argument '{name}' has dtype {args[name].dtype}, expected {np.dtype(dtype)}")
-    return plan, args, given
 
 
 def _describe(plan, args):
@@ -119,20 +126,74 @@ def _pack(plan, results, written):
     return out
 
 
+def _tile(whole, lay, rank):
+    """This rank's tile of a whole array: its block, zero-padded to the local shape (``Layout.scatter``)."""
+    tile = np.zeros(tuple(lay["local_shape"]), dtype=np.dtype(lay["dtype"]))
+    blk = lay["blocks"][rank] if rank < len(lay["blocks"]) else None
+    if blk is not None:
+        part = np.asarray(whole)[tuple(slice(lo, hi) for lo, hi in blk)]
+        tile[tuple(slice(0, n) for n in part.shape)] = part
+    return tile
+
+
+def _join(tiles, lay):
+    """The whole array from every rank's tile (``Layout.gather``)."""
+    out = np.zeros(tuple(lay["shape"]), dtype=np.dtype(lay["dtype"]))
+    for blk, tile in zip(lay["blocks"], tiles):
+        if blk is None or tile is None:
+            continue
+        out[tuple(slice(lo, hi) for lo, hi in blk)] = np.asarray(tile)[tuple(slice(0, hi - lo) for lo, hi in blk)]
+    return out
+
+
+def _distributed(folder, tmp, plan, comm):
+    """io="distributed", as ``_worker._distributed``: every rank reads the whole inputs and passes its tiles;
+    rank 0 joins the result tiles and the written arguments' tiles. Returns rank 0's outputs (else None)."""
+    lays = plan["layouts"]
+    args, given = _read_inputs(folder, tmp, plan)
+    local = {k: (_tile(v, lays[k], comm.rank) if k in lays else v) for k, v in args.items()}
+    results = call(folder, plan, local, comm.rank)
+    joined = []
+    for r, arr in zip(plan["returns"], results):
+        tiles = comm.gather(np.asarray(arr.item()) if r["scalar"] else arr, root=0)
+        if comm.rank == 0:
+            joined.append(_join(tiles, lays[r["name"]]) if r["name"] in lays else tiles[0])
+    written = {}
+    for k in plan["written"]:
+        if k in given:
+            tiles = comm.gather(local[k], root=0)
+            if comm.rank == 0:
+                written[k] = _join(tiles, lays[k]) if k in lays else tiles[0]
+    if comm.rank != 0:
+        return None
+    return _pack(dict(plan, returns=[dict(r, scalar=False) for r in plan["returns"]]), joined, written)
+
+
 def main(folder, tmp):
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
     if comm.rank == 0:
-        plan, args, given = _read_root(folder, tmp)
-        comm.bcast((plan, _describe(plan, args)), root=0)
+        plan = _read_plan(tmp)
+        if plan["layouts"]:
+            comm.bcast((plan, None), root=0)
+        else:
+            args, given = _read_inputs(folder, tmp, plan)
+            _check_dtypes(plan, args)
+            comm.bcast((plan, _describe(plan, args)), root=0)
     else:
         plan, meta = comm.bcast(None, root=0)
-        args = {name: (np.empty(v[0], dtype=np.dtype(v[1])) if kind == "array" else v[0])
-                for name, (kind, *v) in meta.items()}
-    results = call(folder, plan, args, comm.rank)
+        if meta is not None:
+            args = {name: (np.empty(v[0], dtype=np.dtype(v[1])) if kind == "array" else v[0])
+                    for name, (kind, *v) in meta.items()}
+    if plan["layouts"]:
+        out = _distributed(folder, tmp, plan, comm)
+    else:
+        results = call(folder, plan, args, comm.rank)
+        out = None
+        if comm.rank == 0:
+            out = _pack(plan, results, {k: given[k] for k in plan["written"] if k in given})
     if comm.rank == 0:
-        written = {k: given[k] for k in plan["written"] if k in given}
-        np.savez(os.path.join(tmp, "outputs.npz"), **_pack(plan, results, written))
+        np.savez(os.path.join(tmp, "outputs.npz"), **out)
 
 
 if __name__ == "__main__":

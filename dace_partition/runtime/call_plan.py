@@ -8,12 +8,12 @@ the shapes of the return arrays. They are written down twice:
 * at build time (:func:`save`, from the SDFG that is compiled), what depends on no value: the order of the
   arguments, their C types, the init symbols, the return arrays' names and the arguments the program writes;
 * at launch (:func:`for_launch`, in the calling process), what the call's symbol values decide: the return
-  arrays' shapes and strides.
+  arrays' shapes and strides and, for io="distributed", every rank's block of each tiled array.
 
 ``_plain_worker.py`` reads the result with NumPy, mpi4py and ctypes only. The order is the one DaCe's own call
 uses (``CompiledSDFG._construct_args``: ``signature_arglist``, then the init arguments are the free symbols among
 them). A program with anything beyond plain arrays and scalars in host memory (GPU storage, callbacks,
-structures, streams, distributed io, device twins) gets no plan and keeps DaCe's worker.
+structures, streams, device twins) gets no plan and keeps DaCe's worker.
 """
 import ctypes
 import json
@@ -97,10 +97,12 @@ def save(built, folder: str, written) -> None:
         json.dump(plan, f, indent=1)
 
 
-def for_launch(sdfg, folder: str, inputs: dict) -> Optional[dict]:
+def for_launch(sdfg, folder: str, inputs: dict, ranks: int, layouts=None) -> Optional[dict]:
     """The plan of ``folder`` completed with this call's return arrays (their shapes evaluated with the symbol
     values in ``inputs``), or None when the program has no plan and the ranks must load it with DaCe.
-    ``sdfg``: the lowered program the caller holds (its return arrays are those of the compiled one)."""
+    ``sdfg``: the lowered program the caller holds (its return arrays are those of the compiled one).
+    ``layouts`` (io="distributed"): every rank's block of each tiled argument and result, evaluated here, so
+    a rank cuts and the root joins tiles without evaluating a layout (``ir.layout.Layout``)."""
     path = os.path.join(folder, FILE)
     if not os.path.exists(path):
         return None
@@ -109,7 +111,14 @@ def for_launch(sdfg, folder: str, inputs: dict) -> Optional[dict]:
     if plan["program"] != sdfg.name:
         return None
     syms = {k: v for k, v in inputs.items() if k not in sdfg.arrays and isinstance(v, (int, np.integer))}
-    syms.update(sdfg.constants)
+    syms.update({k: v for k, v in sdfg.constants.items() if isinstance(v, (int, np.integer))})
+    try:
+        return _with_values(plan, sdfg, syms, ranks, layouts or {})
+    except (ValueError, TypeError, KeyError):  # a value this call does not give: DaCe's worker decides
+        return None
+
+
+def _with_values(plan, sdfg, syms, ranks, layouts):
     returns = []
     for name in plan["returns"]:
         desc = sdfg.arrays.get(name)
@@ -122,6 +131,15 @@ def for_launch(sdfg, folder: str, inputs: dict) -> Optional[dict]:
         returns.append({"name": name, "dtype": dtype.str, "shape": shape, "strides": strides, "size": total,
                         "scalar": isinstance(desc, dt.Scalar)})
     plan["returns"] = returns
+    plan["layouts"] = {}
+    for name, lay in layouts.items():
+        blocks = []
+        for r in range(ranks):
+            blk = lay.block(r, **syms)
+            blocks.append(None if blk is None else [[b.start, b.stop] for b in blk])
+        plan["layouts"][name] = {"shape": list(lay.shape_of(**syms)),
+                                 "local_shape": list(lay.local_shape_of(**syms)), "dtype": lay.dtype,
+                                 "blocks": blocks}
     return plan
 
 

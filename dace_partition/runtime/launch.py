@@ -102,15 +102,15 @@ _PLAIN = "DACE_PARTITION_PLAIN_WORKER"  # "0": every launch loads the program wi
 PLAIN_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_plain_worker.py")
 
 
-def _plain_call(sdfg: SDFG, folder: str, inputs):
-    """This launch's call plan when its ranks can call the library without DaCe (``call_plan``): inputs on
-    rank 0 and host memory only; else None."""
+def _plain_call(sdfg: SDFG, folder: str, inputs, ranks: int):
+    """This launch's call plan when its ranks can call the library without DaCe (``call_plan``): host memory
+    only, root or distributed io; else None."""
     from . import call_plan
     from ..ir import record_of
     record = record_of(sdfg)
-    if record is None or record.layouts or record.device_twins or uses_gpu(sdfg):
+    if record is None or record.device_twins or uses_gpu(sdfg):
         return None
-    return call_plan.for_launch(sdfg, folder, inputs)
+    return call_plan.for_launch(sdfg, folder, inputs, ranks, record.layouts)
 
 
 def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = WORKER, prefix=(),
@@ -133,7 +133,7 @@ def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = WORKER,
     folder = build(sdfg)
     with tempfile.TemporaryDirectory(prefix="dace_partition_") as tmp, mps.private_daemon(sharing) as mps_env:
         np.savez(os.path.join(tmp, "inputs.npz"), **{k: np.asarray(v) for k, v in inputs.items()})
-        plan = _plain_call(sdfg, folder, inputs) if worker == WORKER and os.environ.get(_PLAIN, "1") != "0" else None
+        plan = _plain_call(sdfg, folder, inputs, ranks) if worker == WORKER and os.environ.get(_PLAIN, "1") != "0" else None
         if plan is not None:  # the ranks need not import DaCe: about 2 s of CPU less each
             from .call_plan import write
             write(plan, tmp)

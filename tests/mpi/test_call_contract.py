@@ -220,14 +220,16 @@ def _affine_inputs():
                 a=np.float32(1.75), shift=-5)
 
 
-def test_the_ranks_of_run_call_the_library_without_dace(tmp_path, monkeypatch):
+@pytest.mark.parametrize("io", ["root", "distributed"])
+def test_the_ranks_of_run_call_the_library_without_dace(tmp_path, monkeypatch, io):
     """Float32 and int32 scalars, a symbol read off the shapes, two returned arrays and a written argument,
-    on 2 ranks, with a package named ``dace`` that fails on import first on the ranks' path: the plain worker
-    gives NumPy's results; DaCe's worker, under the same path, fails (so the poisoned path is really seen);
-    and without the poison DaCe's worker gives the same bits as the plain one."""
+    on 2 ranks (root io, and tiles cut and joined for io="distributed"), with a package named ``dace`` that
+    fails on import first on the ranks' path: the plain worker gives NumPy's results; DaCe's worker, under
+    the same path, fails (so the poisoned path is really seen); and without the poison DaCe's worker gives
+    the same bits as the plain one."""
     sdfg = affine_and_index.to_sdfg()
-    sdfg.name = "t_call_contract_affine"
-    dp.lower(sdfg, {dp.maps(sdfg)[0].name: (2, )})
+    sdfg.name = f"t_call_contract_affine_{io}"
+    dp.lower(sdfg, {dp.maps(sdfg)[0].name: (2, )}, io=io)
     poison = tmp_path / "dace"
     poison.mkdir()
     (poison / "__init__.py").write_text("raise ImportError('a rank imported dace')\n")
