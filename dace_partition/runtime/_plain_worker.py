@@ -36,21 +36,17 @@ def _read_plan(tmp):
         return json.load(f)
 
 
+def _read_npz(path):
+    """{name: a scalar (0-d entries) or a C-contiguous array}."""
+    with np.load(path, allow_pickle=False) as f:
+        return {k: (f[k].item() if f[k].ndim == 0 else np.ascontiguousarray(f[k])) for k in f.files}
+
+
 def _read_inputs(folder, tmp, plan):
     """The arguments (file inputs over bound values) and those that came from the file."""
-    given = {}
-    with np.load(os.path.join(tmp, "inputs.npz"), allow_pickle=False) as f:
-        for k in f.files:
-            v = f[k]
-            given[k] = v.item() if v.ndim == 0 else np.ascontiguousarray(v)
-    args = dict(given)
+    given = _read_npz(os.path.join(tmp, "inputs.npz"))
     bound = os.path.join(folder, BOUND)
-    if os.path.exists(bound):
-        with np.load(bound, allow_pickle=False) as f:
-            for k in f.files:
-                if k not in args:
-                    v = f[k]
-                    args[k] = v.item() if v.ndim == 0 else np.ascontiguousarray(v)
+    args = {**_read_npz(bound), **given} if os.path.exists(bound) else dict(given)
     missing = [name for name, *_ in plan["args"] if name not in args and not name.startswith("__return")]
     if missing:
         raise CallFailed(f"dace_partition: '{plan['program']}' is missing argument(s) {missing}")
@@ -110,19 +106,28 @@ def call(folder, plan, args, rank):
     return results
 
 
-def _pack(plan, results, written):
-    """rank 0's outputs, as ``_worker._pack`` writes them (``launch.launch`` reads them back)."""
-    if not results:
+def _as_result(plan, results):
+    """The return arrays as a call of the program returns them: None, one value or a tuple; a scalar as
+    ``.item()`` (``program._Caller``)."""
+    values = [arr.item() if r["scalar"] else arr for r, arr in zip(plan["returns"], results)]
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+def _pack(result, written):
+    """Rank 0's outputs as ``launch.launch`` reads them back (both workers write them so): the written
+    arguments alone when the program returns nothing, else the result and the written arguments beside it."""
+    if result is None:
         out = dict(written)
         out["__kind"] = np.array("none")
-        return out
-    values = [np.asarray(arr.item()) if r["scalar"] else arr for r, arr in zip(plan["returns"], results)]
-    if len(values) == 1:
-        out = {"__r0": values[0], "__kind": np.array("single")}
+    elif isinstance(result, tuple):
+        out = {f"__r{i}": np.asarray(r) for i, r in enumerate(result)}
+        out.update(__kind=np.array("tuple"), __n=np.array(len(result)))
     else:
-        out = {f"__r{i}": v for i, v in enumerate(values)}
-        out.update(__kind=np.array("tuple"), __n=np.array(len(values)))
-    out.update({WRITTEN + k: np.asarray(v) for k, v in written.items()})
+        out = {"__r0": np.asarray(result), "__kind": np.array("single")}
+    if result is not None:
+        out.update({WRITTEN + k: np.asarray(v) for k, v in written.items()})
     return out
 
 
@@ -152,10 +157,10 @@ def _distributed(folder, tmp, plan, comm):
     lays = plan["layouts"]
     args, given = _read_inputs(folder, tmp, plan)
     local = {k: (_tile(v, lays[k], comm.rank) if k in lays else v) for k, v in args.items()}
-    results = call(folder, plan, local, comm.rank)
+    result = _as_result(plan, call(folder, plan, local, comm.rank))
     joined = []
-    for r, arr in zip(plan["returns"], results):
-        tiles = comm.gather(np.asarray(arr.item()) if r["scalar"] else arr, root=0)
+    for r, value in zip(plan["returns"], result if isinstance(result, tuple) else (result, )):
+        tiles = comm.gather(np.asarray(value), root=0)
         if comm.rank == 0:
             joined.append(_join(tiles, lays[r["name"]]) if r["name"] in lays else tiles[0])
     written = {}
@@ -166,7 +171,7 @@ def _distributed(folder, tmp, plan, comm):
                 written[k] = _join(tiles, lays[k]) if k in lays else tiles[0]
     if comm.rank != 0:
         return None
-    return _pack(dict(plan, returns=[dict(r, scalar=False) for r in plan["returns"]]), joined, written)
+    return _pack(None if result is None else tuple(joined) if isinstance(result, tuple) else joined[0], written)
 
 
 def main(folder, tmp):
@@ -188,10 +193,10 @@ def main(folder, tmp):
     if plan["layouts"]:
         out = _distributed(folder, tmp, plan, comm)
     else:
-        results = call(folder, plan, args, comm.rank)
+        result = _as_result(plan, call(folder, plan, args, comm.rank))
         out = None
         if comm.rank == 0:
-            out = _pack(plan, results, {k: given[k] for k in plan["written"] if k in given})
+            out = _pack(result, {k: given[k] for k in plan["written"] if k in given})
     if comm.rank == 0:
         np.savez(os.path.join(tmp, "outputs.npz"), **out)
 

@@ -12,26 +12,13 @@ import numpy as np
 from mpi4py import MPI
 
 from ..compat import return_array_names
-from .launch import WRITTEN, load, written_arguments
+from ._plain_worker import _pack
+from .launch import load, written_arguments
 
 
 def _read(tmp):
     with np.load(os.path.join(tmp, "inputs.npz"), allow_pickle=False) as f:
         return {k: (f[k].item() if f[k].ndim == 0 else f[k].copy()) for k in f.files}
-
-
-def _pack(result, written):
-    if result is None:
-        out = dict(written)
-        out["__kind"] = np.array("none")
-    elif isinstance(result, tuple):
-        out = {f"__r{i}": np.asarray(r) for i, r in enumerate(result)}
-        out.update(__kind=np.array("tuple"), __n=np.array(len(result)))
-    else:
-        out = {"__r0": np.asarray(result), "__kind": np.array("single")}
-    if result is not None:  # the written arguments too: dp.run updates the caller's arrays with them
-        out.update({WRITTEN + k: np.asarray(v) for k, v in written.items()})
-    return out
 
 
 def _distributed(prog, comm, inputs):
