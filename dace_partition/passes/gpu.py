@@ -100,6 +100,16 @@ DACE_EXPORTED int __dp_gpu_device_of(const void *p) {  // the GPU holding p; -1 
     return (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) ? a.device : -1;
 }
 DACE_EXPORTED int __dp_gpu_current() { return dace_partition_cuda::select_device(); }
+// Page-locked host memory for the host side of a device argument (what MPI and the program's copies read):
+// copies from it run at PCIe's rate and asynchronously; portable, so every context sees it pinned.
+DACE_EXPORTED void *__dp_gpu_host_malloc(size_t bytes) {
+    dace_partition_cuda::select_device();
+    void *p = nullptr;
+    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable) == cudaSuccess) return p;
+    cudaGetLastError();
+    return nullptr;
+}
+DACE_EXPORTED void __dp_gpu_host_free(void *p) { dace_partition_cuda::select_device(); cudaFreeHost(p); }
 // Waits for the stream a caller's device array names (__cuda_array_interface__'s "stream": 1 the legacy
 // default stream, 2 the per-thread one, else a cudaStream_t): the program's streams are non-blocking, so
 // its kernels would not otherwise wait for the caller's work on that array.

@@ -11,7 +11,9 @@ PyTorch in, PyTorch out; otherwise a :class:`DeviceArray`), NumPy for NumPy.
 
 MPI works on host memory (``passes.gpu.stage_communication``); an argument that only MPI or host code
 touches (a scatter's source on rank 0, a gather's target) is copied between the caller's device array and
-a host buffer here, once per call, where the program needs it.
+a host buffer here, once per call, where the program needs it. The host buffers the runtime keeps (those,
+and the host side of a device argument whose halo MPI moves) are page-locked where the build can allocate
+such memory: a copy from pageable memory runs at about half PCIe's rate and blocks the calling thread.
 
 Device memory is the program's own: allocation and copies go through functions its CUDA file exports
 (the CUDA runtime it was built with, on the GPU its rank selected). A program emulated on the host (the
@@ -190,6 +192,17 @@ class BufferPool:
         self.kept_bytes = 0
 
 
+class _PinnedBlock:
+    """Page-locked host memory of a program, freed when the last NumPy array on it goes."""
+
+    def __init__(self, free, library, ptr: int):
+        self._free, self._library, self.ptr = free, library, ptr
+
+    def __del__(self):
+        if self._library.is_loaded():  # at exit the library may be gone first: the process frees it
+            self._free(self.ptr)
+
+
 class CudaMemory:
     """GPU memory through the functions the program's CUDA file exports (``passes.gpu._DEVICE_MEMORY``),
     freed buffers kept in a :class:`BufferPool` (``memory.pool.release()`` frees them; an allocation that
@@ -212,6 +225,21 @@ class CudaMemory:
         wait = compiled.get_exported_function("__dp_gpu_wait_stream", ctypes.c_int)
         self._wait = fn("__dp_gpu_wait_stream", ctypes.c_int, ctypes.c_ulonglong) if wait is not None else None
         self._sync = sync
+        pinned = compiled.get_exported_function("__dp_gpu_host_malloc", ctypes.c_void_p)  # None in older builds
+        self._host_malloc = fn("__dp_gpu_host_malloc", vp, size) if pinned is not None else None
+        self._host_free = fn("__dp_gpu_host_free", None, vp) if pinned is not None else None
+
+    def host_empty(self, shape, dtype) -> np.ndarray:
+        """An uninitialised host array in page-locked memory, pageable where the build exports no such
+        allocation or it fails (page-locked memory is a limited resource of the host)."""
+        dtype = np.dtype(dtype)
+        nbytes = math.prod(shape) * dtype.itemsize
+        ptr = self._host_malloc(nbytes) if self._host_malloc is not None else None
+        if not ptr:
+            return np.empty(shape, dtype)
+        buf = (ctypes.c_byte * max(nbytes, 1)).from_address(ptr)
+        buf._block = _PinnedBlock(self._host_free, self._compiled._lib, ptr)  # lives as long as the array
+        return np.ndarray(shape, dtype, buffer=buf)
 
     def wait_for(self, streams):
         """Waits for the caller's work on the streams its device arrays name (see :class:`DeviceView`);
@@ -273,6 +301,9 @@ class HostMemory:
         buf = np.empty(max(nbytes, 1), np.uint8)
         return buf.ctypes.data, buf
 
+    def host_empty(self, shape, dtype) -> np.ndarray:
+        return np.empty(shape, dtype)
+
     def free(self, ptr, keep):
         pass
 
@@ -293,6 +324,12 @@ class HostMemory:
         span = (sum((n - 1) * s for n, s in zip(view.shape, view.strides)) + view.itemsize) if view.size else 0
         buf = (ctypes.c_byte * max(span, 1)).from_address(view.ptr)
         return np.ndarray(view.shape, view.dtype, buffer=buf, strides=view.strides)
+
+
+def page_locked(arr) -> bool:
+    """Whether ``arr`` is a host array in a program's page-locked memory (:meth:`CudaMemory.host_empty`)."""
+    return isinstance(getattr(arr, "base", None), ctypes.Array) and isinstance(getattr(arr.base, "_block", None),
+                                                                               _PinnedBlock)
 
 
 def _like(template, arr: DeviceArray):
@@ -356,7 +393,7 @@ class DeviceCall:
         key = (name, tuple(shape), np.dtype(dtype).str, device)
         buf = self._kept.get(key)
         if buf is None:
-            buf = DeviceArray(self.memory, shape, dtype) if device else np.empty(shape, dtype)
+            buf = DeviceArray(self.memory, shape, dtype) if device else self.memory.host_empty(shape, dtype)
             self._kept[key] = buf
         return buf
 

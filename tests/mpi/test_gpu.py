@@ -474,10 +474,13 @@ def test_a_gpu_build_selects_each_ranks_device_when_loaded():
     """Every rank selects its GPU (a collective: MPI_Comm_split_type for the node-local rank) when it loads
     the program, not at its first CUDA call, which may come at another point on each rank: a collective of
     the caller's right after the load completes, on a machine without a GPU too (-1 on every rank). The
-    library exports what the runtime needs to wait for a caller's stream (tests/mpi_scripts/gpu_build_loads.py)."""
+    library exports what the runtime needs to wait for a caller's stream and to keep page-locked host
+    buffers; without a GPU those fall back to pageable memory (tests/mpi_scripts/gpu_build_loads.py)."""
     from conftest import mpi_script
     sdfg, folder = jacobi_2x2()
-    _references(os.path.join(folder, "build", f"lib{sdfg.name}.so"), ("__dp_gpu_wait_stream", "cudaStreamSynchronize"))
+    _references(os.path.join(folder, "build", f"lib{sdfg.name}.so"),
+                ("__dp_gpu_wait_stream", "cudaStreamSynchronize", "__dp_gpu_host_malloc", "cudaHostAlloc",
+                 "cudaFreeHost"))
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "mpi_scripts", "gpu_build_loads.py")
     res = mpi_script(script, 2, folder, "local" if HAVE_GPU else "none", timeout=120)
     assert res.returncode == 0 and "OK" in res.stdout, res.stdout + res.stderr[-3000:]

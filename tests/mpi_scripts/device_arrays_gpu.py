@@ -7,7 +7,8 @@ only ``__cuda_array_interface__``; an object that exposes only DLPack (``__dlpac
 ``__dlpack_device__``). For each: every rank's io="distributed" tiles are updated in place on the device;
 a root-io result comes back on the device, of the caller's kind (CuPy in, CuPy out; PyTorch in, PyTorch
 out; DLPack-only, taken through PyTorch, PyTorch out; interface-only, a DeviceArray); results equal NumPy's.
-An input written on the caller's stream just before the call is what the program reads. A device
+The host buffer the runtime keeps for a root-io input is page-locked. An input written on the caller's
+stream just before the call is what the program reads. A device
 array of the wrong dtype, shape or strides is refused in words on every rank. Prints
 'ran: <kinds>' and 'OK' (rank 0)."""
 import os
@@ -18,7 +19,7 @@ import torch
 from mpi4py import MPI
 
 import dace_partition as dp
-from dace_partition.runtime.device_arrays import DeviceArray
+from dace_partition.runtime.device_arrays import DeviceArray, page_locked
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, ".."), os.path.join(HERE, "..", "..", "benchmarks")]
@@ -102,6 +103,11 @@ for kind, (put, get, result_type) in KINDS.items():
     if rank == 0:
         expect(isinstance(out, result_type), f"{kind} in gave {type(out).__name__} out, not {result_type.__name__}")
         np.testing.assert_allclose(to_numpy(out), sm_expected, rtol=1e-12, err_msg=f"softmax, {kind} in")
+
+# The host buffer the runtime keeps for x (only rank 0's scatter reads it) is page-locked
+if rank == 0:
+    hosts = [b for b in sm_prog.device._kept.values() if isinstance(b, np.ndarray)]
+    expect(hosts and all(page_locked(b) for b in hosts), "the runtime keeps no page-locked host buffer for x")
 
 # The caller's work on an input may still be queued: the program's kernels (non-blocking streams) wait for
 # the stream the array names (PyTorch's: the legacy default stream). Here the input is written after a
