@@ -1,5 +1,9 @@
 """Boxes: a block as ``(start, count)`` per dimension, and the arithmetic on them that distributions, moves
-and solvers share (how many elements two blocks share, every pair of P blocks at once)."""
+and solvers share (how many elements two blocks share, every pair of P blocks at once), and the cutting and
+joining of a whole array's tiles that layouts and ``run``'s ranks share.
+
+NumPy only: ``runtime/_plain_worker.py`` loads this file by path on ranks that import neither DaCe nor the
+package."""
 import numpy as np
 
 
@@ -73,3 +77,27 @@ def from_others(m: np.ndarray, senders=None) -> np.ndarray:
 def contains(outer, inner) -> bool:
     """Whether the (start, count) box ``outer`` holds all of ``inner`` (an empty ``inner`` always)."""
     return intersection(outer, inner) == volume(inner[1])
+
+
+def _index(box, counts=None):
+    return tuple(slice(s, s + c) for s, c in zip(box[0], box[1] if counts is None else counts))
+
+
+def tile(whole, box, local_shape, dtype) -> np.ndarray:
+    """A rank's tile of ``whole``: its ``box`` (None: the rank holds nothing) at the tile's origin, the rest
+    of ``local_shape`` zero (uneven tiles are padded)."""
+    out = np.zeros(tuple(local_shape), dtype=np.dtype(dtype))
+    if box is not None:
+        part = np.asarray(whole)[_index(box)]
+        out[tuple(slice(0, n) for n in part.shape)] = part
+    return out
+
+
+def join(tiles, boxes, shape, dtype) -> np.ndarray:
+    """The whole array of ``shape`` from every rank's tile (``tiles[r]`` holds ``boxes[r]`` at its origin;
+    a None box or tile contributes nothing; replicas must agree)."""
+    out = np.zeros(tuple(shape), dtype=np.dtype(dtype))
+    for box, t in zip(boxes, tiles):
+        if box is not None and t is not None:
+            out[_index(box)] = np.asarray(t)[_index(((0, ) * len(box[1]), box[1]))]
+    return out

@@ -7,6 +7,8 @@ from typing import Dict, Optional, Sequence, Tuple
 import numpy as np
 import sympy
 
+from . import boxes
+
 
 #: DaCe's integer functions as they appear in the written bounds (an uneven block starts at
 #: ``int_ceil(510*r, 8)``): without them SymPy keeps an unknown function that no rank can evaluate.
@@ -98,28 +100,19 @@ class Layout:
             out.append(slice(lo, max(lo, hi + 1)))
         return tuple(out)
 
+    def box(self, rank: int, **symbols):
+        """Rank ``rank``'s block as a ``(starts, counts)`` box (:mod:`.boxes`), or None outside the grid."""
+        blk = self.block(rank, **symbols)
+        return None if blk is None else (tuple(b.start for b in blk), tuple(b.stop - b.start for b in blk))
+
     def scatter(self, array, rank: int, **symbols) -> np.ndarray:
         """Rank ``rank``'s tile of the whole ``array`` (zero-padded to the local shape)."""
-        array = np.asarray(array)
-        tile = np.zeros(self.local_shape_of(**symbols), dtype=np.dtype(self.dtype))
-        blk = self.block(rank, **symbols)
-        if blk is not None:
-            part = array[blk]
-            tile[tuple(slice(0, n) for n in part.shape)] = part
-        return tile
+        return boxes.tile(array, self.box(rank, **symbols), self.local_shape_of(**symbols), self.dtype)
 
     def gather(self, tiles: Sequence[np.ndarray], **symbols) -> np.ndarray:
         """The whole array from every rank's tile (``tiles[r]`` of rank r; replicas must agree)."""
-        shape = tuple(self._eval(s, symbols) for s in self.shape)
-        out = np.zeros(shape, dtype=np.dtype(self.dtype))
-        for r, tile in enumerate(tiles):
-            blk = self.block(r, **symbols)
-            if blk is None or tile is None:
-                continue
-            sizes = tuple(s.stop - s.start for s in blk)
-            out[blk] = np.asarray(tile)[tuple(slice(0, n) for n in sizes)]
-        return out
-
+        return boxes.join(tiles, [self.box(r, **symbols) for r in range(len(tiles))], self.shape_of(**symbols),
+                          self.dtype)
 
     def to_json(self):
         return {"array": self.array, "shape": self.shape, "local_shape": self.local_shape, "dtype": self.dtype,

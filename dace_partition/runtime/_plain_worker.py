@@ -131,44 +131,43 @@ def _pack(result, written):
     return out
 
 
-def _tile(whole, lay, rank):
-    """This rank's tile of a whole array: its block, zero-padded to the local shape (``Layout.scatter``)."""
-    tile = np.zeros(tuple(lay["local_shape"]), dtype=np.dtype(lay["dtype"]))
-    blk = lay["blocks"][rank] if rank < len(lay["blocks"]) else None
-    if blk is not None:
-        part = np.asarray(whole)[tuple(slice(lo, hi) for lo, hi in blk)]
-        tile[tuple(slice(0, n) for n in part.shape)] = part
-    return tile
-
-
-def _join(tiles, lay):
-    """The whole array from every rank's tile (``Layout.gather``)."""
-    out = np.zeros(tuple(lay["shape"]), dtype=np.dtype(lay["dtype"]))
-    for blk, tile in zip(lay["blocks"], tiles):
-        if blk is None or tile is None:
-            continue
-        out[tuple(slice(lo, hi) for lo, hi in blk)] = np.asarray(tile)[tuple(slice(0, hi - lo) for lo, hi in blk)]
-    return out
+def _boxes():
+    """``ir/boxes.py`` (NumPy only), loaded by path: the tiles are cut and joined as ``Layout`` does."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ir", "boxes.py")
+    spec = importlib.util.spec_from_file_location("dace_partition_boxes", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _distributed(folder, tmp, plan, comm):
     """io="distributed", as ``_worker._distributed``: every rank reads the whole inputs and passes its tiles;
     rank 0 joins the result tiles and the written arguments' tiles. Returns rank 0's outputs (else None)."""
-    lays = plan["layouts"]
+    lays, boxes = plan["layouts"], _boxes()
+
+    def tile(k, whole):
+        lay = lays[k]
+        box = lay["boxes"][comm.rank] if comm.rank < len(lay["boxes"]) else None
+        return boxes.tile(whole, box, lay["local_shape"], lay["dtype"])
+
+    def join(k, tiles):
+        return boxes.join(tiles, lays[k]["boxes"], lays[k]["shape"], lays[k]["dtype"])
+
     args, given = _read_inputs(folder, tmp, plan)
-    local = {k: (_tile(v, lays[k], comm.rank) if k in lays else v) for k, v in args.items()}
+    local = {k: (tile(k, v) if k in lays else v) for k, v in args.items()}
     result = _as_result(plan, call(folder, plan, local, comm.rank))
     joined = []
     for r, value in zip(plan["returns"], result if isinstance(result, tuple) else (result, )):
         tiles = comm.gather(np.asarray(value), root=0)
         if comm.rank == 0:
-            joined.append(_join(tiles, lays[r["name"]]) if r["name"] in lays else tiles[0])
+            joined.append(join(r["name"], tiles) if r["name"] in lays else tiles[0])
     written = {}
     for k in plan["written"]:
         if k in given:
             tiles = comm.gather(local[k], root=0)
             if comm.rank == 0:
-                written[k] = _join(tiles, lays[k]) if k in lays else tiles[0]
+                written[k] = join(k, tiles) if k in lays else tiles[0]
     if comm.rank != 0:
         return None
     return _pack(None if result is None else tuple(joined) if isinstance(result, tuple) else joined[0], written)

@@ -133,13 +133,9 @@ def _with_values(plan, sdfg, syms, ranks, layouts):
     plan["returns"] = returns
     plan["layouts"] = {}
     for name, lay in layouts.items():
-        blocks = []
-        for r in range(ranks):
-            blk = lay.block(r, **syms)
-            blocks.append(None if blk is None else [[b.start, b.stop] for b in blk])
         plan["layouts"][name] = {"shape": list(lay.shape_of(**syms)),
                                  "local_shape": list(lay.local_shape_of(**syms)), "dtype": lay.dtype,
-                                 "blocks": blocks}
+                                 "boxes": [lay.box(r, **syms) for r in range(ranks)]}
     return plan
 
 

@@ -99,3 +99,34 @@ def test_blocks_of_a_grid_match_their_bounds_evaluated_by_sympy(n, rows, cols, h
         want.append((start, tuple(max(0, y - x + 1) for x, y in zip(start, end))))
     assert got == want
     assert np.prod(d.grid) == len(got)
+
+
+@st.composite
+def _tiling_and_padding(draw):
+    """A whole array, its tiling by boxes (some ranks holding nothing) and tiles padded past their box."""
+    dims = draw(st.integers(1, 3))
+    shape = tuple(draw(st.integers(1, 7)) for _ in range(dims))
+    cuts = [sorted(draw(st.sets(st.integers(1, n - 1), max_size=2))) if n > 1 else [] for n in shape]
+    segs = [list(zip([0] + c, c + [n])) for c, n in zip(cuts, shape)]
+    boxes = [(tuple(s for s, _ in p), tuple(e - s for s, e in p)) for p in itertools.product(*segs)]
+    local = tuple(max(b[1][d] for b in boxes) + draw(st.integers(0, 2)) for d in range(dims))
+    return shape, boxes + [None] * draw(st.integers(0, 2)), local
+
+
+@settings(max_examples=200, deadline=None)
+@given(_tiling_and_padding(), st.sampled_from([np.int32, np.float64]))
+def test_tiles_cut_by_boxes_join_back_to_the_whole_array(case, dtype):
+    """Every rank's tile holds its box at the origin and zeros past it; joining every tile gives back the
+    whole array, element for element (what `run`'s ranks without DaCe and `Layout` both rely on)."""
+    from dace_partition.ir.boxes import join, tile
+    shape, boxes, local = case
+    whole = np.arange(1, 1 + int(np.prod(shape)), dtype=dtype).reshape(shape)
+    tiles = [tile(whole, b, local, dtype) for b in boxes]
+    for b, t in zip(boxes, tiles):
+        assert t.shape == local and t.dtype == np.dtype(dtype)
+        inside = np.zeros(local, dtype=bool)
+        if b is not None:
+            inside[tuple(slice(0, c) for c in b[1])] = True
+            np.testing.assert_array_equal(t[inside].reshape(b[1]), whole[tuple(slice(s, s + c) for s, c in zip(*b))])
+        assert not t[~inside].any()
+    np.testing.assert_array_equal(join(tiles, boxes, shape, dtype), whole)
