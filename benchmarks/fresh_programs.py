@@ -1,0 +1,185 @@
+"""Programs we did not write for the suites: lowered, run on P ranks and compared with NumPy / PyTorch.
+
+    python benchmarks/fresh_programs.py [--ranks 2,3] [--device cpu|gpu-emulated] [--schedule auto|split]
+                                        [--set numpy,torch] [--only NAME,...]
+
+The programs (``_fresh_programs.py``) are in the styles users write and in none of our test suites nor in
+NPBench: statistics, distances, iterations with ``for`` and ``while``, integer arithmetic, transposes,
+products, symbolic sizes, and PyTorch modules (LayerNorm + GELU, Conv2d + BatchNorm, MultiheadAttention, a
+TransformerEncoderLayer, Embedding). The NumPy test suite checks what we thought of; this checks what a
+new user might write first.
+
+``--schedule auto``: ``lower(sdfg, ranks=P)`` (the cost model may keep a small program on rank 0).
+``--schedule split``: every map whose first extent is at least 2P (or symbolic) split over P ranks along
+it, and for the modules every map over the batch: the distributed path, whatever the cost model would
+choose. ``--device gpu-emulated`` lowers with ``device="gpu"`` and runs the GPU data flow on the host
+(``runtime/emulation.py``: device arrays and their host sides are separate, so a missing staging copy gives
+a wrong result).
+
+Outcomes: correct (every element; exact for integers, rtol 1e-10 / 1e-5 for float64 / float32, 1e-4
+against PyTorch), wrong, refused (a ScheduleError or UnsupportedPattern before any rank ran), error (any
+other exception, a failed rank included), dace_fails (DaCe's frontend cannot parse it; not ours). A
+result whose dtype differs from NumPy's counts as correct where DaCe's own program has that dtype too
+(``note`` says so). Writes benchmarks/results/fresh_programs.json, merged by (device, schedule, P, name).
+"""
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+OUT = os.path.join(HERE, "results", "fresh_programs.json")
+
+
+def _copy(d):
+    return {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in d.items()}
+
+
+def _close(got, ref, rtol):
+    got, ref = np.asarray(got), np.asarray(ref)
+    if got.shape != ref.shape:
+        return False
+    if np.issubdtype(ref.dtype, np.integer):
+        return np.array_equal(got, ref)
+    return np.allclose(got, ref, rtol=rtol, atol=rtol)
+
+
+def _split(sdfg, P, batch=None):
+    import dace_partition as dp
+    sched = {}
+    for m in dp.maps(sdfg):
+        if not m.shape:
+            continue
+        try:
+            first = int(m.shape[0])
+        except TypeError:
+            first = None  # symbolic
+        if (first == batch) if batch is not None else (first is None or first >= 2 * P):
+            sched[m.name] = (P, ) + (1, ) * (len(m.params) - 1)
+    return sched
+
+
+def _lower(sdfg, P, opts, batch=None):
+    import dace_partition as dp
+    from dace_partition.runtime import emulation
+    gpu = opts.device == "gpu-emulated"
+    with emulation.host_kernels() if gpu else contextlib.nullcontext():
+        if opts.schedule == "split":
+            sched = _split(sdfg, P, batch)
+            dp.lower(sdfg, sched, device="gpu" if gpu else "cpu")
+            split = len(sched)
+        else:
+            dp.lower(sdfg, ranks=P, device="gpu" if gpu else "cpu")
+            split = None
+    if gpu:
+        emulation.on_host(sdfg)
+    return split
+
+
+def _numpy_case(name, prog, inputs, P, opts, rng):
+    import dace_partition as dp
+    data = inputs(rng)
+    ref_in = _copy(data)
+    ref = prog.f(**ref_in)
+    try:
+        sdfg = prog.to_sdfg()
+    except Exception as e:  # noqa: BLE001 - DaCe's frontend: not ours
+        return {"outcome": "dace_fails", "why": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+    ret = sdfg.arrays.get("__return")
+    dace_dtype = ret.dtype.as_numpy_dtype() if ret is not None else None
+    dace_ndim = len(ret.shape) if ret is not None else None
+    sdfg.name = f"fresh_{name}_{opts.device.replace('-', '_')}_{opts.schedule}_{P}"
+    split = _lower(sdfg, P, opts)
+    got_in = _copy(data)
+    got = dp.run(sdfg, P, **got_in)
+    out = {"split_maps": split}
+    if ref is None:  # the written arguments
+        ok = bool(got) and all(_close(got[k], ref_in[k], 1e-10) for k in got)
+        out["compared"] = sorted(got)
+    else:
+        ref, got = np.asarray(ref), np.asarray(got)
+        notes = []
+        if got.shape != ref.shape and got.size == ref.size and got.ndim == dace_ndim:
+            notes.append(f"shape {got.shape} where NumPy gives {ref.shape}, as DaCe's own program")
+            ref = ref.reshape(got.shape)
+        ok = _close(got, ref, 1e-5 if ref.dtype == np.float32 else 1e-10)
+        if ok and got.dtype != ref.dtype:
+            ok = got.dtype == dace_dtype
+            notes.append(f"dtype {got.dtype} where NumPy gives {ref.dtype}; DaCe's own program: {dace_dtype}")
+        if notes:
+            out["note"] = "; ".join(notes)
+        out["compared"] = ["__return"]
+    out["outcome"] = "correct" if ok else "wrong"
+    return out
+
+
+def _torch_case(name, module, example, P, opts):
+    import inspect
+    import torch
+    import dace_partition as dp
+    with torch.no_grad():
+        ref = module(*example).numpy()
+    sdfg = dp.from_torch(module, example)
+    sdfg.name = f"fresh_{name}_{opts.device.replace('-', '_')}_{opts.schedule}_{P}"
+    split = _lower(sdfg, P, opts, batch=example[0].shape[0])
+    arg = list(inspect.signature(module.forward).parameters)[0]
+    got = dp.run(sdfg, P, **{arg: example[0]})
+    got = got[0] if isinstance(got, tuple) else got
+    return {"split_maps": split, "outcome": "correct" if _close(got, ref, 1e-4) else "wrong"}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", default="2,3")
+    ap.add_argument("--device", choices=["cpu", "gpu-emulated"], default="cpu")
+    ap.add_argument("--schedule", choices=["auto", "split"], default="auto")
+    ap.add_argument("--set", default="numpy,torch")
+    ap.add_argument("--only", default="")
+    opts = ap.parse_args()
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import _fresh_programs as fp
+    from dace_partition.errors import ScheduleError, UnsupportedPattern
+    only = set(filter(None, opts.only.split(",")))
+    cases = []
+    if "numpy" in opts.set:
+        cases += [("numpy", n, c) for n, c in fp.numpy_programs().items()]
+    if "torch" in opts.set:
+        cases += [("torch", n, c) for n, c in fp.torch_modules().items()]
+    results = {}
+    if os.path.exists(OUT):
+        with open(OUT) as f:
+            results = json.load(f)
+    for P in [int(p) for p in opts.ranks.split(",")]:
+        for kind, name, case in cases:
+            if only and name not in only:
+                continue
+            t0 = time.time()
+            try:
+                if kind == "numpy":
+                    res = _numpy_case(name, *case, P, opts, np.random.default_rng(0))
+                else:
+                    res = _torch_case(name, *case, P, opts)
+            except (ScheduleError, UnsupportedPattern) as e:
+                res = {"outcome": "refused", "why": str(e)[:300]}
+            except Exception as e:  # noqa: BLE001 - recorded, the next program runs
+                res = {"outcome": "error", "why": f"{type(e).__name__}: {str(e)[:300]}"}
+            res.update(set=kind, seconds=round(time.time() - t0, 1))
+            results[f"{opts.device}/{opts.schedule}/P{P}/{name}"] = res
+            print(f"{opts.device:13s} {opts.schedule:5s} P={P} {name:26s} {res['outcome']}"
+                  + (f"  ({res.get('note') or res.get('why')})" if res.get("note") or res.get("why") else ""), flush=True)
+            with open(OUT, "w") as f:
+                json.dump(dict(sorted(results.items())), f, indent=1)
+    runs = [v for k, v in results.items()]
+    counts = {o: sum(v["outcome"] == o for v in runs) for o in ("correct", "wrong", "refused", "error", "dace_fails")}
+    print("all recorded runs:", counts)
+
+
+if __name__ == "__main__":
+    main()
