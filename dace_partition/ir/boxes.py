@@ -79,8 +79,12 @@ def contains(outer, inner) -> bool:
     return intersection(outer, inner) == volume(inner[1])
 
 
-def _index(box, counts=None):
-    return tuple(slice(s, s + c) for s, c in zip(box[0], box[1] if counts is None else counts))
+def _index(starts, counts):
+    return tuple(slice(s, s + c) for s, c in zip(starts, counts))
+
+
+def _at_origin(counts):
+    return tuple(slice(0, c) for c in counts)
 
 
 def tile(whole, box, local_shape, dtype) -> np.ndarray:
@@ -88,8 +92,8 @@ def tile(whole, box, local_shape, dtype) -> np.ndarray:
     of ``local_shape`` zero (uneven tiles are padded)."""
     out = np.zeros(tuple(local_shape), dtype=np.dtype(dtype))
     if box is not None:
-        part = np.asarray(whole)[_index(box)]
-        out[tuple(slice(0, n) for n in part.shape)] = part
+        part = np.asarray(whole)[_index(*box)]
+        out[_at_origin(part.shape)] = part
     return out
 
 
@@ -99,5 +103,5 @@ def join(tiles, boxes, shape, dtype) -> np.ndarray:
     out = np.zeros(tuple(shape), dtype=np.dtype(dtype))
     for box, t in zip(boxes, tiles):
         if box is not None and t is not None:
-            out[_index(box)] = np.asarray(t)[_index(((0, ) * len(box[1]), box[1]))]
+            out[_index(*box)] = np.asarray(t)[_at_origin(box[1])]
     return out

@@ -146,10 +146,9 @@ def _distributed(folder, tmp, plan, comm):
     rank 0 joins the result tiles and the written arguments' tiles. Returns rank 0's outputs (else None)."""
     lays, boxes = plan["layouts"], _boxes()
 
-    def tile(k, whole):
+    def tile(k, whole):  # the plan has a box (or None) for each of the job's ranks
         lay = lays[k]
-        box = lay["boxes"][comm.rank] if comm.rank < len(lay["boxes"]) else None
-        return boxes.tile(whole, box, lay["local_shape"], lay["dtype"])
+        return boxes.tile(whole, lay["boxes"][comm.rank], lay["local_shape"], lay["dtype"])
 
     def join(k, tiles):
         return boxes.join(tiles, lays[k]["boxes"], lays[k]["shape"], lays[k]["dtype"])

@@ -12,13 +12,12 @@ import numpy as np
 from mpi4py import MPI
 
 from ..compat import return_array_names
-from ._plain_worker import _pack
+from ._plain_worker import _pack, _read_npz
 from .launch import load, written_arguments
 
 
 def _read(tmp):
-    with np.load(os.path.join(tmp, "inputs.npz"), allow_pickle=False) as f:
-        return {k: (f[k].item() if f[k].ndim == 0 else f[k].copy()) for k in f.files}
+    return _read_npz(os.path.join(tmp, "inputs.npz"))
 
 
 def _distributed(prog, comm, inputs):

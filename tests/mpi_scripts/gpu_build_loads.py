@@ -2,15 +2,14 @@
 should select: "none" where the machine has no GPU, else "local"). Every rank selects its GPU when it
 loads the program, in the same collective, so a collective of the caller's right after the load does not
 meet the selection's MPI_Comm_split_type on another rank. The host buffers the runtime keeps for device
-arguments are page-locked on a GPU and pageable without one (the allocation fails and falls back). Prints 'selected: <devices>' and 'OK' (rank 0);
-tests/mpi/test_gpu.py::test_a_gpu_build_selects_each_ranks_device_when_loaded."""
+arguments are page-locked on a GPU and pageable without one (the allocation fails and falls back). Prints
+'selected: <devices>' and 'OK' (rank 0); tests/mpi/test_gpu.py::test_a_gpu_build_selects_each_ranks_device_when_loaded."""
 import sys
 
+import numpy as np
 from mpi4py import MPI
 
 import dace_partition as dp
-import numpy as np
-
 from dace_partition.runtime.device_arrays import CudaMemory, page_locked
 
 comm = MPI.COMM_WORLD
