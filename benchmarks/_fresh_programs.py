@@ -1,5 +1,8 @@
 """Programs written for ``fresh_programs.py``, in the styles users write, none of them in the test suites or
-in NPBench: NumPy programs with fixed and symbolic sizes, and PyTorch modules. Each entry: the program (a
+in NPBench: NumPy programs with fixed and symbolic sizes, and PyTorch modules. A second batch (from
+``strided_pairs`` on, and the first five modules) went further afield: strided and reversed slices, tuple
+results, complex numbers, nested programs, ``np.einsum``/``np.outer``/``np.argmax``, boolean masks, batched
+products, and modules with GroupNorm, LeakyReLU, Hardswish, Conv1d and hand-written attention. Each entry: the program (a
 ``@dace.program``, or a module and its example input) and a function of a generator that gives its inputs."""
 import dace
 import numpy as np
@@ -136,6 +139,147 @@ def transposed_matvec(A: dace.float64[S, T], x: dace.float64[S]):
     return A.T @ x
 
 
+@dace.program
+def strided_pairs(x: dace.float64[N]):
+    return x[::2] + x[1::2]
+
+
+@dace.program
+def reversed_diff(x: dace.float64[N]):
+    return x[::-1] - x
+
+
+@dace.program
+def row_softmax(x: dace.float32[N, M]):
+    e = np.exp(x - np.max(x, axis=1)[:, np.newaxis])
+    return e / np.sum(e, axis=1)[:, np.newaxis]
+
+
+@dace.program
+def centered_total(x: dace.float64[N, M]):
+    return x - np.mean(x)
+
+
+@dace.program
+def global_range(x: dace.float64[N, M]):
+    return np.max(x) - np.min(x)
+
+
+@dace.program
+def dot_scalar(x: dace.float64[N], y: dace.float64[N]):
+    return np.sum(x * y)
+
+
+@dace.program
+def prefix_sum(x: dace.float64[N]):
+    for i in range(1, N):
+        x[i] = x[i] + x[i - 1]
+
+
+@dace.program
+def column_normalize_loop(A: dace.float64[N, M]):
+    for j in range(M):
+        A[:, j] = A[:, j] / np.sqrt(np.sum(A[:, j] * A[:, j]))
+
+
+@dace.program
+def two_results(a: dace.float64[N, M], b: dace.float64[N, M]):
+    return a + b, a * b
+
+
+@dace.program
+def mixed_precision(x: dace.float32[N, M], w: dace.float64[M]):
+    return x.astype(np.float64) @ w
+
+
+@dace.program
+def complex_power(z: dace.complex128[N, M]):
+    return z * np.conj(z)
+
+
+@dace.program
+def _inner_scale(a: dace.float64[N, M], s: dace.float64):
+    return a * s
+
+
+@dace.program
+def nested_call(a: dace.float64[N, M], b: dace.float64[N, M]):
+    return _inner_scale(a, 2.0) + _inner_scale(b, 3.0)
+
+
+@dace.program
+def einsum_product(a: dace.float64[N, K], b: dace.float64[K, M]):
+    return np.einsum("ik,kj->ij", a, b)
+
+
+@dace.program
+def outer_product(u: dace.float64[N], v: dace.float64[M]):
+    return np.outer(u, v)
+
+
+@dace.program
+def periodic_heat(u: dace.float64[N, M], steps: dace.int64):
+    for t in range(steps):
+        u[0, :] = u[N - 2, :]
+        u[N - 1, :] = u[1, :]
+        u[1:-1, :] = 0.5 * u[1:-1, :] + 0.25 * (u[:-2, :] + u[2:, :])
+
+
+@dace.program
+def sum_over_first(x: dace.float64[16, 24, 20]):
+    return np.sum(x, axis=0)
+
+
+@dace.program
+def row_dot_loop(A: dace.float64[N, M], x: dace.float64[M]):
+    out = np.empty((N, ), dtype=np.float64)
+    for i in range(N):
+        out[i] = np.sum(A[i, :] * x)
+    return out
+
+
+@dace.program
+def batched_matmul(a: dace.float64[8, N, K], b: dace.float64[8, K, M]):
+    return a @ b
+
+
+@dace.program
+def integer_bits(a: dace.int64[N, M], b: dace.int64[N, M]):
+    return (a // 3) ^ (b & 255) | (a << 2)
+
+
+@dace.program
+def masked_relu(x: dace.float64[N, M]):
+    x[x < 0.0] = 0.0
+
+
+@dace.program
+def range_fill(x: dace.float64[N]):
+    return x * np.arange(N) + np.ones((N, ), dtype=np.float64)
+
+
+@dace.program
+def threshold_count(x: dace.float64[N, M], t: dace.float64):
+    return np.sum((x > t).astype(np.int64))
+
+
+@dace.program
+def symbolic_rows_softmax(x: dace.float64[S, T]):
+    e = np.exp(x - np.max(x, axis=1)[:, np.newaxis])
+    return e / np.sum(e, axis=1)[:, np.newaxis]
+
+
+@dace.program
+def symbolic_stencil_loop(u: dace.float64[S, T], steps: dace.int64):
+    for t in range(steps):
+        u[1:-1, 1:-1] = 0.2 * (u[1:-1, 1:-1] + u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:])
+
+
+@dace.program
+def argmax_rows(x: dace.float64[N, M]):
+    return np.argmax(x, axis=1)
+
+
 def numpy_programs():
     """name -> (program, inputs(rng))"""
     s, t = 40, 30
@@ -163,6 +307,31 @@ def numpy_programs():
         "transposed_write": (transposed_write, lambda r: dict(A=r.random((s, t)), B=np.zeros((t, s)))),
         "gram": (gram, lambda r: dict(X=r.random((s, t)))),
         "transposed_matvec": (transposed_matvec, lambda r: dict(A=r.random((s, t)), x=r.random(s))),
+        "strided_pairs": (strided_pairs, lambda r: dict(x=r.random(N))),
+        "reversed_diff": (reversed_diff, lambda r: dict(x=r.random(N))),
+        "row_softmax": (row_softmax, lambda r: dict(x=r.random((N, M)).astype(np.float32))),
+        "centered_total": (centered_total, lambda r: dict(x=r.random((N, M)))),
+        "global_range": (global_range, lambda r: dict(x=r.random((N, M)))),
+        "dot_scalar": (dot_scalar, lambda r: dict(x=r.random(N), y=r.random(N))),
+        "prefix_sum": (prefix_sum, lambda r: dict(x=r.random(N))),
+        "column_normalize_loop": (column_normalize_loop, lambda r: dict(A=r.random((N, M)))),
+        "two_results": (two_results, lambda r: dict(a=r.random((N, M)), b=r.random((N, M)))),
+        "mixed_precision": (mixed_precision, lambda r: dict(x=r.random((N, M)).astype(np.float32), w=r.random(M))),
+        "complex_power": (complex_power, lambda r: dict(z=r.random((N, M)) + 1j * r.random((N, M)))),
+        "nested_call": (nested_call, lambda r: dict(a=r.random((N, M)), b=r.random((N, M)))),
+        "einsum_product": (einsum_product, lambda r: dict(a=r.random((N, K)), b=r.random((K, M)))),
+        "outer_product": (outer_product, lambda r: dict(u=r.random(N), v=r.random(M))),
+        "periodic_heat": (periodic_heat, lambda r: dict(u=r.random((N, M)), steps=4)),
+        "sum_over_first": (sum_over_first, lambda r: dict(x=r.random((16, 24, 20)))),
+        "row_dot_loop": (row_dot_loop, lambda r: dict(A=r.random((N, M)), x=r.random(M))),
+        "batched_matmul": (batched_matmul, lambda r: dict(a=r.random((8, N, K)), b=r.random((8, K, M)))),
+        "integer_bits": (integer_bits, lambda r: dict(a=r.integers(0, 1000, (N, M)), b=r.integers(0, 1000, (N, M)))),
+        "masked_relu": (masked_relu, lambda r: dict(x=r.random((N, M)) - 0.5)),
+        "range_fill": (range_fill, lambda r: dict(x=r.random(N))),
+        "threshold_count": (threshold_count, lambda r: dict(x=r.random((N, M)), t=0.3)),
+        "symbolic_rows_softmax": (symbolic_rows_softmax, lambda r: dict(x=r.random((s, t)))),
+        "symbolic_stencil_loop": (symbolic_stencil_loop, lambda r: dict(u=r.random((s, t)), steps=3)),
+        "argmax_rows": (argmax_rows, lambda r: dict(x=r.random((N, M)))),
     }
 
 
@@ -188,7 +357,40 @@ def torch_modules():
         def forward(self, x):
             return x + self.fc2(nn.functional.gelu(self.fc1(self.ln(x))))
 
+    class Residual1d(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.conv2 = nn.Conv1d(6, 6, 3, padding=1), nn.Conv1d(6, 6, 3, padding=1)
+            self.norm = nn.GroupNorm(2, 6)
+
+        def forward(self, x):
+            return torch.relu(x + self.conv2(torch.tanh(self.norm(self.conv1(x)))))
+
+    class ScaledDotAttention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.q, self.k, self.v = nn.Linear(16, 16), nn.Linear(16, 16), nn.Linear(16, 16)
+
+        def forward(self, x):
+            scores = torch.matmul(self.q(x), self.k(x).transpose(1, 2)) / 4.0
+            return torch.matmul(torch.softmax(scores, dim=-1), self.v(x))
+
+    class TwoBranches(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(12, 8), nn.Linear(12, 8)
+
+        def forward(self, x):
+            return torch.cat([nn.functional.silu(self.a(x)), nn.functional.leaky_relu(self.b(x), 0.1)], dim=1)
+
     return {
+        "residual_conv1d_groupnorm": (Residual1d().eval(), (torch.randn(4, 6, 20), )),
+        "scaled_dot_attention": (ScaledDotAttention().eval(), (torch.randn(4, 10, 16), )),
+        "two_branches_cat": (TwoBranches().eval(), (torch.randn(10, 12), )),
+        "cnn_avgpool_head": (nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                                           nn.Linear(4, 3), nn.Softmax(dim=1)).eval(), (torch.randn(6, 3, 12, 12), )),
+        "batchnorm1d_mlp": (nn.Sequential(nn.Linear(10, 16), nn.BatchNorm1d(16), nn.Hardswish(), nn.Dropout(0.5),
+                                          nn.Linear(16, 2)).eval(), (torch.randn(8, 10), )),
         "prenorm_mlp_block": (PreNormBlock(), (torch.randn(8, 16, 32), )),
         "conv_bn_pool": (nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
                                        nn.MaxPool2d(2)).eval(), (torch.randn(4, 3, 16, 16), )),

@@ -20,6 +20,7 @@ import numpy as np
 from dace import nodes
 from dace.sdfg import SDFG
 
+from .analysis.python_calls import python_calls
 from .compat import DACE_MAJOR, DACE_VERSION, stepped_elements, with_line_info_from_frames
 from .errors import ScheduleError, UnsupportedPattern
 from .ir import Device, IoMode, Layout, is_lowered, layouts_of, notes, ranks_needed
@@ -89,6 +90,8 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
                                  f"DaCe {DACE_VERSION}'s frontend drops (the program computes a wrong result even in "
                                  "one process); write the strided access as a map over the index, "
                                  "'for i in dace.map[0:N]: y[i] = x[2 * i]'")
+    for call in python_calls(sdfg):
+        raise UnsupportedPattern(call.array, call.subset, call.reason())
     t0 = time.perf_counter()
     local = LocalOptimize(steps_of(local_optimize))
     auto = None

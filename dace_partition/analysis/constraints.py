@@ -11,7 +11,7 @@ import functools
 import itertools
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import dace
 import sympy
@@ -84,14 +84,21 @@ def coord_symbols(kernel_index: int, grid: Sequence[int]) -> Tuple[Optional[str]
     return tuple(f"__dp{kernel_index}_r{d}" if g > 1 else None for d, g in enumerate(grid))
 
 
-def wcr_op(memlet, array) -> Optional[ReduceOp]:
+@dataclass(frozen=True)
+class RankLocal:
+    """A write-conflict resolution MPI has no operator for (argmax's ``(value, index)`` lambda): it is applied
+    inside each rank's block, and allowed only where no two ranks write the same element."""
+    wcr: str
+
+    def __str__(self):
+        return self.wcr
+
+
+def wcr_op(memlet, array) -> Union[None, ReduceOp, RankLocal]:
     if memlet.wcr is None:
         return None
     red = _reduction_type(str(memlet.wcr))
-    if red not in _OPS:
-        raise UnsupportedPattern(array, memlet.subset, f"write-conflict resolution {memlet.wcr} is not a sum, "
-                                 "product, min or max, so MPI cannot combine partial results")
-    return _OPS[red]
+    return _OPS[red] if red in _OPS else RankLocal(str(memlet.wcr))
 
 
 @functools.lru_cache(maxsize=1024)
@@ -143,12 +150,30 @@ def map_accesses(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, rng: subse
         if len(ops) > 1:
             raise UnsupportedPattern(arr, subset, f"written with different conflict resolutions {ops}")
         op = ops.pop()
+        if isinstance(op, RankLocal):
+            _refuse_split_conflicts(arr, subset, op, rng, positions)
+            op = None
+            dynamic.add(arr)  # each rank's block starts from its prior values, conflicts resolved in the block
         out.append(Access(arr, Direction.OUT, subset, op, accumulates=op is not None))
         if op is None and arr in dynamic:
             # A write that may skip elements: they must keep their prior values.
             if not any(a.array == arr and a.direction == Direction.IN and same_subset(a.subset, subset) for a in out):
                 out.append(Access(arr, Direction.IN, subset, prior=True))
     return out
+
+
+def _refuse_split_conflicts(array, subset, op: RankLocal, rng, positions):
+    """A resolution MPI cannot apply is fine inside a rank; refused where the grid splits a dimension of the
+    map that the written subset does not follow (ranks along it would hold partial results to combine)."""
+    coords = set(positions) if positions is not None else {
+        str(f) for r in rng for x in r[:2] for f in sympy.sympify(x).free_symbols if str(f).startswith("__dp")}
+    used = {str(f) for b, e, _ in subset for f in sympy.sympify(b).free_symbols | sympy.sympify(e).free_symbols}
+    partial = sorted(coords - used)
+    if partial:
+        raise UnsupportedPattern(array, subset, f"write-conflict resolution {op} is not a sum, product, min or max, "
+                                 "so MPI cannot combine the partial results of ranks that split the map along a "
+                                 f"dimension the written subset does not follow (grid coordinates {partial}); "
+                                 "split the map only along the dimensions of the result")
 
 
 def fills_its_box(subset, params) -> bool:
@@ -440,7 +465,7 @@ def refuse_views(sdfg: SDFG, accesses: List[Access], label: str):
                                      "blocks cannot be mapped to blocks of the viewed array")
 
 
-def _nested_write_op(state: SDFGState, edge, array) -> Optional[ReduceOp]:
+def _nested_write_op(state: SDFGState, edge, array) -> Union[None, ReduceOp, RankLocal]:
     """Write-conflict resolution applied inside a nested SDFG to one of its outputs (DaCe's frontend keeps
     ``+=`` inside the nested SDFG and leaves the outer memlet without one)."""
     src = state.memlet_path(edge)[0]

@@ -6,6 +6,7 @@ shapes, so every loop becomes a DaCe map whose parameters are the tensor's axes 
 included), which a schedule can then partition. The code avoids what DaCe turns into *views* (reshapes,
 ``keepdims``, specialised ``np.einsum``): the partitioner cannot place a view inside a kernel.
 """
+import itertools
 import math
 import re
 from typing import Callable, List, Sequence, Tuple
@@ -20,6 +21,13 @@ ERF = "erf(in0)"
 SIGMOID = "1.0 / (1.0 + exp(-in0))"
 GELU = f"0.5 * in0 * (1.0 + erf(in0 * {1 / math.sqrt(2.0)!r}))"
 GELU_TANH = f"0.5 * in0 * (1.0 + tanh({math.sqrt(2.0 / math.pi)!r} * (in0 + 0.044715 * in0 * in0 * in0)))"
+SOFTPLUS = "((in0 + log(1.0 + exp(-in0))) if in0 > 0 else log(1.0 + exp(in0)))"  # log(1 + e^x), no overflow
+
+
+def hard_sigmoid(alpha: float, beta: float) -> str:
+    """``max(0, min(1, alpha * x + beta))`` over ``in0``."""
+    v = f"({alpha!r} * in0 + {beta!r})"
+    return f"(0.0 if {v} < 0 else (1.0 if {v} > 1 else {v}))"
 
 
 def np_dtype(dtype) -> str:
@@ -385,21 +393,61 @@ def merge_reshape_copy(out: str, out_shape: Shape, dtype, x: str, in_shape: Shap
 
 
 def pad(out: str, x: str, shape: Shape, lead: int, before: Sequence[int], after: Sequence[int], value: str,
-        dtype) -> List[str]:
-    """``out`` = ``x`` padded with ``value`` by ``before`` / ``after`` on its last axes (from axis ``lead``;
-    negative amounts crop). One map over the padded shape; each element reads the unpadded plane it belongs
-    to (the leading axes are points, so a split of the batch or channel axis gives each rank its own
-    planes)."""
+        dtype, mode: str = "constant") -> List[str]:
+    """``out`` = ``x`` padded by ``before`` / ``after`` on its last axes (from axis ``lead``): with ``value``
+    (mode ``constant``; negative amounts crop), the nearest edge element (``edge``) or the mirror image
+    without the edge (``reflect``).
+
+    Every map has affine subscripts, so any split carries over, and no tasklet indexes an array itself (DaCe
+    1.0.2 drops such a subscript where the array has an axis of extent 1, a batch of one). Constant padding
+    is a map filling ``out`` with ``value`` (none for a pure crop) and a map copying ``x`` into its box; edge
+    and reflect copy each part of the output (before, inside, after the input on each axis) from its source,
+    which is affine in the position on each part."""
     spatial = shape[lead:]
     out_shape = tuple(shape[:lead]) + tuple(s + b + a for s, b, a in zip(spatial, before, after))
     params = [f"_i{k}" for k in range(len(out_shape))]
-    sp = params[lead:]
-    inside = " and ".join(f"{p} >= {b} and {p} < {b + s}" for p, b, s in zip(sp, before, spatial))
-    window = ", ".join(params[:lead] + [f"0:{s}" for s in spatial])
-    at = ", ".join(f"{p} - {b}" if b > 0 else f"{p} + {-b}" if b < 0 else p for p, b in zip(sp, before))
-    return ([f"{out} = np.empty({shape_code(out_shape)}, dtype={np_dtype(dtype)})"] + _map_head(params, out_shape) +
-            [f"        _s << {x}[{window}]", f"        _o >> {out}[{', '.join(params)}]",
-             f"        _o = _s[{at}] if ({inside}) else {value}"])
+    head = [f"{out} = np.empty({shape_code(out_shape)}, dtype={np_dtype(dtype)})"]
+    if mode == "constant":
+        lines = head
+        if any(b > 0 for b in before) or any(a > 0 for a in after):
+            lines += _map_head(params, out_shape) + [f"        _o >> {out}[{', '.join(params)}]", f"        _o = {value}"]
+        kept = [s - max(0, -b) - max(0, -a) for s, b, a in zip(spatial, before, after)]
+        if min(kept, default=1) > 0:
+            src = params[:lead] + [f"{p} + {max(0, -b)}" for p, b in zip(params[lead:], before)]
+            dst = params[:lead] + [f"{p} + {max(0, b)}" for p, b in zip(params[lead:], before)]
+            lines += _map_head(params, tuple(shape[:lead]) + tuple(kept))
+            lines += [f"        _s << {x}[{', '.join(src)}]", f"        _o >> {out}[{', '.join(dst)}]", "        _o = _s"]
+        return lines
+    if mode not in ("edge", "reflect"):
+        raise ValueError(f"pad mode {mode!r}")
+    # Each axis has up to three parts (before, the input, after) whose source index is affine in the
+    # position: one copy map per combination of parts.
+    parts = []
+    for p, s, b, a in zip(params[lead:], spatial, before, after):
+        mine = [(b, s, p)]
+        if b > 0:
+            mine.append((0, b, "0" if mode == "edge" else f"{b} - {p}"))
+        if a > 0:
+            mine.append((b + s, a, str(s - 1) if mode == "edge" else f"{s - 2} - {p}"))
+        parts.append(mine)
+    lines = head
+    for combo in itertools.product(*parts):
+        src = params[:lead] + [c[2] for c in combo]
+        dst = params[:lead] + [f"{p} + {c[0]}" for p, c in zip(params[lead:], combo)]
+        lines += _map_head(params, tuple(shape[:lead]) + tuple(c[1] for c in combo))
+        lines += [f"        _s << {x}[{', '.join(src)}]", f"        _o >> {out}[{', '.join(dst)}]", "        _o = _s"]
+    return lines
+
+
+def spread(out: str, out_shape: Shape, dtype, x: str, loops: Sequence[Tuple[str, int]], read: str,
+           write: str) -> List[str]:
+    """``out[write] = x[read]`` over ``loops`` (``(letter, extent)``, parameters ``_i_<letter>``), every element
+    of ``out`` written once: a map over the *input* with affine subscripts on both sides (``out[n, c, h * 2 +
+    a, w * 2 + b] = x[n, c, h, w]``), where a map over the output would need floor division to find its
+    source, which a schedule cannot split."""
+    return ([f"{out} = np.empty({shape_code(out_shape)}, dtype={np_dtype(dtype)})"] +
+            _map_head([f"_i_{c}" for c, _ in loops], [n for _, n in loops]) +
+            [f"        _in0 << {x}[{read}]", f"        _o >> {out}[{write}]", "        _o = _in0"])
 
 
 def accumulate(out: str, out_shape: Shape, dtype, loops: Sequence[Tuple[str, int]], reads: Sequence[Tuple[str, str]],

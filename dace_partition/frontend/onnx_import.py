@@ -308,6 +308,58 @@ class _Importer:
             raise self.error(f"Gelu approximation '{approx}' is not supported")
         return [self._map(inputs, ops.GELU if approx == "none" else ops.GELU_TANH)]
 
+    # Activations PyTorch exports as one node (nn.LeakyReLU, nn.ELU, nn.Hardswish, ...): one map each, with
+    # ONNX's default attributes. Written with conditionals, so no branch overflows (exp of a large input).
+
+    def op_LeakyRelu(self, node, inputs, at):
+        return [self._map(inputs[:1], f"(in0 if in0 > 0 else {float(at.get('alpha', 0.01))!r} * in0)")]
+
+    def op_PRelu(self, node, inputs, at):
+        x = inputs[0]
+        return [self._map(inputs[:2], "(in0 if in0 > 0 else in1 * in0)", x.dtype, x.shape)]
+
+    def op_Elu(self, node, inputs, at):
+        return [self._map(inputs[:1], f"(in0 if in0 > 0 else {float(at.get('alpha', 1.0))!r} * (exp(in0) - 1.0))")]
+
+    def op_Celu(self, node, inputs, at):
+        a = float(at.get("alpha", 1.0))
+        return [self._map(inputs[:1], f"(in0 if in0 > 0 else {a!r} * (exp(in0 / {a!r}) - 1.0))")]
+
+    def op_Selu(self, node, inputs, at):
+        a, g = float(at.get("alpha", 1.67326319217681884765625)), float(at.get("gamma", 1.05070102214813232421875))
+        return [self._map(inputs[:1], f"{g!r} * (in0 if in0 > 0 else {a!r} * (exp(in0) - 1.0))")]
+
+    def op_Softplus(self, node, inputs, at):
+        return [self._map(inputs[:1], ops.SOFTPLUS)]
+
+    def op_Mish(self, node, inputs, at):
+        return [self._map(inputs[:1], f"in0 * tanh({ops.SOFTPLUS})")]
+
+    def op_HardSigmoid(self, node, inputs, at):
+        return [self._map(inputs[:1], ops.hard_sigmoid(float(at.get("alpha", 0.2)), float(at.get("beta", 0.5))))]
+
+    def op_HardSwish(self, node, inputs, at):
+        return [self._map(inputs[:1], f"in0 * {ops.hard_sigmoid(1.0 / 6.0, 0.5)}")]
+
+    def op_Clip(self, node, inputs, at):
+        """nn.ReLU6, nn.Hardtanh, torch.clamp: bounds as inputs (opset 11 on) or attributes (before)."""
+        x = inputs[0]
+        bounds = list(inputs[1:3]) + [None] * (3 - len(inputs))
+        if self.opset < 11:
+            bounds = [Const(np.asarray(at[k], x.dtype), k) if k in at else None for k in ("min", "max")]
+        operands, expr = [x], "in0"
+        for b, cmp in zip(bounds, ("<", ">")):
+            if b is None:
+                continue
+            if isinstance(b, Const):  # a C literal inside the tasklet
+                v = np.asarray(b.value).reshape(()).item()
+                bound = repr(float(v)) if np.issubdtype(x.dtype, np.floating) else str(int(v))
+            else:
+                operands.append(b)
+                bound = f"in{len(operands) - 1}"
+            expr = f"({bound} if ({expr}) {cmp} {bound} else ({expr}))"
+        return [self._map(operands, expr, x.dtype, x.shape)]
+
     def op_Where(self, node, inputs, at):
         return [self._map(inputs, "in1 if in0 else in2", np.result_type(inputs[1].dtype, inputs[2].dtype))]
 
@@ -449,6 +501,21 @@ class _Importer:
                                    None if bias is None else (self.data(bias), self.dshape(bias)),
                                    extra[0] and extra[0].ident, extra[1] and extra[1].ident))
         return [out] + [e for e in extra if e is not None]
+
+    def op_InstanceNormalization(self, node, inputs, at):
+        """nn.InstanceNorm and nn.GroupNorm (exported as a reshape around this): each (sample, channel)
+        normalised over its spatial axes, then scaled and shifted per channel."""
+        x, scale, bias = inputs[:3]
+        if len(x.shape) < 3:
+            raise self.error(f"InstanceNormalization input of shape {x.shape} has no spatial axis")
+        c = x.shape[1]
+        for name, v in zip(node.input[1:3], (scale, bias)):
+            if v.shape != (c, ):
+                raise self.error(f"InstanceNormalization parameter '{name}' of shape {v.shape} is not per channel ({c})")
+        out = self.new("inorm", x.shape, x.dtype)
+        self._lines(ops.layer_norm(self.b.fresh, out.ident, self.data(x), x.shape, 2, at.get("epsilon", 1e-5),
+                                   x.dtype, (self.data(scale), (c, ), [1]), (self.data(bias), (c, ), [1])))
+        return [out]
 
     def _reduce(self, node, inputs, at, kind):
         x = inputs[0]
@@ -713,28 +780,31 @@ class _Importer:
                                     "in0 + in1"))
         return [out]
 
-    def op_MaxPool(self, node, inputs, at):
-        x = inputs[0]
-        if len(node.output) > 1 and node.output[1]:
-            raise self.error("MaxPool's Indices output is not supported")
-        if at.get("storage_order", 0):
-            raise self.error("MaxPool with storage_order=1 is not supported")
+    def _pool_window(self, node, at, x):
+        """(kernel, strides, dilations, pads before, pads after, output sizes) of a pooling node; with
+        ``ceil_mode`` the pads after grow to hold the last window, which must start inside the input or its
+        left padding (ONNX, PyTorch)."""
         kernel = list(at["kernel_shape"])
         strides, dil, before, after = self._window(node, at, x, kernel)
         ceil = bool(at.get("ceil_mode", 0))
         osz = [self._out_size(s + b + a, k, st, d, ceil)
                for s, b, a, k, st, d in zip(x.shape[2:], before, after, kernel, strides, dil)]
-        if ceil:  # the last window must start inside the input or its left padding (ONNX, PyTorch)
+        if ceil:
             osz = [o - 1 if (o - 1) * st >= s + b else o for o, st, s, b in zip(osz, strides, x.shape[2:], before)]
             after = [max(a, (o - 1) * st + (k - 1) * d + 1 - s - b)
                      for a, o, st, k, d, s, b in zip(after, osz, strides, kernel, dil, x.shape[2:], before)]
+        if min(osz) < 1:
+            raise self.error(f"{node.op_type} output of input {x.shape} would be empty")
         if int(np.prod(kernel)) > 64:
-            raise self.error(f"MaxPool kernel {kernel} is too large (at most 64 elements are supported)")
-        lowest = repr(float(np.finfo(x.dtype).min)) if np.issubdtype(x.dtype, np.floating) else \
-            str(int(np.iinfo(x.dtype).min))
-        xp, _ = self._padded(x, before, after, lowest)
+            raise self.error(f"{node.op_type} kernel {kernel} is too large (at most 64 elements are supported)")
+        return kernel, strides, dil, before, after, osz
+
+    def _pool(self, x, xp, kernel, strides, dil, osz, hint, combine, divisor=None) -> Tensor:
+        """One map over the output: each element reads its window of the padded input ``xp`` (one
+        connector per tap) and combines them (``combine(a, b)``); ``divisor``, an array of the output's
+        spatial shape, divides the result."""
         shape = tuple(x.shape[:2]) + tuple(osz)
-        out = self.new("maxpool", shape, x.dtype)
+        out = self.new(hint, shape, x.dtype)
         params = [f"_i{k}" for k in range(len(shape))]
         reads = []
         for offs in np.ndindex(*kernel):
@@ -743,10 +813,138 @@ class _Importer:
             reads.append(f"        _in{len(reads)} << {xp}[{', '.join(params[:2] + sub)}]")
         expr = "_in0"
         for k in range(1, len(reads)):
-            expr = f"max({expr}, _in{k})"
+            expr = combine(expr, f"_in{k}")
+        if divisor is not None:
+            if np.all(divisor == divisor.flat[0]):
+                expr = f"({expr}) / {float(divisor.flat[0])!r}"
+            else:
+                div = self.data(Const(divisor.astype(x.dtype), self.b.fresh(f"{hint}_count")))
+                reads.append(f"        _d << {div}[{', '.join(params[2:])}]")
+                expr = f"({expr}) / _d"
         self._lines([f"{out.ident} = np.empty({ops.shape_code(shape)}, dtype={ops.np_dtype(x.dtype)})"] +
                     ops._map_head(params, shape) + reads + [f"        _o >> {out.ident}[{', '.join(params)}]",
                                                              f"        _o = {expr}"])
+        return out
+
+    def op_MaxPool(self, node, inputs, at):
+        x = inputs[0]
+        if len(node.output) > 1 and node.output[1]:
+            raise self.error("MaxPool's Indices output is not supported")
+        if at.get("storage_order", 0):
+            raise self.error("MaxPool with storage_order=1 is not supported")
+        kernel, strides, dil, before, after, osz = self._pool_window(node, at, x)
+        lowest = repr(float(np.finfo(x.dtype).min)) if np.issubdtype(x.dtype, np.floating) else \
+            str(int(np.iinfo(x.dtype).min))
+        xp, _ = self._padded(x, before, after, lowest)
+        return [self._pool(x, xp, kernel, strides, dil, osz, "maxpool", lambda a, b: f"max({a}, {b})")]
+
+    def op_AveragePool(self, node, inputs, at):
+        """nn.AvgPool1d/2d/3d and nn.AdaptiveAvgPool with even windows: the window's sum over the number of
+        elements it covers, padding included or not (``count_include_pad``), never the extra positions a
+        ``ceil_mode`` window reaches past the padding. The counts are known at import time."""
+        x = inputs[0]
+        if not np.issubdtype(x.dtype, np.floating):
+            raise self.error(f"AveragePool of {x.dtype} tensors is not supported")
+        given_after = self._window(node, at, x, list(at["kernel_shape"]))[3]
+        kernel, strides, dil, before, after, osz = self._pool_window(node, at, x)
+        with_pads = bool(at.get("count_include_pad", 0))
+        counts = np.ones((), np.int64)
+        for s, b, a, k, st, d, o in zip(x.shape[2:], before, given_after, kernel, strides, dil, osz):
+            lo, hi = (-b, s + a) if with_pads else (0, s)
+            taps = np.arange(o)[:, None] * st - b + np.arange(k)[None, :] * d  # positions in the input
+            counts = np.multiply.outer(counts, ((taps >= lo) & (taps < hi)).sum(axis=1))
+        xp, _ = self._padded(x, before, after, "0.0")
+        return [self._pool(x, xp, kernel, strides, dil, osz, "avgpool", lambda a, b: f"{a} + {b}", counts)]
+
+    def op_Pad(self, node, inputs, at):
+        """nn.ZeroPad, nn.ConstantPad, nn.ReplicationPad and nn.ReflectionPad: constant, edge and reflect
+        modes, with the pads (and axes) known at import time."""
+        x = inputs[0]
+        mode = at.get("mode", b"constant")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        n = len(x.shape)
+        if self.opset < 11:
+            pads, value = list(at.get("pads", [])), at.get("value", 0.0)
+        else:
+            pads = [int(p) for p in self.const(node.input[1], "pads").reshape(-1)]
+            value = self.const(node.input[2], "constant_value").reshape(-1)[0] if len(node.input) > 2 and \
+                node.input[2] else 0
+        axes = list(range(n))
+        if len(node.input) > 3 and node.input[3]:
+            axes = [int(a) % n for a in self.const(node.input[3], "axes").reshape(-1)]
+        if len(pads) != 2 * len(axes):
+            raise self.error(f"Pad's pads {pads} do not fit axes {axes}")
+        before, after = [0] * n, [0] * n
+        for k, a in enumerate(axes):
+            before[a], after[a] = pads[k], pads[len(axes) + k]
+        if not any(before) and not any(after):
+            return [x]
+        lead = min(a for a in range(n) if before[a] or after[a])
+        spatial = x.shape[lead:]
+        if mode == "constant":
+            out = self.b.fresh("pad")
+            self._lines(ops.pad(out, self.data(x), x.shape, lead, before[lead:], after[lead:],
+                                repr(float(value)) if np.issubdtype(x.dtype, np.floating) else str(int(value)),
+                                x.dtype))
+        elif mode in ("edge", "reflect"):
+            if min(before + after) < 0 or (mode == "reflect" and any(
+                    b >= s or a >= s for b, a, s in zip(before[lead:], after[lead:], spatial))):
+                raise self.error(f"Pad in mode '{mode}' with pads {pads} for input {x.shape} is not supported "
+                                 "(negative, or a reflection wider than its axis)")
+            out = self.b.fresh("pad")
+            self._lines(ops.pad(out, self.data(x), x.shape, lead, before[lead:], after[lead:], None, x.dtype, mode))
+        else:
+            raise self.error(f"Pad mode '{mode}' is not supported (constant, edge and reflect are)")
+        shape = tuple(x.shape[:lead]) + tuple(s + b + a for s, b, a in zip(spatial, before[lead:], after[lead:]))
+        return [Tensor(out, shape, x.dtype)]
+
+    def op_Resize(self, node, inputs, at):
+        """nn.Upsample(mode="nearest") by integer factors: each input element copied to its block of the
+        output. Other modes and factors are refused in words."""
+        x = inputs[0]
+        mode = at.get("mode", b"nearest")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        ctm = at.get("coordinate_transformation_mode", b"half_pixel")
+        ctm = ctm.decode() if isinstance(ctm, bytes) else ctm
+        nearest = at.get("nearest_mode", b"round_prefer_floor")
+        nearest = nearest.decode() if isinstance(nearest, bytes) else nearest
+        if len(node.input) > 3 and node.input[3]:
+            sizes = [int(v) for v in self.const(node.input[3], "sizes").reshape(-1)]
+            factors = [o / i for o, i in zip(sizes, x.shape)]
+        else:
+            factors = [float(v) for v in self.const(node.input[2], "scales").reshape(-1)]
+        if at.get("axes") is not None or len(factors) != len(x.shape):
+            raise self.error(f"Resize with axes or scales {factors} for input {x.shape} is not supported")
+        ok = mode == "nearest" and all(f >= 1 and f == int(f) for f in factors) and (
+            ctm == "asymmetric" and nearest == "floor" or all(f == 1 for f in factors))
+        if not ok:
+            raise self.error(f"Resize mode '{mode}' ({ctm}, {nearest}) by {factors} is not supported: only nearest "
+                             "neighbour by integer factors (nn.Upsample(scale_factor=k, mode='nearest'))")
+        f = [int(v) for v in factors]
+        shape = tuple(s * k for s, k in zip(x.shape, f))
+        out = self.new("resize", shape, x.dtype)
+        loops = [(f"a{d}", s) for d, s in enumerate(x.shape)] + [(f"b{d}", k) for d, k in enumerate(f) if k > 1]
+        read = ", ".join(f"_i_a{d}" for d in range(len(f)))
+        write = ", ".join(f"_i_a{d} * {k} + _i_b{d}" if k > 1 else f"_i_a{d}" for d, k in enumerate(f))
+        self._lines(ops.spread(out.ident, shape, x.dtype, self.data(x), loops, read, write))
+        return [out]
+
+    def op_DepthToSpace(self, node, inputs, at):
+        """nn.PixelShuffle (mode CRD) and TensorFlow's depth_to_space (DCR): channel blocks moved into
+        ``blocksize`` x ``blocksize`` spatial blocks."""
+        x = inputs[0]
+        b = int(at["blocksize"])
+        mode = at.get("mode", b"DCR")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        if len(x.shape) != 4 or x.shape[1] % (b * b) or mode not in ("DCR", "CRD"):
+            raise self.error(f"DepthToSpace of input {x.shape} with blocksize {b} and mode '{mode}' is not supported")
+        n, c, h, w = x.shape[0], x.shape[1] // (b * b), x.shape[2], x.shape[3]
+        shape = (n, c, h * b, w * b)
+        out = self.new("d2s", shape, x.dtype)
+        channel = f"_i_c * {b * b} + _i_i * {b} + _i_j" if mode == "CRD" else f"_i_i * {b * c} + _i_j * {c} + _i_c"
+        loops = [("n", n), ("c", c), ("h", h), ("w", w), ("i", b), ("j", b)]
+        self._lines(ops.spread(out.ident, shape, x.dtype, self.data(x), loops, f"_i_n, {channel}, _i_h, _i_w",
+                               f"_i_n, _i_c, _i_h * {b} + _i_i, _i_w * {b} + _i_j"))
         return [out]
 
     def op_BatchNormalization(self, node, inputs, at):

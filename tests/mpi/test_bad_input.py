@@ -88,6 +88,52 @@ def test_the_strided_access_written_as_a_map_runs_like_numpy():
     np.testing.assert_array_equal(dp.run(sdfg, 2, x=x, y=np.zeros(11), NP=11)["y"], x[::2] + x[1::2])
 
 
+NO = dace.symbol("NO")
+
+
+@dace.program
+def outer_by_numpy(u: dace.float64[NO], v: dace.float64[NO]):
+    return np.outer(u, v)
+
+
+@dace.program
+def sorted_copy(x: dace.float64[NO]):
+    y = np.empty_like(x)
+    y[:] = np.sort(x)
+    return y
+
+
+@dace.program
+def outer_by_broadcast(u: dace.float64[NO], v: dace.float64[NO]):
+    return u[:, np.newaxis] * v[np.newaxis, :]
+
+
+@pytest.mark.parametrize("prog,function,array", [(outer_by_numpy, "numpy_outer", "__return"),
+                                                 (sorted_copy, "numpy_sort", "__return")])
+def test_a_call_back_into_python_is_refused(prog, function, array):
+    """A function DaCe's frontend does not compile becomes a call back into the calling interpreter, which
+    the ranks do not have: lower() refuses it (automatic and given schedules alike), naming the array the call
+    writes and the function, and leaves the SDFG as it was."""
+    sdfg = prog.to_sdfg()
+    with pytest.raises(dp.UnsupportedPattern, match=rf"'{array}\w*' .*{function}\(\.\.\.\), a call back into the "
+                       "Python interpreter"):
+        dp.lower(sdfg, ranks=2)
+    assert not is_lowered(sdfg)
+    with pytest.raises(dp.UnsupportedPattern, match=function):
+        dp.lower(sdfg, {m.name: (2, ) for m in dp.maps(sdfg)})
+
+
+def test_the_outer_product_written_as_a_broadcast_runs_like_numpy():
+    """The spelling the refusal of np.outer suggests lowers, and computes NumPy's outer product."""
+    with pytest.raises(dp.UnsupportedPattern, match=r"u\[:, np.newaxis\] \* v\[np.newaxis, :\]"):
+        dp.lower(outer_by_numpy.to_sdfg(), ranks=2)
+    sdfg = outer_by_broadcast.to_sdfg()
+    sdfg.name = "t_bad_outer_by_broadcast"
+    dp.lower(sdfg, {m.name: (2, 1) for m in dp.maps(sdfg)})
+    u, v = np.random.default_rng(1).random((2, 13))
+    np.testing.assert_array_equal(dp.run(sdfg, 2, u=u, v=v, NO=13), np.outer(u, v))
+
+
 @dace.program
 def triangular_dependent(x: dace.float64[16, 16]):
     for i in range(1, 16):

@@ -1,4 +1,5 @@
 """General constraints (issue 4): uneven tiles, halos, symbolic sizes, indirect access, solver choice."""
+import dace
 import numpy as np
 import pytest
 
@@ -57,6 +58,34 @@ def test_count_inside_on_three_ranks(rng):
     px, py, c = rng.random(999), rng.random(999), np.array([7], np.int64)
     res = dp.run(sdfg, 3, px=px, py=py, count=c)
     assert res["count"][0] == 7 + np.sum(px * px + py * py <= 1.0)
+
+
+NR = dace.symbol("NR")
+
+
+@dace.program
+def argmax_of_rows(x: dace.float64[NR, 12]):
+    return np.argmax(x, axis=1)
+
+
+ARGMAX_MAPS = ("_argmax_convert__map", "_argmax_reduce__map", "_elementwise__map")
+
+
+def test_argmax_of_rows_split_along_its_rows(rng):
+    """np.argmax resolves write conflicts with a (value, index) lambda that no MPI operator applies. Split
+    along the rows, no two ranks write one element: each rank resolves the conflicts in its own rows (10
+    rows on 3 ranks, uneven), and ties keep the first index, as in NumPy."""
+    sdfg = lowered(argmax_of_rows, tuple((m, (3, ) + (1, ) * (m == ARGMAX_MAPS[1])) for m in ARGMAX_MAPS))
+    x = rng.integers(0, 4, (10, 12)).astype(np.float64)  # many ties in every row
+    np.testing.assert_array_equal(dp.run(sdfg, 3, x=x), np.argmax(x, axis=1))
+
+
+def test_argmax_split_across_the_reduced_dimension_is_refused():
+    """Split along the 12 columns it reduces over, the ranks would hold partial (value, index) pairs that MPI
+    cannot combine: refused before any rank starts, naming the array and the grid coordinate."""
+    sdfg = argmax_of_rows.to_sdfg()
+    with pytest.raises(dp.UnsupportedPattern, match=r"'__tmp\w*' .*not a sum, product, min or max.*__dp\d+_r1"):
+        dp.lower(sdfg, {ARGMAX_MAPS[1]: (1, 3)})
 
 
 @pytest.mark.parametrize("n,ranks", [(10, 3), pytest.param(10, 4, marks=pytest.mark.slow),  # each size uneven on

@@ -230,6 +230,61 @@ def test_conv_pool_batchnorm_gather(r):
     check("convpool", nodes, ins, {n.output[0]: F for n in nodes}, inits, rtol=1e-4, atol=1e-5)
 
 
+def test_activations_norms_pools_pads_and_upsampling_of_everyday_modules(r):
+    """The nodes PyTorch's everyday modules export to beyond the basics: LeakyRelu, PRelu (per channel), Elu,
+    Celu, Selu, Softplus (large inputs too), Mish, HardSigmoid, HardSwish, Clip (both bounds, one bound);
+    InstanceNormalization (GroupNorm, InstanceNorm); AveragePool with padding counted and not, ceil_mode;
+    Pad in constant, edge and reflect modes and a crop; Resize by integer factors (nearest); DepthToSpace
+    in both modes. One graph, one build; every output against onnxruntime. A batch of 1 (axes of extent 1)
+    goes through the padded Conv and Pad as well."""
+    ins = dict(a=f32(r, 2, 3, 6, 5) * 8, one=f32(r, 1, 3, 5, 4), d=f32(r, 2, 8, 3, 2))
+    inits = dict(slope=f32(r, 3, 1, 1), s=f32(r, 3, positive=True), bb=f32(r, 3), w=f32(r, 2, 3, 3, 3),
+                 lo=np.array(-0.5, np.float32), hi=np.array(0.75, np.float32), pads=np.array([0, 0, 1, 2, 0, 0, 2, 1]),
+                 crop=np.array([0, 0, -1, 0, 0, 0, 0, -1]), val=np.array(1.5, np.float32),
+                 up=np.array([1, 1, 2, 3], np.float32), roi=np.array([], np.float32))
+    nodes = [
+        node("LeakyRelu", ["a"], ["leaky"], alpha=0.2), node("PRelu", ["a", "slope"], ["prelu"]),
+        node("Elu", ["a"], ["elu"], alpha=0.7), node("Celu", ["a"], ["celu"], alpha=1.3), node("Selu", ["a"], ["selu"]),
+        node("Softplus", ["a"], ["softplus"]), node("Mish", ["a"], ["mish"]),
+        node("HardSigmoid", ["a"], ["hsig"], alpha=0.25, beta=0.4), node("HardSwish", ["a"], ["hswish"]),
+        node("Clip", ["a", "lo", "hi"], ["clip"]), node("Clip", ["a", "", "hi"], ["clip_hi"]),
+        node("InstanceNormalization", ["a", "s", "bb"], ["inorm"], epsilon=1e-3),
+        node("AveragePool", ["a"], ["avg"], kernel_shape=[2, 2], strides=[2, 2]),
+        node("AveragePool", ["a"], ["avg_pad"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+             count_include_pad=1),
+        node("AveragePool", ["a"], ["avg_pad_excl"], kernel_shape=[3, 2], strides=[2, 1], pads=[1, 0, 1, 1]),
+        node("AveragePool", ["a"], ["avg_ceil"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
+        node("Pad", ["a", "pads", "val"], ["pad_const"]), node("Pad", ["a", "pads"], ["pad_edge"], mode="edge"),
+        node("Pad", ["a", "pads"], ["pad_reflect"], mode="reflect"), node("Pad", ["a", "crop"], ["pad_crop"]),
+        node("Pad", ["one", "pads"], ["pad_one"]), node("Conv", ["one", "w"], ["conv_one"], pads=[1, 1, 1, 1]),
+        node("Resize", ["a", "roi", "up"], ["resize"], mode="nearest", coordinate_transformation_mode="asymmetric",
+             nearest_mode="floor"),
+        node("DepthToSpace", ["d"], ["d2s_crd"], blocksize=2, mode="CRD"),
+        node("DepthToSpace", ["d"], ["d2s_dcr"], blocksize=2, mode="DCR"),
+    ]
+    check("everyday_ops", nodes, ins, {n.output[0]: F for n in nodes}, inits, rtol=1e-4, atol=1e-5)
+
+
+def test_everyday_variants_we_do_not_cover_are_refused(r):
+    x = f32(r, 2, 3, 4, 4)
+    cases = [
+        (node("Resize", ["x", "roi", "up"], ["y"], mode="linear", name="bilinear"),
+         dict(roi=np.array([], np.float32), up=np.array([1, 1, 2, 2], np.float32)),
+         r"mode 'linear'.*only nearest neighbour by integer factors.*'bilinear' \(Resize\)"),
+        (node("Resize", ["x", "roi", "up"], ["y"], mode="nearest", coordinate_transformation_mode="asymmetric",
+              nearest_mode="floor", name="half"),
+         dict(roi=np.array([], np.float32), up=np.array([1, 1, 1.5, 2], np.float32)), r"1\.5.*'half' \(Resize\)"),
+        (node("Pad", ["x", "p"], ["y"], mode="wrap", name="wrap"), dict(p=np.array([0, 0, 1, 1, 0, 0, 1, 1])),
+         r"mode 'wrap' is not supported.*'wrap' \(Pad\)"),
+        (node("Pad", ["x", "p"], ["y"], mode="reflect", name="wide"), dict(p=np.array([0, 0, 4, 0, 0, 0, 0, 0])),
+         r"reflection wider than its axis.*'wide' \(Pad\)"),
+    ]
+    for n, inits, msg in cases:
+        model = make_model([n], dict(x=x), dict(y=F), inits)
+        with pytest.raises(FrontendError, match=msg):
+            dp.from_onnx(model)
+
+
 def test_conv_pool_batchnorm_unsupported_variants_are_refused(r):
     x, w = f32(r, 1, 4, 5, 5), f32(r, 4, 2, 3, 3)
     cases = [

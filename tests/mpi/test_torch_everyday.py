@@ -2,7 +2,8 @@
 ``dp.from_torch_train_step``, the batch split over 2 ranks, run under a real mpiexec and compared element
 by element with eager PyTorch. A CNN block (Conv2d with stride 1 and 2, padding and bias, BatchNorm2d with
 running statistics, ReLU, MaxPool2d, Flatten, Linear), an embedding lookup (run-time indices, LayerNorm,
-Linear) and a ResNet-style residual block; unsupported variants are refused in words."""
+Linear), a ResNet-style residual block and an upsampling block (padding, GroupNorm, LeakyReLU, Upsample,
+AvgPool2d, Hardswish, PixelShuffle, ELU); unsupported variants are refused in words."""
 import functools
 
 import numpy as np
@@ -72,6 +73,19 @@ def residual():
     return m.eval()
 
 
+def upsampling_block():
+    """Everyday layers past the CNN's: padding (zeros, reflection), GroupNorm, LeakyReLU, nearest upsampling,
+    average pooling, Hardswish, PixelShuffle, ELU."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.ZeroPad2d(1), nn.Conv2d(3, 4, 3), nn.GroupNorm(2, 4), nn.LeakyReLU(0.1),
+                      nn.Upsample(scale_factor=2), nn.AvgPool2d(2), nn.Hardswish(), nn.PixelShuffle(2),
+                      nn.ReflectionPad2d(1), nn.ELU())
+    with torch.no_grad():
+        m[2].weight.uniform_(0.5, 1.5)
+        m[2].bias.uniform_(-0.5, 0.5)
+    return m.eval()
+
+
 def residual_classifier():
     """The residual block, then Flatten and Linear: a loss over classes for a training step."""
     torch.manual_seed(0)
@@ -100,7 +114,7 @@ def eager(module, x):
 @functools.lru_cache(maxsize=None)
 def forward(kind):
     module, x = {"cnn": (cnn(), images(3, 0)), "embedding": (embedding(), tokens(0)),
-                 "residual": (residual(), images(4, 0))}[kind]
+                 "residual": (residual(), images(4, 0)), "upsampling": (upsampling_block(), images(3, 0))}[kind]
     sdfg = dp.from_torch(module, (x, ), name=f"torch_everyday_{kind}")
     infos = dp.maps(sdfg)
     schedule = {m.name: (2, ) + (1, ) * (len(m.params) - 1) for m in infos if m.shape[0] == B}
@@ -110,10 +124,10 @@ def forward(kind):
 
 
 # the embedding's forward also runs inside its SGD step below (the loss is compared): alone under -m slow (time)
-@pytest.mark.parametrize("kind", ["cnn", pytest.param("embedding", marks=pytest.mark.slow), "residual"])
+@pytest.mark.parametrize("kind", ["cnn", pytest.param("embedding", marks=pytest.mark.slow), "residual", "upsampling"])
 def test_forward_data_parallel_2_ranks(kind):
     module, sdfg = forward(kind)
-    x = {"cnn": images(3, 1), "embedding": tokens(1), "residual": images(4, 1)}[kind]
+    x = {"cnn": images(3, 1), "embedding": tokens(1), "residual": images(4, 1), "upsampling": images(3, 1)}[kind]
     if kind == "embedding":
         x[0, 0] = 19  # the table's last row too
     (name, ) = set(sdfg.arglist()) - set(dp.runtime.launch.bound_values(sdfg)) - {"__return"}
