@@ -1,8 +1,8 @@
 """Programs written for ``fresh_programs.py``, in the styles users write, none of them in the test suites or
 in NPBench: NumPy programs with fixed and symbolic sizes, and PyTorch modules. A second batch (from
 ``strided_pairs`` on, and the first five modules) went further afield: strided and reversed slices, tuple
-results, complex numbers, nested programs, ``np.einsum``/``np.outer``/``np.argmax``, boolean masks, batched
-products, and modules with GroupNorm, LeakyReLU, Hardswish, Conv1d and hand-written attention. Each entry: the program (a
+results, complex numbers, nested programs, ``np.einsum``/``np.outer``/``np.argmax``, boolean masks,
+batched products, and modules with GroupNorm, LeakyReLU, Hardswish, Conv1d and hand-written attention. Each entry: the program (a
 ``@dace.program``, or a module and its example input) and a function of a generator that gives its inputs."""
 import dace
 import numpy as np
@@ -401,3 +401,42 @@ def torch_modules():
                            (torch.randint(0, 50, (8, 6)), )),
         "log_softmax_head": (nn.Sequential(nn.Linear(20, 10), nn.LogSoftmax(dim=1)), (torch.randn(12, 20), )),
     }
+
+
+def torch_layers():
+    """name -> (module, example inputs): one ``torch.nn`` layer each, the everyday ones past Linear, Conv2d,
+    BatchNorm, ReLU and MaxPool (activations, normalisations, pooling, padding, upsampling, recurrent)."""
+    import torch
+    from torch import nn
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    x2, x3, x4 = (torch.randn(*s, generator=g) * 3 for s in ((4, 6), (2, 3, 10), (2, 3, 8, 8)))
+    seq = torch.randn(2, 3, 6, generator=g)
+    layers = {
+        "ReLU6": (nn.ReLU6(), x2), "Hardtanh": (nn.Hardtanh(-0.5, 0.25), x2), "LeakyReLU": (nn.LeakyReLU(0.1), x2),
+        "ELU": (nn.ELU(), x2), "SELU": (nn.SELU(), x2), "CELU": (nn.CELU(1.3), x2), "SiLU": (nn.SiLU(), x2),
+        "Mish": (nn.Mish(), x2), "Softplus": (nn.Softplus(), x2), "Softsign": (nn.Softsign(), x2),
+        "Hardsigmoid": (nn.Hardsigmoid(), x2), "Hardswish": (nn.Hardswish(), x2), "PReLU": (nn.PReLU(3), x4),
+        "Tanhshrink": (nn.Tanhshrink(), x2), "LogSigmoid": (nn.LogSigmoid(), x2), "Softmin": (nn.Softmin(1), x2),
+        "GELU": (nn.GELU(), x2), "Threshold": (nn.Threshold(0.1, 20.0), x2), "Hardshrink": (nn.Hardshrink(), x2),
+        "GroupNorm": (nn.GroupNorm(1, 3), x4), "InstanceNorm2d": (nn.InstanceNorm2d(3), x4),
+        "InstanceNorm1d": (nn.InstanceNorm1d(3, affine=True), x3), "LocalResponseNorm": (nn.LocalResponseNorm(2), x4),
+        "BatchNorm1d": (nn.BatchNorm1d(6), x2), "RMSNorm": (nn.RMSNorm(6), x2),
+        "AvgPool2d": (nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False), x4),
+        "AvgPool1d": (nn.AvgPool1d(2), x3), "MaxPool1d": (nn.MaxPool1d(2), x3),
+        "AdaptiveAvgPool2d_1": (nn.AdaptiveAvgPool2d(1), x4), "AdaptiveAvgPool2d_2": (nn.AdaptiveAvgPool2d(2), x4),
+        "AdaptiveMaxPool2d_1": (nn.AdaptiveMaxPool2d(1), x4), "Conv1d": (nn.Conv1d(3, 4, 3, padding=1), x3),
+        "Softmax2d": (nn.Softmax2d(), x4), "ChannelShuffle": (nn.ChannelShuffle(1), x4),
+        "Dropout2d": (nn.Dropout2d(), x4), "Unflatten": (nn.Unflatten(1, (2, 3)), x2),
+        "ZeroPad2d": (nn.ZeroPad2d((1, 2, 0, 1)), x4), "ReflectionPad2d": (nn.ReflectionPad2d(1), x4),
+        "ReplicationPad2d": (nn.ReplicationPad2d(1), x4), "Upsample_nearest": (nn.Upsample(scale_factor=2), x4),
+        "PixelShuffle": (nn.PixelShuffle(2), torch.randn(2, 4, 4, 4, generator=g)),
+        "RNN": (nn.RNN(6, 5, batch_first=True), seq), "GRU": (nn.GRU(6, 5, batch_first=True), seq),
+        "LSTM": (nn.LSTM(6, 5, batch_first=True), seq), "ConvTranspose2d": (nn.ConvTranspose2d(3, 2, 2, stride=2), x4),
+        "Upsample_bilinear": (nn.Upsample(scale_factor=2, mode="bilinear"), x4),
+    }
+    for m, _ in layers.values():
+        for prm in m.parameters():  # not the initial values (ones, zeros), which hide a swapped operand
+            with torch.no_grad():
+                prm.add_(torch.rand(prm.shape, generator=g) * 0.5)
+    return {k: (m.eval(), (x, )) for k, (m, x) in layers.items()}

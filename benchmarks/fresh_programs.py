@@ -1,13 +1,14 @@
 """Programs we did not write for the suites: lowered, run on P ranks and compared with NumPy / PyTorch.
 
     python benchmarks/fresh_programs.py [--ranks 2,3] [--device cpu|gpu-emulated] [--schedule auto|split]
-                                        [--set numpy,torch] [--only NAME,...]
+                                        [--set numpy,torch,layers] [--only NAME,...]
 
 The programs (``_fresh_programs.py``) are in the styles users write and in none of our test suites nor in
 NPBench: statistics, distances, iterations with ``for`` and ``while``, integer arithmetic, transposes,
 products, symbolic sizes, and PyTorch modules (LayerNorm + GELU, Conv2d + BatchNorm, MultiheadAttention, a
-TransformerEncoderLayer, Embedding). The NumPy test suite checks what we thought of; this checks what a
-new user might write first.
+TransformerEncoderLayer, Embedding). ``--set layers``: 46 single ``torch.nn`` layers past the basics
+(activations, GroupNorm, pooling, padding, upsampling, recurrent layers). The NumPy test suite checks what
+we thought of; this checks what a new user might write first.
 
 ``--schedule auto``: ``lower(sdfg, ranks=P)`` (the cost model may keep a small program on rank 0).
 ``--schedule split``: every map whose first extent is at least 2P (or symbolic) split over P ranks along
@@ -17,8 +18,8 @@ choose. ``--device gpu-emulated`` lowers with ``device="gpu"`` and runs the GPU 
 a wrong result).
 
 Outcomes: correct (every element; exact for integers, rtol 1e-10 / 1e-5 for float64 / float32, 1e-4
-against PyTorch), wrong, refused (a ScheduleError or UnsupportedPattern before any rank ran), error (any
-other exception, a failed rank included), dace_fails (DaCe's frontend cannot parse it; not ours). A
+against PyTorch), wrong, refused (a ScheduleError, UnsupportedPattern or FrontendError before any rank
+ran), error (any other exception, a failed rank included), dace_fails (DaCe's frontend cannot parse it; not ours). A
 result whose dtype differs from NumPy's counts as correct where DaCe's own program has that dtype too
 (``note`` says so). Writes benchmarks/results/fresh_programs.json, merged by (device, schedule, P, name).
 """
@@ -124,7 +125,8 @@ def _torch_case(name, module, example, P, opts):
     import torch
     import dace_partition as dp
     with torch.no_grad():
-        ref = module(*example).numpy()
+        ref = module(*example)
+    ref = (ref[0] if isinstance(ref, tuple) else ref).numpy()  # a recurrent layer: (output, state)
     sdfg = dp.from_torch(module, example)
     sdfg.name = f"fresh_{name}_{opts.device.replace('-', '_')}_{opts.schedule}_{P}"
     split = _lower(sdfg, P, opts, batch=example[0].shape[0])
@@ -145,13 +147,15 @@ def main():
     warnings.filterwarnings("ignore")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import _fresh_programs as fp
-    from dace_partition.errors import ScheduleError, UnsupportedPattern
+    from dace_partition.errors import FrontendError, ScheduleError, UnsupportedPattern
     only = set(filter(None, opts.only.split(",")))
     cases = []
     if "numpy" in opts.set:
         cases += [("numpy", n, c) for n, c in fp.numpy_programs().items()]
     if "torch" in opts.set:
         cases += [("torch", n, c) for n, c in fp.torch_modules().items()]
+    if "layers" in opts.set:
+        cases += [("layers", n, c) for n, c in fp.torch_layers().items()]
     results = {}
     if os.path.exists(OUT):
         with open(OUT) as f:
@@ -166,7 +170,7 @@ def main():
                     res = _numpy_case(name, *case, P, opts, np.random.default_rng(0))
                 else:
                     res = _torch_case(name, *case, P, opts)
-            except (ScheduleError, UnsupportedPattern) as e:
+            except (ScheduleError, UnsupportedPattern, FrontendError) as e:
                 res = {"outcome": "refused", "why": str(e)[:300]}
             except Exception as e:  # noqa: BLE001 - recorded, the next program runs
                 res = {"outcome": "error", "why": f"{type(e).__name__}: {str(e)[:300]}"}

@@ -62,4 +62,41 @@ def from_torch(module, example_inputs, name: Optional[str] = None) -> dace.SDFG:
                                 "the exported graph would normalise with the running statistics, unlike eager "
                                 "PyTorch (batch statistics); call module.eval() first")
     model = export(module, example_inputs)
+    _forward_names(model, module, len(example_inputs) if isinstance(example_inputs, (tuple, list)) else 1)
     return from_onnx(model, name=name or type(module).__name__)
+
+
+def _forward_names(model, module, count: int):
+    """Gives the graph's inputs ``forward``'s parameter names back. The exporter renames an input whose
+    name an output takes: an identity forward (``nn.Identity``, dropout in ``eval()``) returns ``input``
+    and takes ``input_orig``, and the program could not be called as ``run(sdfg, P, input=x)``. The output
+    that held the name gets a fresh one."""
+    import inspect
+    try:
+        params = list(inspect.signature(module.forward).parameters)[:count]
+    except (TypeError, ValueError):
+        return
+    g = model.graph
+    inits = {t.name for t in g.initializer}
+    inputs = [vi.name for vi in g.input if vi.name not in inits]
+    renames = {old: new for old, new in zip(inputs, params) if old != new}
+    if not renames:
+        return
+    taken = inits | {vi.name for vi in list(g.input) + list(g.output) + list(g.value_info)}
+    taken |= {n for node in g.node for n in list(node.input) + list(node.output)}
+    for new in renames.values():
+        if new in taken:
+            fresh = next(f"{new}_{k}" for k in range(1, len(taken) + 2) if f"{new}_{k}" not in taken)
+            taken.add(fresh)
+            _rename(g, new, fresh)
+    for old, new in renames.items():
+        _rename(g, old, new)
+
+
+def _rename(graph, old: str, new: str):
+    for node in graph.node:
+        node.input[:] = [new if n == old else n for n in node.input]
+        node.output[:] = [new if n == old else n for n in node.output]
+    for vi in list(graph.input) + list(graph.output) + list(graph.value_info):
+        if vi.name == old:
+            vi.name = new

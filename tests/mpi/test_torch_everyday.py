@@ -137,6 +137,16 @@ def test_forward_data_parallel_2_ranks(kind):
     np.testing.assert_allclose(out, ref, **TOL)
 
 
+def test_an_identity_forward_keeps_its_argument_name():
+    """The exporter renames the input of a forward that returns it unchanged (nn.Identity, dropout in eval
+    mode: ``input`` becomes ``input_orig``); the program still takes forward's name, and returns a copy."""
+    x = images(3, 2)
+    sdfg = dp.from_torch(nn.Identity(), (x, ), name="torch_everyday_identity")
+    assert set(sdfg.arglist()) == {"input", "__return"}
+    dp.lower(sdfg, ranks=2)
+    np.testing.assert_array_equal(dp.run(sdfg, 2, input=x.numpy()), x.numpy())
+
+
 def test_embedding_table_whole_on_every_rank_indices_split():
     """The gather reads the whole table on every rank; the indices (and every activation) arrive by rows."""
     _, sdfg = forward("embedding")
