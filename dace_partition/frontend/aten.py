@@ -271,6 +271,64 @@ op("sigmoid.default")(unary(lambda x: f"1.0 / (1.0 + exp(-{x}))"))
 op("relu.default")(unary(lambda x: f"({x} if {x} > 0.0 else 0.0)"))
 op("threshold_backward.default")(lambda c, g, x, th: combine(lambda a, b: f"({a} if {b} > {_lit(th)} else 0.0)",
                                                              [g, x], g.shape, g.dtype))
+
+# Activations and their backwards (nn.GELU, SiLU, Tanh, Sigmoid, LeakyReLU, ELU, Hardswish in a training step):
+# each one elementwise expression over the traced operands, as PyTorch's derivative formulas give them.
+_SQRT1_2, _INV_SQRT_2PI, _K = 0.7071067811865476, 0.3989422804014327, 0.7978845608028654
+op("tanh_backward.default")(lambda c, g, y: combine(lambda a, b: f"{a} * (1.0 - {b} * {b})", [g, y], g.shape, g.dtype))
+op("sigmoid_backward.default")(lambda c, g, y: combine(lambda a, b: f"{a} * {b} * (1.0 - {b})", [g, y], g.shape,
+                                                       g.dtype))
+op("leaky_relu.default")(lambda c, x, slope=0.01: combine(lambda a: f"({a} if {a} > 0.0 else {_lit(float(slope))} * {a})",
+                                                          [x], x.shape, x.dtype))
+op("leaky_relu_backward.default")(lambda c, g, x, slope, *_: combine(
+    lambda a, b: f"({a} if {b} > 0.0 else {_lit(float(slope))} * {a})", [g, x], g.shape, g.dtype))
+op("silu.default")(unary(lambda x: f"{x} / (1.0 + exp(-{x}))"))
+op("silu_backward.default")(lambda c, g, x: combine(
+    lambda a, b: f"{a} / (1.0 + exp(-{b})) * (1.0 + {b} * (1.0 - 1.0 / (1.0 + exp(-{b}))))", [g, x], g.shape, g.dtype))
+op("hardswish.default")(unary(lambda x: f"({x} * (0.0 if {x} < -3.0 else ({x} + 3.0 if {x} < 3.0 else 6.0)) / 6.0)"))
+op("hardswish_backward.default")(lambda c, g, x: combine(
+    lambda a, b: f"(0.0 if {b} < -3.0 else ({a} * ({b} / 3.0 + 0.5) if {b} <= 3.0 else {a}))", [g, x], g.shape, g.dtype))
+
+
+def _tanh_gelu_inner(x):
+    return f"tanh({_K!r} * ({x} + 0.044715 * {x} * {x} * {x}))"
+
+
+@op("gelu.default")
+def _gelu(c, x, approximate="none"):
+    if approximate == "tanh":
+        return combine(lambda a: f"0.5 * {a} * (1.0 + {_tanh_gelu_inner(a)})", [x], x.shape, x.dtype)
+    return combine(lambda a: f"0.5 * {a} * (1.0 + erf({a} * {_SQRT1_2!r}))", [x], x.shape, x.dtype)
+
+
+@op("gelu_backward.default")
+def _gelu_backward(c, g, x, approximate="none"):
+    if approximate == "tanh":
+        def fn(a, b):
+            t = _tanh_gelu_inner(b)
+            return (f"{a} * (0.5 * (1.0 + {t}) + 0.5 * {b} * (1.0 - {t} * {t}) * {_K!r} * "
+                    f"(1.0 + 3.0 * 0.044715 * {b} * {b}))")
+        return combine(fn, [g, x], g.shape, g.dtype)
+    return combine(lambda a, b: f"{a} * (0.5 * (1.0 + erf({b} * {_SQRT1_2!r})) + {b} * {_INV_SQRT_2PI!r} * "
+                   f"exp(-0.5 * {b} * {b}))", [g, x], g.shape, g.dtype)
+
+
+@op("elu.default")
+def _elu(c, x, alpha=1.0, scale=1.0, input_scale=1.0):
+    return combine(lambda a: f"({_lit(float(scale))} * {a} if {a} > 0.0 else {_lit(float(scale * alpha))} * "
+                   f"(exp({a} * {_lit(float(input_scale))}) - 1.0))", [x], x.shape, x.dtype)
+
+
+@op("elu_backward.default")
+def _elu_backward(c, g, alpha, scale, input_scale, is_result, v):
+    neg, inp = _lit(float(alpha * scale)), _lit(float(input_scale))
+    if is_result:  # v is the forward's result
+        return combine(lambda a, b: f"({a} * {_lit(float(scale))} if {b} > 0.0 else {a} * {inp} * ({b} + {neg}))",
+                       [g, v], g.shape, g.dtype)
+    return combine(lambda a, b: f"({a} * {_lit(float(scale))} if {b} > 0.0 else {a} * {inp} * {neg} * exp({b} * {inp}))",
+                   [g, v], g.shape, g.dtype)
+
+
 op("pow.Tensor_Scalar")(lambda c, a, e: combine(lambda x: f"({x} * {x})" if e == 2 else f"{x} ** {_lit(e)}",
                                                 [a], a.shape, a.dtype))
 op("pow.Scalar")(lambda c, base, e: combine(lambda x: f"{_lit(base)} ** {x}", [e], e.shape, e.dtype))
@@ -296,7 +354,36 @@ def _like(value):
 
 
 op("ones_like.default")(_like(1.0))
-op("zeros_like.default")(_like(0.0))
+op("zeros_like.default", "empty_like.default")(_like(0.0))  # empty_like: its values are never read before a write
+
+
+_VIEWS = {"view", "_unsafe_view", "reshape", "select", "slice", "transpose", "t", "permute", "expand", "squeeze",
+          "unsqueeze", "as_strided", "alias", "detach", "diagonal", "unfold", "narrow", "split", "chunk", "unbind"}
+
+
+def _in_place(impl):
+    """An in-place op (``sub_``; SiLU's backward fills an ``empty_like`` with ones and subtracts from it) as
+    its out-of-place twin. That is exact where only the in-place op's own result is read afterwards, as in
+    the traced decompositions; a view updated in place, or a tensor read again after its update, is refused."""
+    def run(c, *args, **kw):
+        target = c.node.args[0]
+        base = str(getattr(target, "target", "")).split(".")[-2:-1]
+        if base and base[0] in _VIEWS:  # the write would have to reach the viewed tensor too
+            c.fail(f"an in-place update of a view ('{target.name}') is not supported")
+        order = {n: k for k, n in enumerate(c.node.graph.nodes)}
+        later = [u.name for u in getattr(target, "users", ()) if order.get(u, -1) > order[c.node]]
+        if later:
+            c.fail(f"'{target.name}' is read again ({', '.join(later)}) after this in-place update")
+        return impl(c, *args, **kw)
+
+    return run
+
+
+for _n, _f in {"add": "{} + {}", "sub": "{} - {}", "mul": "{} * {}", "div": "{} / {}"}.items():
+    op(f"{_n}_.Tensor", f"{_n}_.Scalar")(_in_place(binary(_f.format)))
+
+
+op("fill_.Scalar")(_in_place(lambda c, t, value: constant(value, t.shape, t.dtype)))
 op("full_like.default")(_like(None))
 
 

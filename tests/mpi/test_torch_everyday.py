@@ -206,6 +206,34 @@ def test_residual_sgd_step_data_parallel_2_ranks():
 # -- refused in words ---------------------------------------------------------------------------------------
 
 
+class Activations(nn.Module):
+    """One branch per activation, each a Linear then the activation, summed into a Linear head: every
+    activation's backward is one layer from the loss, so a wrong derivative moves the parameters visibly."""
+
+    def __init__(self):
+        super().__init__()
+        self.acts = nn.ModuleList([nn.GELU(), nn.GELU(approximate="tanh"), nn.SiLU(), nn.LeakyReLU(0.1), nn.ELU(0.7),
+                                   nn.Hardswish(), nn.Tanh(), nn.Sigmoid()])
+        self.inner = nn.ModuleList([nn.Linear(12, 8) for _ in self.acts])
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = self.acts[0](self.inner[0](x))
+        for act, lin in zip(self.acts[1:], self.inner[1:]):
+            h = h + act(lin(x))
+        return self.head(h)
+
+
+def test_activations_sgd_step_data_parallel_2_ranks():
+    """GELU (exact and tanh), SiLU, LeakyReLU, ELU, Hardswish, Tanh and Sigmoid: one SGD step with the batch
+    split over 2 ranks. Their backwards are PyTorch's formulas (SiLU's fills a new tensor in place); the loss
+    and every updated parameter are compared with eager PyTorch."""
+    torch.manual_seed(0)
+    x = torch.randn(B, 12, generator=torch.Generator().manual_seed(8)) * 2
+    labels = torch.randint(0, 3, (B, ), generator=torch.Generator().manual_seed(9))
+    train_and_compare(Activations(), x, labels, "torch_everyday_activations_step")
+
+
 def test_refuses_grouped_conv_and_training_mode_batch_norm():
     with pytest.raises(FrontendError, match=r"Conv with group=2 is not supported.*node .*\(Conv\)"):
         dp.from_torch(nn.Conv2d(4, 4, 3, groups=2), (images(4, 0), ), name="t_everyday_group")
