@@ -357,8 +357,8 @@ op("ones_like.default")(_like(1.0))
 op("zeros_like.default", "empty_like.default")(_like(0.0))  # empty_like: its values are never read before a write
 
 
-_VIEWS = {"view", "_unsafe_view", "reshape", "select", "slice", "transpose", "t", "permute", "expand", "squeeze",
-          "unsqueeze", "as_strided", "alias", "detach", "diagonal", "unfold", "narrow", "split", "chunk", "unbind"}
+_VIEWS = frozenset({"view", "_unsafe_view", "reshape", "select", "slice", "transpose", "t", "permute", "expand", "squeeze",
+          "unsqueeze", "as_strided", "alias", "detach", "diagonal", "unfold", "narrow", "split", "chunk", "unbind"})
 
 
 def _in_place(impl):
