@@ -142,7 +142,7 @@ def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = WORKER,
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                 start_new_session=True, text=True,
                                 preexec_fn=_tied_to(os.getpid()) if sys.platform.startswith("linux") else None)
-        watch = FirstToEnd(tmp) if lc.kind == Launcher.MPIEXEC else None  # srun's ranks run elsewhere
+        watch = FirstToEnd(tmp, ranks) if lc.kind == Launcher.MPIEXEC else None  # srun's ranks run elsewhere
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -7,12 +7,14 @@ import functools
 import glob
 import os
 import re
+import select
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
@@ -282,35 +284,74 @@ def _running(pid: int) -> bool:
         return False
 
 
+def _pidfd(pid: int) -> Optional[int]:
+    """A descriptor the kernel makes readable the moment ``pid`` ends (Linux 5.3+), or None."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # older kernel or Python, or the process is already gone
+        return None
+
+
 class FirstToEnd:
     """Watches a job's ranks on this machine while its launcher runs and notes the rank that ended first
     while the others still ran: a launcher names one dead process, not always the first (MPICH's mpiexec
     can name the rank it killed itself while cleaning up). A pid counts once it was seen running here, so
-    ranks on other hosts are never taken for ended ones."""
+    ranks on other hosts are never taken for ended ones.
 
-    def __init__(self, tmp: str, poll: float = 0.01):
-        self.tmp, self.poll = tmp, poll
+    The launcher kills the other ranks within milliseconds of the first one's end, on a machine that may
+    be busy, so the watcher does not poll for ends: it sleeps on each rank's pidfd, which the kernel makes
+    readable as the rank ends, and reads which ones are readable as it wakes. It polls only for the
+    ranks' pid files (every ``poll`` s until ``ranks`` of them were seen) and where a kernel has no pidfd.
+    """
+
+    def __init__(self, tmp: str, ranks: Optional[int] = None, poll: float = 0.002):
+        self.tmp, self.ranks, self.poll = tmp, ranks, poll
         self.first: Optional[Tuple[int, int]] = None  # (rank, pid)
         self._done = threading.Event()
+        self._wake_r, self._wake_w = os.pipe()
         self._thread = threading.Thread(target=self._watch, name="dace_partition_first_to_end", daemon=True)
         self._thread.start()
 
     def _watch(self):
-        seen: Dict[int, int] = {}
-        while not self._done.is_set():
-            for pid, rank in _rank_pids(self.tmp).items():
-                if pid not in seen and _running(pid):
-                    seen[pid] = rank
-            ended = [(rank, pid) for pid, rank in seen.items() if not _running(pid)]
-            if ended:
-                if len(ended) == 1 and len(seen) > 1:
-                    self.first = ended[0]
-                return
-            self._done.wait(self.poll)
+        seen: Dict[int, int] = {}  # pid: rank
+        pidfds: Dict[int, int] = {}  # descriptor: pid
+        poller = select.poll()
+        poller.register(self._wake_r, select.POLLIN)
+        quiet_since = time.monotonic()
+        try:
+            while not self._done.is_set():
+                looking = self.ranks is None or len(seen) < self.ranks
+                for pid, rank in (_rank_pids(self.tmp).items() if looking else ()):
+                    if pid not in seen and _running(pid):
+                        seen[pid], quiet_since = rank, time.monotonic()
+                        fd = _pidfd(pid)
+                        if fd is not None:
+                            pidfds[fd] = pid
+                            poller.register(fd, select.POLLIN)
+                if looking or len(pidfds) < len(seen):  # slower once no new rank appeared for a while
+                    wait = self.poll if time.monotonic() - quiet_since < 5 else max(self.poll, 0.05)
+                    ready = poller.poll(wait * 1000)
+                else:
+                    ready = poller.poll()
+                watched = set(pidfds.values())
+                ended = {pidfds[fd] for fd, _ in ready if fd in pidfds}
+                ended |= {pid for pid in seen if pid not in watched and not _running(pid)}
+                if ended:
+                    if len(ended) == 1 and len(seen) > 1:
+                        pid = ended.pop()
+                        self.first = (seen[pid], pid)
+                    return
+        finally:
+            for fd in pidfds:
+                os.close(fd)
 
     def stop(self):
         self._done.set()
+        os.write(self._wake_w, b"x")
         self._thread.join(timeout=1)
+        if not self._thread.is_alive():  # else it may still poll the pipe: leave it open
+            os.close(self._wake_r)
+            os.close(self._wake_w)
 
 
 def dead_ranks(text: str, tmp: str, first: Optional[Tuple[int, int]] = None) -> list:

@@ -101,6 +101,7 @@ def test_a_rank_that_dies_is_named_with_the_signal_that_ended_it():
             ranks = _wait_for(lambda: len(_ranks()) == 2 and _ranks(), 300, "the job's two ranks started")
             pid, folder = ranks[1]
             _wait_for(lambda: os.path.exists(os.path.join(folder, "rank1.pid")), 60, "rank 1 noted its pid")
+            time.sleep(0.5)  # a rank that has run a while, as the OOM killer finds it
             os.kill(pid, signal.SIGKILL)
             with pytest.raises(dp.RunError) as err:
                 job.result(timeout=30)
@@ -113,20 +114,22 @@ def test_a_rank_that_dies_is_named_with_the_signal_that_ended_it():
 
 def test_the_rank_that_ended_first_is_named_when_the_launcher_names_another(tmp_path):
     """MPICH's mpiexec names one dead process; having already killed the other ranks itself while cleaning
-    up, it can name one of those (seen once in CI: rank 0 named after rank 1 was killed). The launching
-    process watches the ranks' pids and names the one that ended first, while the others still ran."""
+    up, it can name one of those (seen twice in CI: rank 0 named after rank 1 was killed). The launching
+    process watches the ranks' pids and names the one that ended first, while the others still ran: woken
+    by the kernel as it ends, not by a poll, so 20 ms between the two ends suffice."""
     from dace_partition.runtime.launchers import FirstToEnd, dead_ranks
     procs = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
     try:
         for rank, p in enumerate(procs):
             (tmp_path / f"rank{rank}.pid").write_text(str(p.pid))
-        watch = FirstToEnd(str(tmp_path), poll=0.005)
+        watch = FirstToEnd(str(tmp_path), ranks=2, poll=10.0)  # a poll for ends would come too late
         time.sleep(0.2)  # both seen running
         procs[1].kill()
         procs[1].wait()
-        _wait_for(lambda: watch.first is not None, 5, "the watcher noted the first to end")
+        time.sleep(0.02)  # the launcher's clean-up follows within milliseconds
         procs[0].kill()
         procs[0].wait()
+        _wait_for(lambda: watch.first is not None, 5, "the watcher noted the first to end")
         watch.stop()
     finally:
         for p in procs:
