@@ -94,7 +94,7 @@ class RankLocal:
         return self.wcr
 
 
-def wcr_op(memlet, array) -> Union[None, ReduceOp, RankLocal]:
+def wcr_op(memlet) -> Union[None, ReduceOp, RankLocal]:
     if memlet.wcr is None:
         return None
     red = _reduction_type(str(memlet.wcr))
@@ -108,7 +108,7 @@ def _reduction_type(wcr: str):
 
 
 def map_accesses(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, rng: subsets.Range,
-                 positions: Optional[Dict[str, int]] = None) -> List[Access]:
+                 positions: Dict[str, int]) -> List[Access]:
     """Outer accesses of a map if it ran over ``rng`` (its tile), without modifying the SDFG.
 
     All reads of one array are propagated together, whatever connector they come through (several
@@ -145,13 +145,13 @@ def map_accesses(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, rng: subse
     for arr, inner_edges in sorted(writes.items()):
         inner = [ie.data for ie in inner_edges]
         subset = _propagate_union(inner, sdfg, arr, params, rng, entry, positions)
-        ops = {wcr_op(i, arr) for i in inner} | {_nested_write_op(state, ie, arr) for ie in inner_edges}
+        ops = {wcr_op(i) for i in inner} | {_nested_write_op(state, ie, arr) for ie in inner_edges}
         ops = ops - {None} or {None}
         if len(ops) > 1:
             raise UnsupportedPattern(arr, subset, f"written with different conflict resolutions {ops}")
         op = ops.pop()
         if isinstance(op, RankLocal):
-            _refuse_split_conflicts(arr, subset, op, rng, positions)
+            _refuse_split_conflicts(arr, subset, op, positions)
             op = None
             dynamic.add(arr)  # each rank's block starts from its prior values, conflicts resolved in the block
         out.append(Access(arr, Direction.OUT, subset, op, accumulates=op is not None))
@@ -162,11 +162,10 @@ def map_accesses(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, rng: subse
     return out
 
 
-def _refuse_split_conflicts(array, subset, op: RankLocal, rng, positions):
+def _refuse_split_conflicts(array, subset, op: RankLocal, positions: Dict[str, int]):
     """A resolution MPI cannot apply is fine inside a rank; refused where the grid splits a dimension of the
     map that the written subset does not follow (ranks along it would hold partial results to combine)."""
-    coords = set(positions) if positions is not None else {
-        str(f) for r in rng for x in r[:2] for f in sympy.sympify(x).free_symbols if str(f).startswith("__dp")}
+    coords = set(positions)
     used = {str(f) for b, e, _ in subset for f in sympy.sympify(b).free_symbols | sympy.sympify(e).free_symbols}
     partial = sorted(coords - used)
     if partial:
@@ -477,7 +476,7 @@ def _nested_write_op(state: SDFGState, edge, array) -> Union[None, ReduceOp, Ran
         for n in st.data_nodes():
             if n.data == conn:
                 for ie in st.in_edges(n):
-                    ops.add(wcr_op(ie.data, array))
+                    ops.add(wcr_op(ie.data))
     ops.discard(None)
     if len(ops) > 1:
         raise UnsupportedPattern(array, edge.data.subset, f"written with different conflict resolutions {ops}")

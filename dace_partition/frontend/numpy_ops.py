@@ -392,6 +392,11 @@ def merge_reshape_copy(out: str, out_shape: Shape, dtype, x: str, in_shape: Shap
              f"        _o >> {out}[{linear_index(out_shape, fine, params)}]", "        _o = _v"])
 
 
+def padded_shape(shape: Shape, lead: int, before: Sequence[int], after: Sequence[int]) -> Shape:
+    """The shape :func:`pad` gives ``shape`` (padded or cropped from axis ``lead``)."""
+    return tuple(shape[:lead]) + tuple(s + b + a for s, b, a in zip(shape[lead:], before, after))
+
+
 def pad(out: str, x: str, shape: Shape, lead: int, before: Sequence[int], after: Sequence[int], value: str,
         dtype, mode: str = "constant") -> List[str]:
     """``out`` = ``x`` padded by ``before`` / ``after`` on its last axes (from axis ``lead``): with ``value``
@@ -404,7 +409,7 @@ def pad(out: str, x: str, shape: Shape, lead: int, before: Sequence[int], after:
     and reflect copy each part of the output (before, inside, after the input on each axis) from its source,
     which is affine in the position on each part."""
     spatial = shape[lead:]
-    out_shape = tuple(shape[:lead]) + tuple(s + b + a for s, b, a in zip(spatial, before, after))
+    out_shape = padded_shape(shape, lead, before, after)
     params = [f"_i{k}" for k in range(len(out_shape))]
     head = [f"{out} = np.empty({shape_code(out_shape)}, dtype={np_dtype(dtype)})"]
     if mode == "constant":

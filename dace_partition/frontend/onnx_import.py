@@ -26,6 +26,12 @@ from .codegen import ProgramBuilder
 Shape = Tuple[int, ...]
 
 
+def _text(at, key: str, default: Optional[str] = None) -> str:
+    """A string attribute of a node: onnx.helper gives them as bytes."""
+    value = at[key] if default is None else at.get(key, default)
+    return value.decode() if isinstance(value, bytes) else value
+
+
 class Const:
     """A tensor whose value is known at import time."""
 
@@ -302,8 +308,7 @@ class _Importer:
         return [self._map(inputs, ops.SIGMOID)]
 
     def op_Gelu(self, node, inputs, at):
-        approx = at.get("approximate", b"none")
-        approx = approx.decode() if isinstance(approx, bytes) else approx
+        approx = _text(at, "approximate", "none")
         if approx not in ("none", "tanh"):
             raise self.error(f"Gelu approximation '{approx}' is not supported")
         return [self._map(inputs, ops.GELU if approx == "none" else ops.GELU_TANH)]
@@ -446,8 +451,7 @@ class _Importer:
         return [self._map([out, c], f"in0 * {alpha!r} + in1 * {beta!r}", out.dtype)]
 
     def op_Einsum(self, node, inputs, at):
-        eq = at["equation"]
-        eq = (eq.decode() if isinstance(eq, bytes) else eq).replace(" ", "")
+        eq = _text(at, "equation").replace(" ", "")
         lhs, arrow, rhs = eq.partition("->")
         terms = lhs.split(",")
         if "..." in eq:
@@ -715,8 +719,7 @@ class _Importer:
         n = len(kernel)
         if len(x.shape) != n + 2:
             raise self.error(f"input '{node.input[0]}' of shape {x.shape} does not match a {n}-d kernel")
-        auto = at.get("auto_pad", b"NOTSET")
-        auto = auto.decode() if isinstance(auto, bytes) else auto
+        auto = _text(at, "auto_pad", "NOTSET")
         strides = list(at.get("strides", [1] * n))
         dil = list(at.get("dilations", [1] * n))
         pads = list(at.get("pads", [0] * (2 * n)))
@@ -740,7 +743,7 @@ class _Importer:
             return self.data(x), x.shape
         out = self.b.fresh("pad")
         self._lines(ops.pad(out, self.data(x), x.shape, 2, before, after, value, x.dtype))
-        return out, tuple(x.shape[:2]) + tuple(s + b + a for s, b, a in zip(x.shape[2:], before, after))
+        return out, ops.padded_shape(x.shape, 2, before, after)
 
     @staticmethod
     def _out_size(size, k, s, d, ceil=False):
@@ -781,11 +784,12 @@ class _Importer:
         return [out]
 
     def _pool_window(self, node, at, x):
-        """(kernel, strides, dilations, pads before, pads after, output sizes) of a pooling node; with
-        ``ceil_mode`` the pads after grow to hold the last window, which must start inside the input or its
-        left padding (ONNX, PyTorch)."""
+        """(kernel, strides, dilations, pads before, pads after, output sizes, pads after as given) of a
+        pooling node; with ``ceil_mode`` the pads after grow to hold the last window, which must start
+        inside the input or its left padding (ONNX, PyTorch)."""
         kernel = list(at["kernel_shape"])
-        strides, dil, before, after = self._window(node, at, x, kernel)
+        strides, dil, before, given_after = self._window(node, at, x, kernel)
+        after = given_after
         ceil = bool(at.get("ceil_mode", 0))
         osz = [self._out_size(s + b + a, k, st, d, ceil)
                for s, b, a, k, st, d in zip(x.shape[2:], before, after, kernel, strides, dil)]
@@ -797,7 +801,7 @@ class _Importer:
             raise self.error(f"{node.op_type} output of input {x.shape} would be empty")
         if int(np.prod(kernel)) > 64:
             raise self.error(f"{node.op_type} kernel {kernel} is too large (at most 64 elements are supported)")
-        return kernel, strides, dil, before, after, osz
+        return kernel, strides, dil, before, after, osz, given_after
 
     def _pool(self, x, xp, kernel, strides, dil, osz, hint, combine, divisor=None) -> Tensor:
         """One map over the output: each element reads its window of the padded input ``xp`` (one
@@ -832,7 +836,7 @@ class _Importer:
             raise self.error("MaxPool's Indices output is not supported")
         if at.get("storage_order", 0):
             raise self.error("MaxPool with storage_order=1 is not supported")
-        kernel, strides, dil, before, after, osz = self._pool_window(node, at, x)
+        kernel, strides, dil, before, after, osz, _ = self._pool_window(node, at, x)
         lowest = repr(float(np.finfo(x.dtype).min)) if np.issubdtype(x.dtype, np.floating) else \
             str(int(np.iinfo(x.dtype).min))
         xp, _ = self._padded(x, before, after, lowest)
@@ -845,8 +849,7 @@ class _Importer:
         x = inputs[0]
         if not np.issubdtype(x.dtype, np.floating):
             raise self.error(f"AveragePool of {x.dtype} tensors is not supported")
-        given_after = self._window(node, at, x, list(at["kernel_shape"]))[3]
-        kernel, strides, dil, before, after, osz = self._pool_window(node, at, x)
+        kernel, strides, dil, before, after, osz, given_after = self._pool_window(node, at, x)
         with_pads = bool(at.get("count_include_pad", 0))
         counts = np.ones((), np.int64)
         for s, b, a, k, st, d, o in zip(x.shape[2:], before, given_after, kernel, strides, dil, osz):
@@ -860,8 +863,7 @@ class _Importer:
         """nn.ZeroPad, nn.ConstantPad, nn.ReplicationPad and nn.ReflectionPad: constant, edge and reflect
         modes, with the pads (and axes) known at import time."""
         x = inputs[0]
-        mode = at.get("mode", b"constant")
-        mode = mode.decode() if isinstance(mode, bytes) else mode
+        mode = _text(at, "mode", "constant")
         n = len(x.shape)
         if self.opset < 11:
             pads, value = list(at.get("pads", [])), at.get("value", 0.0)
@@ -895,19 +897,16 @@ class _Importer:
             self._lines(ops.pad(out, self.data(x), x.shape, lead, before[lead:], after[lead:], None, x.dtype, mode))
         else:
             raise self.error(f"Pad mode '{mode}' is not supported (constant, edge and reflect are)")
-        shape = tuple(x.shape[:lead]) + tuple(s + b + a for s, b, a in zip(spatial, before[lead:], after[lead:]))
+        shape = ops.padded_shape(x.shape, lead, before[lead:], after[lead:])
         return [Tensor(out, shape, x.dtype)]
 
     def op_Resize(self, node, inputs, at):
         """nn.Upsample(mode="nearest") by integer factors: each input element copied to its block of the
         output. Other modes and factors are refused in words."""
         x = inputs[0]
-        mode = at.get("mode", b"nearest")
-        mode = mode.decode() if isinstance(mode, bytes) else mode
-        ctm = at.get("coordinate_transformation_mode", b"half_pixel")
-        ctm = ctm.decode() if isinstance(ctm, bytes) else ctm
-        nearest = at.get("nearest_mode", b"round_prefer_floor")
-        nearest = nearest.decode() if isinstance(nearest, bytes) else nearest
+        mode = _text(at, "mode", "nearest")
+        ctm = _text(at, "coordinate_transformation_mode", "half_pixel")
+        nearest = _text(at, "nearest_mode", "round_prefer_floor")
         if len(node.input) > 3 and node.input[3]:
             sizes = [int(v) for v in self.const(node.input[3], "sizes").reshape(-1)]
             factors = [o / i for o, i in zip(sizes, x.shape)]
@@ -934,8 +933,7 @@ class _Importer:
         ``blocksize`` x ``blocksize`` spatial blocks."""
         x = inputs[0]
         b = int(at["blocksize"])
-        mode = at.get("mode", b"DCR")
-        mode = mode.decode() if isinstance(mode, bytes) else mode
+        mode = _text(at, "mode", "DCR")
         if len(x.shape) != 4 or x.shape[1] % (b * b) or mode not in ("DCR", "CRD"):
             raise self.error(f"DepthToSpace of input {x.shape} with blocksize {b} and mode '{mode}' is not supported")
         n, c, h, w = x.shape[0], x.shape[1] // (b * b), x.shape[2], x.shape[3]
