@@ -12,6 +12,7 @@ elementwise operators are maps over the output axes, and reshapes that only spli
 Reshapes that merge axes stay NumPy reshapes (DaCe views), which run correctly but cannot be inside a
 partitioned kernel: leave the maps that touch them unscheduled.
 """
+import itertools
 import os
 from typing import Dict, List, Optional, Tuple, Union
 
@@ -783,6 +784,60 @@ class _Importer:
                                     "in0 + in1"))
         return [out]
 
+    def op_ConvTranspose(self, node, inputs, at):
+        """nn.ConvTranspose1d/2d/3d with ``groups=1``: each input element adds its product with the kernel to
+        the output window it spreads to (``y[n, o, i*s + k*d] += x[n, c, i] * w[c, o, k]``, an accumulating map
+        with affine subscripts, the form of a convolution's input gradient), into the uncropped output; the
+        pads are then cropped and ``output_padding`` adds zeros where no window reached."""
+        x, w = inputs[:2]
+        bias = inputs[2] if len(inputs) > 2 else None
+        if at.get("group", 1) != 1:
+            raise self.error(f"ConvTranspose with group={at['group']} is not supported (only group=1)")
+        if not np.issubdtype(x.dtype, np.floating):
+            raise self.error(f"ConvTranspose of {x.dtype} tensors is not supported")
+        kernel = list(at.get("kernel_shape", w.shape[2:]))
+        n = len(kernel)
+        if tuple(kernel) != tuple(w.shape[2:]) or w.shape[0] != x.shape[1] or len(x.shape) != n + 2:
+            raise self.error(f"ConvTranspose weight of shape {w.shape} does not fit input {x.shape}")
+        auto = _text(at, "auto_pad", "NOTSET")
+        if auto not in ("NOTSET", "VALID") or at.get("output_shape") is not None:
+            raise self.error(f"ConvTranspose with auto_pad '{auto}' or output_shape is not supported (give pads)")
+        strides, dil = list(at.get("strides", [1] * n)), list(at.get("dilations", [1] * n))
+        pads = [0] * (2 * n) if auto == "VALID" else list(at.get("pads", [0] * (2 * n)))
+        extra = list(at.get("output_padding", [0] * n))
+        if len(strides) != n or len(dil) != n or len(pads) != 2 * n or len(extra) != n or \
+                min(strides + dil) < 1 or min(pads + extra) < 0:
+            raise self.error(f"strides {strides}, dilations {dil}, pads {pads} or output_padding {extra} do not fit "
+                             f"a {n}-d kernel")
+        full = [(i - 1) * s + (k - 1) * d + 1 for i, k, s, d in zip(x.shape[2:], kernel, strides, dil)]
+        osz = [f - pb - pe + e for f, pb, pe, e in zip(full, pads[:n], pads[n:], extra)]
+        if min(osz) < 1:
+            raise self.error(f"ConvTranspose output of input {x.shape} would be empty")
+        batch, ic, oc = x.shape[0], x.shape[1], w.shape[1]
+        dtype = np.result_type(x.dtype, w.dtype)
+        ys, ks, pos = ops.conv_terms(n, strides, dil)
+        acc = self.b.fresh("convt")
+        full_shape = (batch, oc) + tuple(full)
+        loops = [("n", batch), ("c", ic), ("o", oc)] + list(zip(ys, x.shape[2:])) + list(zip(ks, kernel))
+        reads = [(self.data(x), ", ".join(["_i_n", "_i_c"] + [f"_i_{y}" for y in ys])),
+                 (self.data(w), ", ".join(["_i_c", "_i_o"] + [f"_i_{k}" for k in ks]))]
+        self._lines(ops.accumulate(acc, full_shape, dtype, loops, reads, ", ".join(["_i_n", "_i_o"] + pos),
+                                   "in0 * in1"))
+        self.contractions += 1
+        shape = (batch, oc) + tuple(osz)
+        if any(pads) or any(extra):
+            cropped = self.b.fresh("convt_crop")
+            self._lines(ops.pad(cropped, acc, full_shape, 2, [-p for p in pads[:n]],
+                                [e - p for e, p in zip(extra, pads[n:])], "0.0", dtype))
+            acc = cropped
+        y = Tensor(acc, shape, dtype)
+        if bias is None:
+            return [y]
+        out = self.new("t", shape, dtype)
+        self._lines(ops.elementwise(out.ident, shape, dtype, [(acc, shape), (self.data(bias), (oc, ), [1])],
+                                    "in0 + in1"))
+        return [out]
+
     def _pool_window(self, node, at, x):
         """(kernel, strides, dilations, pads before, pads after, output sizes, pads after as given) of a
         pooling node; with ``ceil_mode`` the pads after grow to hold the last window, which must start
@@ -901,8 +956,9 @@ class _Importer:
         return [Tensor(out, shape, x.dtype)]
 
     def op_Resize(self, node, inputs, at):
-        """nn.Upsample(mode="nearest") by integer factors: each input element copied to its block of the
-        output. Other modes and factors are refused in words."""
+        """nn.Upsample by integer factors: nearest neighbour (each input element copied to its block of the
+        output) and (bi/tri)linear without ``align_corners`` (:meth:`_linear_resize`). Other modes and
+        factors are refused in words."""
         x = inputs[0]
         mode = _text(at, "mode", "nearest")
         ctm = _text(at, "coordinate_transformation_mode", "half_pixel")
@@ -914,12 +970,18 @@ class _Importer:
             factors = [float(v) for v in self.const(node.input[2], "scales").reshape(-1)]
         if at.get("axes") is not None or len(factors) != len(x.shape):
             raise self.error(f"Resize with axes or scales {factors} for input {x.shape} is not supported")
-        ok = mode == "nearest" and all(f >= 1 and f == int(f) for f in factors) and (
-            ctm == "asymmetric" and nearest == "floor" or all(f == 1 for f in factors))
-        if not ok:
-            raise self.error(f"Resize mode '{mode}' ({ctm}, {nearest}) by {factors} is not supported: only nearest "
-                             "neighbour by integer factors (nn.Upsample(scale_factor=k, mode='nearest'))")
+        whole = all(f >= 1 and f == int(f) for f in factors)
+        same = all(f == 1 for f in factors)
+        nearest_ok = mode == "nearest" and (ctm == "asymmetric" and nearest == "floor" or same)
+        linear_ok = mode == "linear" and np.issubdtype(x.dtype, np.floating) and (
+            ctm in ("half_pixel", "pytorch_half_pixel", "asymmetric") or same)
+        if not whole or not (nearest_ok or linear_ok):
+            raise self.error(f"Resize mode '{mode}' ({ctm}, {nearest}) by {factors} is not supported: only by "
+                             "integer factors, nearest neighbour (nn.Upsample(scale_factor=k, mode='nearest')) or "
+                             "linear without align_corners (nn.Upsample(scale_factor=k, mode='bilinear'))")
         f = [int(v) for v in factors]
+        if mode == "linear" and not same:
+            return [self._linear_resize(x, f, ctm)]
         shape = tuple(s * k for s, k in zip(x.shape, f))
         out = self.new("resize", shape, x.dtype)
         loops = [(f"a{d}", s) for d, s in enumerate(x.shape)] + [(f"b{d}", k) for d, k in enumerate(f) if k > 1]
@@ -927,6 +989,46 @@ class _Importer:
         write = ", ".join(f"_i_a{d} * {k} + _i_b{d}" if k > 1 else f"_i_a{d}" for d, k in enumerate(f))
         self._lines(ops.spread(out.ident, shape, x.dtype, self.data(x), loops, read, write))
         return [out]
+
+    def _linear_resize(self, x, f, ctm) -> Tensor:
+        """Linear interpolation by integer factors ``f``: output ``k*q + r`` of an axis scaled by ``k`` has its
+        source at ``q + (r + 0.5)/k - 0.5`` (``q + r/k`` when ``asymmetric``), so it mixes input ``q - 1`` and
+        ``q`` or ``q`` and ``q + 1`` with weights that depend on the phase ``r`` only. One map over the input
+        and the phases reads the three neighbours of ``q`` on each scaled axis (the input padded by its edge
+        values, which is PyTorch's and ONNX Runtime's clamping) and a table of weights indexed by the phase:
+        every subscript affine, so any split carries over."""
+        n = len(x.shape)
+        scaled = [d for d in range(n) if f[d] > 1]
+        lead = scaled[0]
+        before = [1 if d in scaled else 0 for d in range(lead, n)]
+        xp = self.b.fresh("edge")
+        self._lines(ops.pad(xp, self.data(x), x.shape, lead, before, before, None, x.dtype, "edge"))
+        weights = {}
+        for d in scaled:
+            table = np.zeros((f[d], 3), np.float64)
+            for r in range(f[d]):
+                src = r / f[d] if ctm == "asymmetric" else (r + 0.5) / f[d] - 0.5
+                low = int(np.floor(src))
+                table[r, low + 1] += 1 - (src - low)
+                table[r, low + 2] += src - low
+            weights[d] = self.data(Const(table.astype(x.dtype), self.b.fresh(f"resize_w{d}")))
+        shape = tuple(s * k for s, k in zip(x.shape, f))
+        out = self.new("resize", shape, x.dtype)
+        params = [f"_a{d}" for d in range(n)] + [f"_b{d}" for d in scaled]
+        lines = [f"{out.ident} = np.empty({ops.shape_code(shape)}, dtype={ops.np_dtype(x.dtype)})"]
+        lines += ops._map_head(params, list(x.shape) + [f[d] for d in scaled])
+        for d in scaled:
+            lines += [f"        _w{d}_{t} << {weights[d]}[_b{d}, {t}]" for t in range(3)]
+        terms = []
+        for k, taps in enumerate(itertools.product(range(3), repeat=len(scaled))):
+            at = dict(zip(scaled, taps))
+            sub = ", ".join(f"_a{d} + {at[d]}" if d in at else f"_a{d}" for d in range(n))
+            lines.append(f"        _x{k} << {xp}[{sub}]")
+            terms.append(" * ".join([f"_w{d}_{t}" for d, t in at.items()] + [f"_x{k}"]))
+        write = ", ".join(f"_a{d} * {f[d]} + _b{d}" if d in scaled else f"_a{d}" for d in range(n))
+        lines += [f"        _o >> {out.ident}[{write}]", f"        _o = {' + '.join(terms)}"]
+        self._lines(lines)
+        return out
 
     def op_DepthToSpace(self, node, inputs, at):
         """nn.PixelShuffle (mode CRD) and TensorFlow's depth_to_space (DCR): channel blocks moved into

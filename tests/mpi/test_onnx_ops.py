@@ -234,14 +234,18 @@ def test_activations_norms_pools_pads_and_upsampling_of_everyday_modules(r):
     """The nodes PyTorch's everyday modules export to beyond the basics: LeakyRelu, PRelu (per channel), Elu,
     Celu, Selu, Softplus (large inputs too), Mish, HardSigmoid, HardSwish, Clip (both bounds, one bound);
     InstanceNormalization (GroupNorm, InstanceNorm); AveragePool with padding counted and not, ceil_mode;
-    Pad in constant, edge and reflect modes and a crop; Resize by integer factors (nearest); DepthToSpace
+    Pad in constant, edge and reflect modes and a crop; Resize by integer factors (nearest; linear on one
+    or two axes, half_pixel, pytorch_half_pixel and asymmetric, so edges clamp and phases differ); ConvTranspose
+    (strides, dilations, uneven pads, output_padding, bias); DepthToSpace
     in both modes. One graph, one build; every output against onnxruntime. A batch of 1 (axes of extent 1)
     goes through the padded Conv and Pad as well."""
     ins = dict(a=f32(r, 2, 3, 6, 5) * 8, one=f32(r, 1, 3, 5, 4), d=f32(r, 2, 8, 3, 2))
     inits = dict(slope=f32(r, 3, 1, 1), s=f32(r, 3, positive=True), bb=f32(r, 3), w=f32(r, 2, 3, 3, 3),
                  lo=np.array(-0.5, np.float32), hi=np.array(0.75, np.float32), pads=np.array([0, 0, 1, 2, 0, 0, 2, 1]),
                  crop=np.array([0, 0, -1, 0, 0, 0, 0, -1]), val=np.array(1.5, np.float32),
-                 up=np.array([1, 1, 2, 3], np.float32), roi=np.array([], np.float32))
+                 up=np.array([1, 1, 2, 3], np.float32), roi=np.array([], np.float32),
+                 up3=np.array([1, 1, 3, 2], np.float32), up_w=np.array([1, 1, 1, 2], np.float32),
+                 up2=np.array([1, 1, 2, 2], np.float32), wt=f32(r, 3, 2, 3, 3), bt=f32(r, 2))
     nodes = [
         node("LeakyRelu", ["a"], ["leaky"], alpha=0.2), node("PRelu", ["a", "slope"], ["prelu"]),
         node("Elu", ["a"], ["elu"], alpha=0.7), node("Celu", ["a"], ["celu"], alpha=1.3), node("Selu", ["a"], ["selu"]),
@@ -259,6 +263,15 @@ def test_activations_norms_pools_pads_and_upsampling_of_everyday_modules(r):
         node("Pad", ["one", "pads"], ["pad_one"]), node("Conv", ["one", "w"], ["conv_one"], pads=[1, 1, 1, 1]),
         node("Resize", ["a", "roi", "up"], ["resize"], mode="nearest", coordinate_transformation_mode="asymmetric",
              nearest_mode="floor"),
+        node("Resize", ["a", "roi", "up"], ["bilinear"], mode="linear"),
+        node("Resize", ["a", "roi", "up3"], ["bilinear_pt"], mode="linear",
+             coordinate_transformation_mode="pytorch_half_pixel"),
+        node("Resize", ["a", "roi", "up"], ["bilinear_asym"], mode="linear", coordinate_transformation_mode="asymmetric"),
+        node("Resize", ["a", "roi", "up_w"], ["linear_w"], mode="linear"),
+        node("Resize", ["one", "roi", "up2"], ["bilinear_one"], mode="linear"),
+        node("ConvTranspose", ["a", "wt", "bt"], ["convt"], strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 0]),
+        node("ConvTranspose", ["a", "wt"], ["convt_dil"], dilations=[2, 1]),
+        node("ConvTranspose", ["one", "wt"], ["convt_one"], strides=[1, 2], pads=[0, 2, 1, 0], output_padding=[0, 1]),
         node("DepthToSpace", ["d"], ["d2s_crd"], blocksize=2, mode="CRD"),
         node("DepthToSpace", ["d"], ["d2s_dcr"], blocksize=2, mode="DCR"),
     ]
@@ -268,12 +281,15 @@ def test_activations_norms_pools_pads_and_upsampling_of_everyday_modules(r):
 def test_everyday_variants_we_do_not_cover_are_refused(r):
     x = f32(r, 2, 3, 4, 4)
     cases = [
-        (node("Resize", ["x", "roi", "up"], ["y"], mode="linear", name="bilinear"),
+        (node("Resize", ["x", "roi", "up"], ["y"], mode="linear", coordinate_transformation_mode="align_corners",
+              name="corners"),
          dict(roi=np.array([], np.float32), up=np.array([1, 1, 2, 2], np.float32)),
-         r"mode 'linear'.*only nearest neighbour by integer factors.*'bilinear' \(Resize\)"),
+         r"mode 'linear' \(align_corners.*linear without align_corners.*'corners' \(Resize\)"),
         (node("Resize", ["x", "roi", "up"], ["y"], mode="nearest", coordinate_transformation_mode="asymmetric",
               nearest_mode="floor", name="half"),
          dict(roi=np.array([], np.float32), up=np.array([1, 1, 1.5, 2], np.float32)), r"1\.5.*'half' \(Resize\)"),
+        (node("ConvTranspose", ["x", "wg"], ["y"], group=3, name="convt_g"), dict(wg=f32(r, 3, 1, 2, 2)),
+         r"ConvTranspose with group=3.*'convt_g' \(ConvTranspose\)"),
         (node("Pad", ["x", "p"], ["y"], mode="wrap", name="wrap"), dict(p=np.array([0, 0, 1, 1, 0, 0, 1, 1])),
          r"mode 'wrap' is not supported.*'wrap' \(Pad\)"),
         (node("Pad", ["x", "p"], ["y"], mode="reflect", name="wide"), dict(p=np.array([0, 0, 4, 0, 0, 0, 0, 0])),

@@ -2,8 +2,8 @@
 ``dp.from_torch_train_step``, the batch split over 2 ranks, run under a real mpiexec and compared element
 by element with eager PyTorch. A CNN block (Conv2d with stride 1 and 2, padding and bias, BatchNorm2d with
 running statistics, ReLU, MaxPool2d, Flatten, Linear), an embedding lookup (run-time indices, LayerNorm,
-Linear), a ResNet-style residual block and an upsampling block (padding, GroupNorm, LeakyReLU, Upsample,
-AvgPool2d, Hardswish, PixelShuffle, ELU); unsupported variants are refused in words."""
+Linear), a ResNet-style residual block and an upsampling block (padding, GroupNorm, LeakyReLU, Upsample
+nearest and bilinear, AvgPool2d, Hardswish, PixelShuffle, ELU, ConvTranspose2d); unsupported variants are refused in words."""
 import functools
 
 import numpy as np
@@ -75,11 +75,12 @@ def residual():
 
 def upsampling_block():
     """Everyday layers past the CNN's: padding (zeros, reflection), GroupNorm, LeakyReLU, nearest upsampling,
-    average pooling, Hardswish, PixelShuffle, ELU."""
+    average pooling, Hardswish, PixelShuffle, ELU, a transposed convolution, bilinear upsampling."""
     torch.manual_seed(0)
     m = nn.Sequential(nn.ZeroPad2d(1), nn.Conv2d(3, 4, 3), nn.GroupNorm(2, 4), nn.LeakyReLU(0.1),
                       nn.Upsample(scale_factor=2), nn.AvgPool2d(2), nn.Hardswish(), nn.PixelShuffle(2),
-                      nn.ReflectionPad2d(1), nn.ELU())
+                      nn.ReflectionPad2d(1), nn.ELU(), nn.ConvTranspose2d(1, 2, 3, stride=2, padding=1, output_padding=1),
+                      nn.Upsample(scale_factor=2, mode="bilinear"))
     with torch.no_grad():
         m[2].weight.uniform_(0.5, 1.5)
         m[2].bias.uniform_(-0.5, 0.5)
