@@ -838,6 +838,113 @@ class _Importer:
                                     "in0 + in1"))
         return [out]
 
+    _MAX_STEPS = 64  # time steps unrolled at import: each is two maps
+
+    def op_LSTM(self, node, inputs, at):
+        return self._recurrence(node, inputs, at, "LSTM")
+
+    def op_GRU(self, node, inputs, at):
+        return self._recurrence(node, inputs, at, "GRU")
+
+    def _recurrence(self, node, inputs, at, kind: str):
+        """nn.LSTM and nn.GRU (one ONNX node per layer, both directions), unrolled over the time steps, which
+        the static shapes give: the input's products with every gate's weights for all steps are one
+        accumulating map (``xw[b, d, t, g]``); each step is then the hidden state's product with the recurrent
+        weights (``hr[b, g]``) and one map over (batch, hidden) computing the gates and the new state and
+        writing its row of ``Y``. Every map's first axis is the batch, so a split of the batch makes each rank
+        run its sequences, the weights read whole. ONNX's gate orders: LSTM i, o, f, c; GRU z, r, h."""
+        gates = 4 if kind == "LSTM" else 3
+        hidden = int(at["hidden_size"])
+        direction = _text(at, "direction", "forward")
+        x, w, r = inputs[:3]
+        get = lambda k: inputs[k] if len(inputs) > k and node.input[k] else None  # noqa: E731
+        bias, lens, h0 = get(3), get(4), get(5)
+        c0, peep = (get(6), get(7)) if kind == "LSTM" else (None, None)
+        default_acts = ["Sigmoid", "Tanh", "Tanh"] if kind == "LSTM" else ["Sigmoid", "Tanh"]
+        acts = [a.decode() if isinstance(a, bytes) else a for a in at.get("activations", [])]
+        dirs = 2 if direction == "bidirectional" else 1
+        why = None
+        if direction not in ("forward", "reverse", "bidirectional"):
+            why = f"direction '{direction}'"
+        elif acts and [a.lower() for a in acts] != [a.lower() for a in default_acts * dirs]:
+            why = f"activations {acts} (only the defaults {default_acts})"
+        elif at.get("clip") is not None or at.get("input_forget", 0) or at.get("layout", 0):
+            why = "clip, input_forget or layout=1"
+        elif kind == "GRU" and not at.get("linear_before_reset", 0):
+            why = "linear_before_reset=0 (PyTorch exports 1)"
+        elif peep is not None and not (isinstance(peep, Const) and not peep.value.any()):
+            why = "peephole weights"
+        elif not np.issubdtype(x.dtype, np.floating) or len(x.shape) != 3:
+            why = f"input of shape {x.shape} and type {x.dtype}"
+        elif lens is not None and not (isinstance(lens, Const) and (lens.value == x.shape[0]).all()):
+            why = "sequence_lens other than the whole sequence"
+        elif x.shape[0] > self._MAX_STEPS:
+            why = f"{x.shape[0]} time steps (at most {self._MAX_STEPS} are unrolled)"
+        if why is not None:
+            raise self.error(f"{kind} with {why} is not supported")
+        steps, batch, width = x.shape
+        g_all = gates * hidden
+        if tuple(w.shape) != (dirs, g_all, width) or tuple(r.shape) != (dirs, g_all, hidden):
+            raise self.error(f"{kind} weights of shapes {w.shape}, {r.shape} do not fit input {x.shape}, "
+                             f"hidden_size {hidden}, direction '{direction}'")
+        dtype = x.dtype
+        state = (dirs, batch, hidden)
+        zeros = lambda shape, hint: Const(np.zeros(shape, dtype), self.b.fresh(hint))  # noqa: E731
+        bias = self.data(bias if bias is not None else zeros((dirs, 2 * g_all), f"{kind}_b"))
+        h_init = self.data(h0 if h0 is not None else zeros(state, f"{kind}_h0"))
+        c_init = self.data(c0 if c0 is not None else zeros(state, f"{kind}_c0")) if kind == "LSTM" else None
+        xw = self.b.fresh(f"{kind.lower()}_xw")
+        self._lines(ops.accumulate(xw, (batch, dirs, steps, g_all), dtype,
+                                   [("b", batch), ("d", dirs), ("t", steps), ("g", g_all), ("k", width)],
+                                   [(self.data(x), "_i_t, _i_b, _i_k"), (self.data(w), "_i_d, _i_g, _i_k")],
+                                   "_i_b, _i_d, _i_t, _i_g", "in0 * in1"))
+        self.contractions += 1
+        ys = self.new(f"{kind.lower()}_y", (steps, dirs, batch, hidden), dtype)
+        yh = self.new(f"{kind.lower()}_yh", state, dtype)
+        yc = self.new(f"{kind.lower()}_yc", state, dtype) if kind == "LSTM" else None
+        self._lines([f"{t.ident} = np.empty({ops.shape_code(t.shape)}, dtype={ops.np_dtype(dtype)})"
+                     for t in (ys, yh, yc) if t is not None])
+        for d in range(dirs):
+            order = range(steps) if d == 0 and direction != "reverse" else range(steps - 1, -1, -1)
+            h_prev, c_prev = (h_init, f"{d}, _i_b, _i_j"), (c_init, f"{d}, _i_b, _i_j")
+            for n_step, t in enumerate(order):
+                hr = self.b.fresh(f"{kind.lower()}_hr")
+                self._lines(ops.accumulate(hr, (batch, g_all), dtype, [("b", batch), ("g", g_all), ("j", hidden)],
+                                           [(h_prev[0], h_prev[1]), (self.data(r), f"{d}, _i_g, _i_j")],
+                                           "_i_b, _i_g", "in0 * in1"))
+                self.contractions += 1
+                h_new, c_new = self.b.fresh(f"{kind.lower()}_h"), self.b.fresh(f"{kind.lower()}_c")
+                last = n_step == steps - 1
+                lines = [f"{h_new} = np.empty(({batch}, {hidden}), dtype={ops.np_dtype(dtype)})"]
+                if kind == "LSTM":
+                    lines.append(f"{c_new} = np.empty(({batch}, {hidden}), dtype={ops.np_dtype(dtype)})")
+                lines += ops._map_head(["_i_b", "_i_j"], (batch, hidden))
+                for k in range(gates):
+                    lines += [f"        _x{k} << {xw}[_i_b, {d}, {t}, _i_j + {k * hidden}]",
+                              f"        _h{k} << {hr}[_i_b, _i_j + {k * hidden}]",
+                              f"        _wb{k} << {bias}[{d}, _i_j + {k * hidden}]",
+                              f"        _rb{k} << {bias}[{d}, _i_j + {g_all + k * hidden}]"]
+                outs = [f"        _oh >> {h_new}[_i_b, _i_j]", f"        _oy >> {ys.ident}[{t}, {d}, _i_b, _i_j]"]
+                if last:
+                    outs.append(f"        _ohl >> {yh.ident}[{d}, _i_b, _i_j]")
+                sig = lambda k: f"1.0 / (1.0 + exp(-(_x{k} + _h{k} + _wb{k} + _rb{k})))"  # noqa: E731
+                if kind == "LSTM":
+                    lines.append(f"        _cp << {c_prev[0]}[{c_prev[1]}]")
+                    outs.append(f"        _oc >> {c_new}[_i_b, _i_j]")
+                    if last:
+                        outs.append(f"        _ocl >> {yc.ident}[{d}, _i_b, _i_j]")
+                    body = [f"_gi = {sig(0)}", f"_go = {sig(1)}", f"_gf = {sig(2)}",
+                            "_gc = tanh(_x3 + _h3 + _wb3 + _rb3)", "_cn = _gf * _cp + _gi * _gc", "_hn = _go * tanh(_cn)",
+                            "_oc = _cn"] + (["_ocl = _cn"] if last else [])
+                else:
+                    lines.append(f"        _hp << {h_prev[0]}[{h_prev[1]}]")
+                    body = [f"_gz = {sig(0)}", f"_gr = {sig(1)}", "_gn = tanh(_x2 + _wb2 + _gr * (_h2 + _rb2))",
+                            "_hn = (1.0 - _gz) * _gn + _gz * _hp"]
+                body += ["_oh = _hn", "_oy = _hn"] + (["_ohl = _hn"] if last else [])
+                self._lines(lines + outs + [f"        {b}" for b in body])
+                h_prev, c_prev = (h_new, "_i_b, _i_j"), (c_new, "_i_b, _i_j")
+        return [ys, yh] + ([yc] if kind == "LSTM" else [])
+
     def _pool_window(self, node, at, x):
         """(kernel, strides, dilations, pads before, pads after, output sizes, pads after as given) of a
         pooling node; with ``ceil_mode`` the pads after grow to hold the last window, which must start

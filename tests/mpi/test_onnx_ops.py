@@ -278,6 +278,19 @@ def test_activations_norms_pools_pads_and_upsampling_of_everyday_modules(r):
     check("everyday_ops", nodes, ins, {n.output[0]: F for n in nodes}, inits, rtol=1e-4, atol=1e-5)
 
 
+def test_lstm_and_gru_nodes_in_both_directions(r):
+    """LSTM in reverse with no bias, initial states given as graph inputs and the whole-sequence
+    sequence_lens; GRU bidirectional with bias and no initial state. Every output against onnxruntime."""
+    ins = dict(x=f32(r, 4, 2, 3), h0=f32(r, 1, 2, 5), c0=f32(r, 1, 2, 5))
+    inits = dict(w=f32(r, 1, 20, 3), rr=f32(r, 1, 20, 5), lens=np.array([4, 4], np.int32),
+                 gw=f32(r, 2, 9, 3), gr=f32(r, 2, 9, 3), gb=f32(r, 2, 18))
+    nodes = [node("LSTM", ["x", "w", "rr", "", "lens", "h0", "c0"], ["ly", "lh", "lc"], hidden_size=5,
+                  direction="reverse"),
+             node("GRU", ["x", "gw", "gr", "gb"], ["gy", "gh"], hidden_size=3, direction="bidirectional",
+                  linear_before_reset=1)]
+    check("recurrent", nodes, ins, {o: F for n in nodes for o in n.output}, inits, rtol=1e-4, atol=1e-5)
+
+
 def test_everyday_variants_we_do_not_cover_are_refused(r):
     x = f32(r, 2, 3, 4, 4)
     cases = [
@@ -290,6 +303,10 @@ def test_everyday_variants_we_do_not_cover_are_refused(r):
          dict(roi=np.array([], np.float32), up=np.array([1, 1, 1.5, 2], np.float32)), r"1\.5.*'half' \(Resize\)"),
         (node("ConvTranspose", ["x", "wg"], ["y"], group=3, name="convt_g"), dict(wg=f32(r, 3, 1, 2, 2)),
          r"ConvTranspose with group=3.*'convt_g' \(ConvTranspose\)"),
+        (node("GRU", ["x", "w3", "r3"], ["y"], hidden_size=2, name="gru0"),
+         dict(w3=f32(r, 1, 6, 4), r3=f32(r, 1, 6, 2)), r"GRU with linear_before_reset=0.*'gru0' \(GRU\)"),
+        (node("LSTM", ["x", "w4", "r4"], ["y"], hidden_size=2, clip=3.0, name="lstm_clip"),
+         dict(w4=f32(r, 1, 8, 4), r4=f32(r, 1, 8, 2)), r"LSTM with clip.*'lstm_clip' \(LSTM\)"),
         (node("Pad", ["x", "p"], ["y"], mode="wrap", name="wrap"), dict(p=np.array([0, 0, 1, 1, 0, 0, 1, 1])),
          r"mode 'wrap' is not supported.*'wrap' \(Pad\)"),
         (node("Pad", ["x", "p"], ["y"], mode="reflect", name="wide"), dict(p=np.array([0, 0, 4, 0, 0, 0, 0, 0])),

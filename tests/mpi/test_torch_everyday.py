@@ -138,6 +138,40 @@ def test_forward_data_parallel_2_ranks(kind):
     np.testing.assert_allclose(out, ref, **TOL)
 
 
+class Recurrent(nn.Module):
+    """A two-layer bidirectional LSTM, then a GRU over its outputs: ONNX LSTM and GRU nodes with both
+    directions, initial states and all three of their outputs in use."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(7, 4, num_layers=2, bidirectional=True, batch_first=True)
+        self.gru = nn.GRU(8, 3, batch_first=True)
+
+    def forward(self, x):
+        y, (_, c) = self.lstm(x)
+        z, h = self.gru(y)
+        return z + h[-1].unsqueeze(1), c
+
+
+def test_lstm_and_gru_split_along_the_batch_on_2_ranks():
+    """Every map with a batch axis split along it (the time steps are unrolled, the weights read whole);
+    both results compared with eager PyTorch, a sequence of 3 steps."""
+    torch.manual_seed(0)
+    module = Recurrent().eval()
+    x = torch.randn(B, 3, 7, generator=torch.Generator().manual_seed(10))
+    sdfg = dp.from_torch(module, (x, ), name="torch_everyday_recurrent")
+    schedule = {m.name: tuple(2 if k == list(m.shape).index(B) else 1 for k in range(len(m.params)))
+                for m in dp.maps(sdfg) if B in list(m.shape)}
+    assert len(schedule) >= 30, len(schedule)  # 15 steps (layers, directions): two maps each at least
+    dp.lower(sdfg, schedule)
+    (name, ) = {a for a in set(sdfg.arglist()) - set(dp.runtime.launch.bound_values(sdfg)) if not a.startswith("__return")}
+    z, c = dp.run(sdfg, 2, timeout=240, **{name: x.numpy()})
+    with torch.no_grad():
+        z_ref, c_ref = module(x)
+    np.testing.assert_allclose(z, z_ref.numpy(), **TOL)
+    np.testing.assert_allclose(c, c_ref.numpy(), **TOL)
+
+
 def test_an_identity_forward_keeps_its_argument_name():
     """The exporter renames the input of a forward that returns it unchanged (nn.Identity, dropout in eval
     mode: ``input`` becomes ``input_orig``); the program still takes forward's name, and returns a copy."""
