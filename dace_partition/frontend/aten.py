@@ -264,6 +264,8 @@ op("rsub.Scalar", "rsub.Tensor")(lambda c, a, b, alpha=1: binary("{} - {}".forma
 op("neg.default")(unary(lambda x: f"-{x}"))
 op("exp.default")(unary(lambda x: f"exp({x})"))
 op("log.default")(unary(lambda x: f"log({x})"))
+op("log1p.default")(unary(lambda x: f"log(1.0 + {x})"))
+op("expm1.default")(unary(lambda x: f"(exp({x}) - 1.0)"))
 op("sqrt.default")(unary(lambda x: f"sqrt({x})"))
 op("rsqrt.default")(unary(lambda x: f"1.0 / sqrt({x})"))
 op("tanh.default")(unary(lambda x: f"tanh({x})"))
@@ -289,6 +291,23 @@ op("hardswish.default")(unary(lambda x: f"({x} * (0.0 if {x} < -3.0 else ({x} + 
 op("hardswish_backward.default")(lambda c, g, x: combine(
     lambda a, b: f"(0.0 if {b} < -3.0 else ({a} * ({b} / 3.0 + 0.5) if {b} <= 3.0 else {a}))", [g, x], g.shape, g.dtype))
 
+
+
+def _softplus_expr(x, beta, threshold):
+    b, t = _lit(float(beta)), _lit(float(threshold))
+    return f"({x} if {x} * {b} > {t} else log(1.0 + exp({x} * {b})) / {b})"
+
+
+op("softplus.default")(lambda c, x, beta=1.0, threshold=20.0: combine(lambda a: _softplus_expr(a, beta, threshold), [x],
+                                                                       x.shape, x.dtype))
+op("softplus_backward.default")(lambda c, g, x, beta, threshold: combine(
+    lambda a, b: f"({a} if {b} * {_lit(float(beta))} > {_lit(float(threshold))} else "
+                 f"{a} * (1.0 - 1.0 / (1.0 + exp({b} * {_lit(float(beta))}))))", [g, x], g.shape, g.dtype))
+op("mish.default")(unary(lambda x: f"{x} * tanh({_softplus_expr(x, 1.0, 20.0)})"))
+op("mish_backward.default")(lambda c, g, x: combine(
+    lambda a, b: f"{a} * (tanh({_softplus_expr(b, 1.0, 20.0)}) + {b} / (1.0 + exp(-{b})) * "
+                 f"(1.0 - tanh({_softplus_expr(b, 1.0, 20.0)}) * tanh({_softplus_expr(b, 1.0, 20.0)})))",
+    [g, x], g.shape, g.dtype))
 
 def _tanh_gelu_inner(x):
     return f"tanh({_K!r} * ({x} + 0.044715 * {x} * {x} * {x}))"
@@ -434,6 +453,27 @@ def _view(c, a, shape=None, *_):
     if [a.shape[i] for i in old] == [shape[i] for i in new]:  # only length-one axes differ
         return a.remap(shape, lambda ax: new[old.index(ax)] if ax in old else None)
     return c.reshape(a, shape)
+
+
+op("unsqueeze_.default")(_in_place(_view))  # group norm's traced backward
+op("reciprocal.default")(unary(lambda x: f"1.0 / {x}"))
+op("reciprocal_.default")(_in_place(unary(lambda x: f"1.0 / {x}")))
+
+
+def _bound(v, dtype) -> str:
+    return _lit(float(v)) if np.dtype(dtype).kind == "f" else str(int(v))
+
+
+@op("clamp.default", "clamp_min.default", "clamp_max.default")
+def _clamp(c, a, lo=None, hi=None):
+    if str(c.node.target).endswith("clamp_max.default"):
+        lo, hi = None, lo
+    expr = "{0}"
+    if lo is not None:
+        expr = f"({expr} if {expr} > {_bound(lo, a.dtype)} else {_bound(lo, a.dtype)})"
+    if hi is not None:
+        expr = f"({expr} if {expr} < {_bound(hi, a.dtype)} else {_bound(hi, a.dtype)})"
+    return combine(lambda x: expr.format(x), [a], a.shape, a.dtype)
 
 
 @op("mm.default", "bmm.default", "matmul.default")
@@ -738,6 +778,141 @@ def _max_pool_backward(c, go, x, kernel_size, stride, padding, dilation, ceil_mo
                            ", ".join(["_i_n", "_i_c"] + pos), f"(in0 if in1 == {flat} else 0.0)"))
     c.contraction_done()
     return _crop(c, acc, pshape, x, padding, "pool_gx_crop")
+
+
+@op("constant_pad_nd.default")
+def _constant_pad(c, x, pad, value=0.0):
+    """nn.ZeroPad/ConstantPad (``pad`` pairs from the last axis back; negative amounts crop, which is also
+    the padding's gradient as the trace gives it)."""
+    n = len(pad) // 2
+    lead = len(x.shape) - n
+    before = [int(pad[2 * (n - 1 - i)]) for i in range(n)]
+    after = [int(pad[2 * (n - 1 - i) + 1]) for i in range(n)]
+    if n < 1 or lead < 0 or any(s + b + a < 0 for s, b, a in zip(x.shape[lead:], before, after)):
+        c.fail(f"padding {list(pad)} does not fit a tensor of shape {x.shape}")
+    out = c.fresh("pad")
+    lit = _lit(float(value)) if x.dtype.kind == "f" else str(int(value))
+    c.lines(ops.pad(out, c.materialize(x, "pad_in"), x.shape, lead, before, after, lit, x.dtype))
+    return array_value(out, ops.padded_shape(x.shape, lead, before, after), x.dtype)
+
+
+def _avg_counts(c, x, kernel, stride, padding, osz, count_include_pad, divisor_override):
+    """Each output's divisor (PyTorch's: the window's elements inside the padded input, or inside the input
+    when padding is not counted), as a literal when all are equal, else an argument array."""
+    if divisor_override:
+        return _lit(float(divisor_override)), None
+    counts = np.ones((), np.int64)
+    for s, p, k, st, o in zip(x.shape[2:], padding, kernel, stride, osz):
+        lo, hi = (-p, s + p) if count_include_pad else (0, s)
+        taps = np.arange(o)[:, None] * st - p + np.arange(k)[None, :]
+        counts = np.multiply.outer(counts, ((taps >= lo) & (taps < hi)).sum(axis=1))
+    if np.all(counts == counts.flat[0]):
+        return _lit(float(counts.flat[0])), None
+    return None, c.b.argument(c.fresh("avgpool_count"), counts.shape, x.dtype, counts.astype(x.dtype))
+
+
+@op("avg_pool2d.default", "avg_pool1d.default", "avg_pool3d.default")
+def _avg_pool(c, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
+    """The window's sum over its divisor: one map over the output, the window unrolled into point reads of
+    the zero-padded input."""
+    kernel, stride, padding, dilation, osz = _pool_args(c, x, kernel_size, stride, padding, 1, ceil_mode)
+    xp, _ = _padded(c, x, padding, "0.0", "avgpool_pad")
+    lit, counts = _avg_counts(c, x, kernel, stride, padding, osz, count_include_pad, divisor_override)
+    shape = tuple(x.shape[:2]) + tuple(osz)
+    out = c.fresh("avgpool")
+    params = [f"i{k}" for k in range(len(shape))]
+    lines = [f"{out} = np.empty({shape_code(shape)}, dtype={np_dtype(x.dtype)})",
+             f"for {', '.join(params)} in dace.map[{', '.join(f'0:{s}' for s in shape)}]:", "    with dace.tasklet:"]
+    taps = []
+    for k, offs in enumerate(np.ndindex(*kernel)):
+        sub = [f"{p} * {st} + {o}" for p, st, o in zip(params[2:], stride, offs)]
+        lines.append(f"        in{k} << {xp}[{', '.join(params[:2] + sub)}]")
+        taps.append(f"in{k}")
+    if counts is not None:
+        lines.append(f"        cnt << {counts}[{', '.join(params[2:])}]")
+    lines += [f"        o >> {out}[{', '.join(params)}]", f"        o = ({' + '.join(taps)}) / {lit or 'cnt'}"]
+    c.lines(lines)
+    return array_value(out, shape, x.dtype)
+
+
+@op("avg_pool2d_backward.default", "avg_pool3d_backward.default")
+def _avg_pool_backward(c, go, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    """Each output's gradient over its divisor, added to every element of its window: one accumulating
+    map over the outputs and their windows into the padded input, then cropped."""
+    kernel, stride, padding, dilation, osz = _pool_args(c, x, kernel_size, stride, padding, 1, ceil_mode)
+    lit, counts = _avg_counts(c, x, kernel, stride, padding, osz, count_include_pad, divisor_override)
+    ys, ks, pos = ops.conv_terms(len(kernel), stride, dilation)
+    pshape = _covered(x, osz, kernel, stride, dilation)
+    acc = c.fresh("avgpool_gx")
+    reads = [(c.materialize(go, "avgpool_go"), ", ".join(["_i_n", "_i_c"] + [f"_i_{y}" for y in ys]))]
+    if counts is not None:
+        reads.append((counts, ", ".join(f"_i_{y}" for y in ys)))
+    loops = [("n", x.shape[0]), ("c", x.shape[1])] + list(zip(ys, osz)) + list(zip(ks, kernel))
+    c.lines(ops.accumulate(acc, pshape, x.dtype, loops, reads, ", ".join(["_i_n", "_i_c"] + pos),
+                           f"in0 / {lit or 'in1'}"))
+    c.contraction_done()
+    return _crop(c, acc, pshape, x, padding, "avgpool_gx_crop")
+
+
+def _nearest_factors(c, in_shape, out_shape):
+    f = [o // i for o, i in zip(out_shape, in_shape)]
+    if any(o != i * k for o, i, k in zip(out_shape, in_shape, f)) or min(f, default=1) < 1:
+        c.fail(f"nearest upsampling from {tuple(in_shape)} to {tuple(out_shape)} is not by integer factors")
+    return f
+
+
+@op("upsample_nearest1d.default", "upsample_nearest2d.default", "upsample_nearest3d.default",
+    "upsample_nearest1d.vec", "upsample_nearest2d.vec", "upsample_nearest3d.vec")
+def _upsample_nearest(c, x, output_size=None, *_, **__):
+    """nn.Upsample(mode="nearest") by integer factors: a map over the input writing each element's block."""
+    out_shape = tuple(c.node.meta["val"].shape)
+    f = [1, 1] + _nearest_factors(c, x.shape[2:], out_shape[2:])
+    loops = [(f"a{d}", s) for d, s in enumerate(x.shape)] + [(f"b{d}", k) for d, k in enumerate(f) if k > 1]
+    out = c.fresh("upsample")
+    c.lines(ops.spread(out, out_shape, x.dtype, c.materialize(x, "upsample_in"), loops,
+                       ", ".join(f"_i_a{d}" for d in range(len(f))),
+                       ", ".join(f"_i_a{d} * {k} + _i_b{d}" if k > 1 else f"_i_a{d}" for d, k in enumerate(f))))
+    return array_value(out, out_shape, x.dtype)
+
+
+@op("upsample_nearest1d_backward.default", "upsample_nearest2d_backward.default",
+    "upsample_nearest3d_backward.default", "upsample_nearest1d_backward.vec", "upsample_nearest2d_backward.vec",
+    "upsample_nearest3d_backward.vec")
+def _upsample_nearest_backward(c, go, output_size, input_size, *_, **__):
+    """The sum of each input element's block of the gradient: an accumulating map over the input and the
+    block."""
+    in_shape = tuple(int(s) for s in input_size)
+    f = [1, 1] + _nearest_factors(c, in_shape[2:], go.shape[2:])
+    loops = [(f"a{d}", s) for d, s in enumerate(in_shape)] + [(f"b{d}", k) for d, k in enumerate(f) if k > 1]
+    out = c.fresh("upsample_gx")
+    c.lines(ops.accumulate(out, in_shape, go.dtype, loops, [(c.materialize(go, "upsample_go"), ", ".join(
+        f"_i_a{d} * {k} + _i_b{d}" if k > 1 else f"_i_a{d}" for d, k in enumerate(f)))],
+        ", ".join(f"_i_a{d}" for d in range(len(f))), "in0"))
+    c.contraction_done()
+    return array_value(out, in_shape, go.dtype)
+
+
+def _groups(x, group):
+    n, ch = x.shape[0], x.shape[1]
+    return (n, group, ch // group * int(np.prod(x.shape[2:], dtype=np.int64)))
+
+
+@op("native_group_norm.default")
+def _group_norm(c, x, weight, bias, N, C, HxW, group, eps):
+    """nn.GroupNorm (and InstanceNorm with affine weights, whose trace is a group norm): the input as (batch,
+    group, elements of the group), normalised over its last axis as LayerNorm is, then scaled and shifted
+    per channel. Mean and reciprocal standard deviation are (batch, group), as PyTorch returns them. The
+    trace decomposes its backward into elementwise ops and sums."""
+    gshape = _groups(x, group)
+    xg = c.reshape(x, gshape)
+    xhat, mean, rstd = _layer_norm(c, xg, gshape[2:], None, None, eps)
+    out = c.reshape(xhat, x.shape)
+    if weight is not None:
+        out = combine(lambda y, w: f"{y} * {w}", [out, _channel(weight, x.shape)], x.shape, x.dtype)
+    if bias is not None:
+        out = combine(lambda y, b: f"{y} + {b}", [out, _channel(bias, x.shape)], x.shape, x.dtype)
+    stat = lambda v: v.remap(gshape[:2], lambda a: a if a < 2 else None)  # noqa: E731
+    return out, stat(mean), stat(rstd)
 
 
 def _channel(v: Optional[Value], shape: Shape) -> Optional[Value]:

@@ -269,6 +269,22 @@ def test_activations_sgd_step_data_parallel_2_ranks():
     train_and_compare(Activations(), x, labels, "torch_everyday_activations_step")
 
 
+def test_padding_group_norm_pooling_upsampling_sgd_step_data_parallel_2_ranks():
+    """Uneven zero padding, GroupNorm (its backward traced into elementwise ops and sums), Softplus with a
+    beta, AvgPool2d with padding not counted (uneven divisors) and plain, nearest Upsample, Mish: one SGD
+    step with the batch split, loss and every parameter compared with eager PyTorch."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.ZeroPad2d((1, 0, 2, 1)), nn.Conv2d(3, 4, 3), nn.GroupNorm(2, 4), nn.Softplus(beta=2.0),
+                      nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False), nn.Upsample(scale_factor=2),
+                      nn.Mish(), nn.AvgPool2d(2), nn.Flatten(), nn.Linear(4 * 5 * 3, 3))
+    with torch.no_grad():
+        m[2].weight.uniform_(0.5, 1.5)
+        m[2].bias.uniform_(-0.5, 0.5)
+    x = torch.randn(B, 3, 8, 7, generator=torch.Generator().manual_seed(4))
+    labels = torch.randint(0, 3, (B, ), generator=torch.Generator().manual_seed(5))
+    train_and_compare(m, x, labels, "t_everyday_pad_norm_pool_sgd")
+
+
 def test_refuses_grouped_conv_and_training_mode_batch_norm():
     with pytest.raises(FrontendError, match=r"Conv with group=2 is not supported.*node .*\(Conv\)"):
         dp.from_torch(nn.Conv2d(4, 4, 3, groups=2), (images(4, 0), ), name="t_everyday_group")
