@@ -784,16 +784,49 @@ def _max_pool_backward(c, go, x, kernel_size, stride, padding, dilation, ceil_mo
 def _constant_pad(c, x, pad, value=0.0):
     """nn.ZeroPad/ConstantPad (``pad`` pairs from the last axis back; negative amounts crop, which is also
     the padding's gradient as the trace gives it)."""
-    n = len(pad) // 2
-    lead = len(x.shape) - n
-    before = [int(pad[2 * (n - 1 - i)]) for i in range(n)]
-    after = [int(pad[2 * (n - 1 - i) + 1]) for i in range(n)]
-    if n < 1 or lead < 0 or any(s + b + a < 0 for s, b, a in zip(x.shape[lead:], before, after)):
+    lead, before, after = _pad_amounts(c, x, pad)
+    if any(s + b + a < 0 for s, b, a in zip(x.shape[lead:], before, after)):
         c.fail(f"padding {list(pad)} does not fit a tensor of shape {x.shape}")
     out = c.fresh("pad")
     lit = _lit(float(value)) if x.dtype.kind == "f" else str(int(value))
     c.lines(ops.pad(out, c.materialize(x, "pad_in"), x.shape, lead, before, after, lit, x.dtype))
     return array_value(out, ops.padded_shape(x.shape, lead, before, after), x.dtype)
+
+
+def _pad_amounts(c, x, pad):
+    """(lead, before, after) of ATen's ``pad`` (pairs from the last axis back)."""
+    n = len(pad) // 2
+    lead = len(x.shape) - n
+    before = [int(pad[2 * (n - 1 - i)]) for i in range(n)]
+    after = [int(pad[2 * (n - 1 - i) + 1]) for i in range(n)]
+    if n < 1 or lead < 0:
+        c.fail(f"padding {list(pad)} does not fit a tensor of shape {x.shape}")
+    return lead, before, after
+
+
+def _mirror_pad(mode):
+    def run(c, x, pad):
+        lead, before, after = _pad_amounts(c, x, pad)
+        if min(before + after) < 0 or mode == "reflect" and any(
+                b >= s or a >= s for b, a, s in zip(before, after, x.shape[lead:])):
+            c.fail(f"{mode} padding {list(pad)} of a tensor of shape {x.shape}: negative, or wider than its axis")
+        out = c.fresh("pad")
+        c.lines(ops.pad(out, c.materialize(x, "pad_in"), x.shape, lead, before, after, None, x.dtype, mode))
+        return array_value(out, ops.padded_shape(x.shape, lead, before, after), x.dtype)
+
+    def backward(c, go, x, pad):
+        lead, before, after = _pad_amounts(c, x, pad)
+        out = c.fresh("pad_gx")
+        c.lines(ops.pad_backward(out, c.materialize(go, "pad_go"), x.shape, lead, before, after, x.dtype, mode))
+        return array_value(out, x.shape, x.dtype)
+
+    return run, backward
+
+
+for _mode, _names in (("reflect", "reflection_pad"), ("edge", "replication_pad")):
+    _fw, _bw = _mirror_pad(_mode)
+    op(*[f"{_names}{d}d.default" for d in (1, 2, 3)])(_fw)  # nn.ReflectionPad*d, nn.ReplicationPad*d
+    op(*[f"{_names}{d}d_backward.default" for d in (1, 2, 3)])(_bw)
 
 
 def _avg_counts(c, x, kernel, stride, padding, osz, count_include_pad, divisor_override):
@@ -889,6 +922,47 @@ def _upsample_nearest_backward(c, go, output_size, input_size, *_, **__):
         f"_i_a{d} * {k} + _i_b{d}" if k > 1 else f"_i_a{d}" for d, k in enumerate(f)))],
         ", ".join(f"_i_a{d}" for d in range(len(f))), "in0"))
     c.contraction_done()
+    return array_value(out, in_shape, go.dtype)
+
+
+_LINEAR = ("upsample_linear1d", "upsample_bilinear2d", "upsample_trilinear3d")
+
+
+def _linear_setup(c, in_shape, out_shape, align_corners, dtype):
+    """Factors, edge pads and weight tables (arguments) of a linear upsampling by integer factors."""
+    if align_corners:
+        c.fail("align_corners=True is not supported (its weights differ from phase to phase across the axis)")
+    f = [1, 1] + _nearest_factors(c, in_shape[2:], out_shape[2:])
+    pads = [1 if k > 1 else 0 for k in f[2:]]
+    weights = {d: c.b.argument(c.fresh(f"upsample_w{d}"), (k, 3), dtype, ops.linear_weights(k).astype(dtype))
+               for d, k in enumerate(f) if k > 1}
+    return f, pads, weights
+
+
+@op(*[f"{n}.{v}" for n in _LINEAR for v in ("default", "vec")])
+def _upsample_linear(c, x, output_size, align_corners, *_, **__):
+    """nn.Upsample(mode="bilinear") (and linear, trilinear) by integer factors: the input padded by its edge
+    values (PyTorch's clamping), then :func:`.numpy_ops.linear_upsample`."""
+    out_shape = tuple(c.node.meta["val"].shape)
+    f, pads, weights = _linear_setup(c, x.shape, out_shape, align_corners, x.dtype)
+    xp = c.fresh("upsample_edge")
+    c.lines(ops.pad(xp, c.materialize(x, "upsample_in"), x.shape, 2, pads, pads, None, x.dtype, "edge"))
+    out = c.fresh("upsample")
+    c.lines(ops.linear_upsample(out, xp, x.shape, f, weights, x.dtype))
+    return array_value(out, out_shape, x.dtype)
+
+
+@op(*[f"{n}_backward.{v}" for n in _LINEAR for v in ("default", "vec")])
+def _upsample_linear_backward(c, go, output_size, input_size, align_corners, *_, **__):
+    """Each output's gradient times its weights added to the padded input's elements it read, then the
+    border folded into the edges (the padding's gradient)."""
+    in_shape = tuple(int(s) for s in input_size)
+    f, pads, weights = _linear_setup(c, in_shape, go.shape, align_corners, go.dtype)
+    acc = c.fresh("upsample_gxp")
+    c.lines(ops.linear_upsample_backward(acc, c.materialize(go, "upsample_go"), in_shape, f, weights, go.dtype))
+    c.contraction_done()
+    out = c.fresh("upsample_gx")
+    c.lines(ops.pad_backward(out, acc, in_shape, 2, pads, pads, go.dtype, "edge"))
     return array_value(out, in_shape, go.dtype)
 
 

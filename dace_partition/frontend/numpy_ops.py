@@ -423,25 +423,99 @@ def pad(out: str, x: str, shape: Shape, lead: int, before: Sequence[int], after:
             lines += _map_head(params, tuple(shape[:lead]) + tuple(kept))
             lines += [f"        _s << {x}[{', '.join(src)}]", f"        _o >> {out}[{', '.join(dst)}]", "        _o = _s"]
         return lines
+    lines = head
+    for src, dst, extents in _pad_parts(params, shape, lead, before, after, mode):
+        lines += _map_head(params, extents)
+        lines += [f"        _s << {x}[{', '.join(src)}]", f"        _o >> {out}[{', '.join(dst)}]", "        _o = _s"]
+    return lines
+
+
+def _pad_parts(params, shape: Shape, lead: int, before, after, mode: str):
+    """(source subscript, padded subscript, extents) of each part of an edge or reflect padding: each axis
+    has up to three parts (before, the input, after) whose source index is affine in the position, and
+    every combination of parts is one map."""
     if mode not in ("edge", "reflect"):
         raise ValueError(f"pad mode {mode!r}")
-    # Each axis has up to three parts (before, the input, after) whose source index is affine in the
-    # position: one copy map per combination of parts.
     parts = []
-    for p, s, b, a in zip(params[lead:], spatial, before, after):
+    for p, s, b, a in zip(params[lead:], shape[lead:], before, after):
         mine = [(b, s, p)]
         if b > 0:
             mine.append((0, b, "0" if mode == "edge" else f"{b} - {p}"))
         if a > 0:
             mine.append((b + s, a, str(s - 1) if mode == "edge" else f"{s - 2} - {p}"))
         parts.append(mine)
-    lines = head
     for combo in itertools.product(*parts):
-        src = params[:lead] + [c[2] for c in combo]
-        dst = params[:lead] + [f"{p} + {c[0]}" for p, c in zip(params[lead:], combo)]
-        lines += _map_head(params, tuple(shape[:lead]) + tuple(c[1] for c in combo))
-        lines += [f"        _s << {x}[{', '.join(src)}]", f"        _o >> {out}[{', '.join(dst)}]", "        _o = _s"]
+        yield (list(params[:lead]) + [c[2] for c in combo],
+               list(params[:lead]) + [f"{p} + {c[0]}" for p, c in zip(params[lead:], combo)],
+               tuple(shape[:lead]) + tuple(c[1] for c in combo))
+
+
+def pad_backward(out: str, g: str, shape: Shape, lead: int, before: Sequence[int], after: Sequence[int], dtype,
+                 mode: str) -> List[str]:
+    """The gradient of an edge or reflect :func:`pad` of an array of ``shape``: ``g`` (the padded shape's
+    gradient) added back to the elements each part was copied from. A map zeroes ``out``, then one
+    accumulating map per part of the padding (the edge parts add many positions to one element)."""
+    params = [f"_i{k}" for k in range(len(shape))]
+    lines = [f"{out} = np.empty({shape_code(shape)}, dtype={np_dtype(dtype)})"] + _map_head(params, shape)
+    lines += [f"        _o >> {out}[{', '.join(params)}]", "        _o = 0"]
+    for src, dst, extents in _pad_parts(params, shape, lead, before, after, mode):
+        lines += _map_head(params, extents)
+        lines += [f"        _s << {g}[{', '.join(dst)}]", f"        _o >> {out}(1, lambda a, b: a + b)[{', '.join(src)}]",
+                  "        _o = _s"]
     return lines
+
+
+def linear_weights(factor: int, asymmetric: bool = False) -> np.ndarray:
+    """(factor, 3) weights of linear upsampling by an integer ``factor``: output ``factor*q + r`` has its source
+    at ``q + (r + 0.5)/factor - 0.5`` (``q + r/factor`` when ``asymmetric``) and mixes inputs ``q - 1, q, q + 1``
+    (positions 0, 1, 2 of the input padded by one edge element on each side) with row ``r``."""
+    table = np.zeros((factor, 3), np.float64)
+    for r in range(factor):
+        src = r / factor if asymmetric else (r + 0.5) / factor - 0.5
+        low = int(np.floor(src))
+        table[r, low + 1] += 1 - (src - low)
+        table[r, low + 2] += src - low
+    return table
+
+
+def _linear_loops(shape: Shape, factors: Sequence[int]):
+    scaled = [d for d, k in enumerate(factors) if k > 1]
+    loops = [(f"a{d}", s) for d, s in enumerate(shape)] + [(f"b{d}", factors[d]) for d in scaled]
+    fine = ", ".join(f"_i_a{d} * {factors[d]} + _i_b{d}" if d in scaled else f"_i_a{d}" for d in range(len(shape)))
+    return scaled, loops, fine
+
+
+def linear_upsample(out: str, xp: str, shape: Shape, factors: Sequence[int], weights: dict, dtype) -> List[str]:
+    """``out`` = the array of ``shape`` upsampled linearly by integer ``factors``, from ``xp`` (it padded by one
+    edge element on each side of each scaled axis) and ``weights`` ({axis: (factor, 3) table of
+    :func:`linear_weights`}): one map over the input and the phases, reading three neighbours per scaled
+    axis and each axis's weights by phase. Every subscript is affine, so any split carries over."""
+    scaled, loops, fine = _linear_loops(shape, factors)
+    out_shape = tuple(s * k for s, k in zip(shape, factors))
+    lines = [f"{out} = np.empty({shape_code(out_shape)}, dtype={np_dtype(dtype)})"]
+    lines += _map_head([f"_i_{c}" for c, _ in loops], [n for _, n in loops])
+    for d in scaled:
+        lines += [f"        _w{d}_{t} << {weights[d]}[_i_b{d}, {t}]" for t in range(3)]
+    terms = []
+    for k, taps in enumerate(itertools.product(range(3), repeat=len(scaled))):
+        at = dict(zip(scaled, taps))
+        sub = ", ".join(f"_i_a{d} + {at[d]}" if d in at else f"_i_a{d}" for d in range(len(shape)))
+        lines.append(f"        _x{k} << {xp}[{sub}]")
+        terms.append(" * ".join([f"_w{d}_{t}" for d, t in at.items()] + [f"_x{k}"]))
+    return lines + [f"        _o >> {out}[{fine}]", f"        _o = {' + '.join(terms)}"]
+
+
+def linear_upsample_backward(out: str, g: str, shape: Shape, factors: Sequence[int], weights: dict,
+                             dtype) -> List[str]:
+    """The gradient of :func:`linear_upsample` with respect to ``xp``: each output's gradient times its
+    weights, added to the three neighbours per scaled axis it read (an accumulating map over the input, the
+    phases and the neighbours). :func:`pad_backward` (edge) then folds the border into the input."""
+    scaled, loops, fine = _linear_loops(shape, factors)
+    loops += [(f"t{d}", 3) for d in scaled]
+    padded = tuple(s + 2 if d in scaled else s for d, s in enumerate(shape))
+    reads = [(g, fine)] + [(weights[d], f"_i_b{d}, _i_t{d}") for d in scaled]
+    write = ", ".join(f"_i_a{d} + _i_t{d}" if d in scaled else f"_i_a{d}" for d in range(len(shape)))
+    return accumulate(out, padded, dtype, loops, reads, write, " * ".join(f"in{k}" for k in range(len(reads))))
 
 
 def spread(out: str, out_shape: Shape, dtype, x: str, loops: Sequence[Tuple[str, int]], read: str,

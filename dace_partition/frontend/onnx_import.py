@@ -12,7 +12,6 @@ elementwise operators are maps over the output axes, and reshapes that only spli
 Reshapes that merge axes stay NumPy reshapes (DaCe views), which run correctly but cannot be inside a
 partitioned kernel: leave the maps that touch them unscheduled.
 """
-import itertools
 import os
 from typing import Dict, List, Optional, Tuple, Union
 
@@ -1098,43 +1097,20 @@ class _Importer:
         return [out]
 
     def _linear_resize(self, x, f, ctm) -> Tensor:
-        """Linear interpolation by integer factors ``f``: output ``k*q + r`` of an axis scaled by ``k`` has its
-        source at ``q + (r + 0.5)/k - 0.5`` (``q + r/k`` when ``asymmetric``), so it mixes input ``q - 1`` and
-        ``q`` or ``q`` and ``q + 1`` with weights that depend on the phase ``r`` only. One map over the input
-        and the phases reads the three neighbours of ``q`` on each scaled axis (the input padded by its edge
-        values, which is PyTorch's and ONNX Runtime's clamping) and a table of weights indexed by the phase:
-        every subscript affine, so any split carries over."""
+        """Linear interpolation by integer factors ``f`` (:func:`.numpy_ops.linear_upsample`): the weights of an
+        output depend on its phase only; the input is padded by its edge values, which is PyTorch's and ONNX
+        Runtime's clamping of the source position."""
         n = len(x.shape)
         scaled = [d for d in range(n) if f[d] > 1]
         lead = scaled[0]
         before = [1 if d in scaled else 0 for d in range(lead, n)]
         xp = self.b.fresh("edge")
         self._lines(ops.pad(xp, self.data(x), x.shape, lead, before, before, None, x.dtype, "edge"))
-        weights = {}
-        for d in scaled:
-            table = np.zeros((f[d], 3), np.float64)
-            for r in range(f[d]):
-                src = r / f[d] if ctm == "asymmetric" else (r + 0.5) / f[d] - 0.5
-                low = int(np.floor(src))
-                table[r, low + 1] += 1 - (src - low)
-                table[r, low + 2] += src - low
-            weights[d] = self.data(Const(table.astype(x.dtype), self.b.fresh(f"resize_w{d}")))
+        weights = {d: self.data(Const(ops.linear_weights(f[d], ctm == "asymmetric").astype(x.dtype),
+                                      self.b.fresh(f"resize_w{d}"))) for d in scaled}
         shape = tuple(s * k for s, k in zip(x.shape, f))
         out = self.new("resize", shape, x.dtype)
-        params = [f"_a{d}" for d in range(n)] + [f"_b{d}" for d in scaled]
-        lines = [f"{out.ident} = np.empty({ops.shape_code(shape)}, dtype={ops.np_dtype(x.dtype)})"]
-        lines += ops._map_head(params, list(x.shape) + [f[d] for d in scaled])
-        for d in scaled:
-            lines += [f"        _w{d}_{t} << {weights[d]}[_b{d}, {t}]" for t in range(3)]
-        terms = []
-        for k, taps in enumerate(itertools.product(range(3), repeat=len(scaled))):
-            at = dict(zip(scaled, taps))
-            sub = ", ".join(f"_a{d} + {at[d]}" if d in at else f"_a{d}" for d in range(n))
-            lines.append(f"        _x{k} << {xp}[{sub}]")
-            terms.append(" * ".join([f"_w{d}_{t}" for d, t in at.items()] + [f"_x{k}"]))
-        write = ", ".join(f"_a{d} * {f[d]} + _b{d}" if d in scaled else f"_a{d}" for d in range(n))
-        lines += [f"        _o >> {out.ident}[{write}]", f"        _o = {' + '.join(terms)}"]
-        self._lines(lines)
+        self._lines(ops.linear_upsample(out.ident, xp, x.shape, f, weights, x.dtype))
         return out
 
     def op_DepthToSpace(self, node, inputs, at):
