@@ -613,13 +613,11 @@ def _pair(v, n):
 
 def _conv_check(c, x, weight, stride, padding, dilation, transposed, output_padding, groups):
     n = len(x.shape) - 2
-    if transposed:
-        c.fail("transposed convolutions are not supported")
     if groups != 1:
         c.fail(f"grouped convolutions (groups={groups}) are not supported")
     if isinstance(padding, str):
         c.fail(f"padding='{padding}' is not supported (give the padding as numbers)")
-    if n < 1 or len(weight.shape) != n + 2 or weight.shape[1] != x.shape[1]:
+    if n < 1 or len(weight.shape) != n + 2 or weight.shape[0 if transposed else 1] != x.shape[1]:
         c.fail(f"weight of shape {weight.shape} does not fit input {x.shape}")
     return n, _pair(stride, n), _pair(padding, n), _pair(dilation, n)
 
@@ -643,6 +641,8 @@ def _conv_out(size, k, s, d, ceil=False):
 def _convolution(c, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     n, stride, padding, dilation = _conv_check(c, x, weight, stride, padding, dilation, transposed, output_padding,
                                                groups)
+    if transposed:
+        return _transposed_convolution(c, x, weight, bias, n, stride, padding, dilation, _pair(output_padding, n))
     xp, pshape = _padded(c, x, padding)
     kernel = list(weight.shape[2:])
     osz = [_conv_out(p, k, s, d) for p, k, s, d in zip(pshape[2:], kernel, stride, dilation)]
@@ -661,11 +661,76 @@ def _convolution(c, x, weight, bias, stride, padding, dilation, transposed, outp
     return combine(lambda a, b: f"{a} + {b}", [res, bias.remap(shape, lambda a: 1)], shape, x.dtype)
 
 
+def _transposed_full(x, kernel, stride, dilation) -> Shape:
+    """Spatial extents of a transposed convolution's output before its padding is cropped."""
+    return tuple((i - 1) * s + (k - 1) * d + 1 for i, k, s, d in zip(x.shape[2:], kernel, stride, dilation))
+
+
+def _transposed_convolution(c, x, weight, bias, n, stride, padding, dilation, output_padding):
+    """nn.ConvTranspose*d: ``y[n, o, i*s + k*d] += x[n, c, i] * w[c, o, k]`` into the uncropped output (an
+    accumulating map), then the padding cropped and ``output_padding`` added as zeros."""
+    kernel = list(weight.shape[2:])
+    full = _transposed_full(x, kernel, stride, dilation)
+    ys, ks, pos = ops.conv_terms(n, stride, dilation)
+    batch, ic, oc = x.shape[0], x.shape[1], weight.shape[1]
+    acc = c.fresh("convt")
+    loops = [("n", batch), ("c", ic), ("o", oc)] + list(zip(ys, x.shape[2:])) + list(zip(ks, kernel))
+    reads = [(c.materialize(x, "convt_x"), ", ".join(["_i_n", "_i_c"] + [f"_i_{y}" for y in ys])),
+             (c.materialize(weight, "convt_w"), ", ".join(["_i_c", "_i_o"] + [f"_i_{k}" for k in ks]))]
+    c.lines(ops.accumulate(acc, (batch, oc) + full, x.dtype, loops, reads, ", ".join(["_i_n", "_i_o"] + pos),
+                           "in0 * in1"))
+    c.contraction_done()
+    shape = tuple(c.node.meta["val"].shape)
+    out = c.fresh("convt_crop")
+    c.lines(ops.pad(out, acc, (batch, oc) + full, 2, [-p for p in padding],
+                    [e - p for e, p in zip(output_padding, padding)], "0.0", x.dtype))
+    res = array_value(out, shape, x.dtype)
+    if bias is None:
+        return res
+    return combine(lambda a, b: f"{a} + {b}", [res, bias.remap(shape, lambda a: 1)], shape, x.dtype)
+
+
+def _transposed_convolution_backward(c, go, x, weight, n, stride, padding, dilation, output_mask):
+    """The input's gradient is a plain convolution of the output's gradient (padded back to the uncropped
+    extent) with the same weights; the weights' gradient sums ``x[n, c, i] * go[n, o, i*s + k*d - p]`` over
+    the batch and the input positions."""
+    kernel = list(weight.shape[2:])
+    full = _transposed_full(x, kernel, stride, dilation)
+    ys, ks, pos = ops.conv_terms(n, stride, dilation)
+    batch, ic, oc = x.shape[0], x.shape[1], weight.shape[1]
+    gp = c.fresh("convt_gop")
+    c.lines(ops.pad(gp, c.materialize(go, "convt_go"), go.shape, 2, padding,
+                    [f - p - s for f, p, s in zip(full, padding, go.shape[2:])], "0.0", go.dtype))
+    loops = [("n", batch), ("c", ic), ("o", oc)] + list(zip(ys, x.shape[2:])) + list(zip(ks, kernel))
+    x_idx = ", ".join(["_i_n", "_i_c"] + [f"_i_{y}" for y in ys])
+    w_idx = ", ".join(["_i_c", "_i_o"] + [f"_i_{k}" for k in ks])
+    gx = gw = gb = None
+    if output_mask[0]:
+        out = c.fresh("convt_gx")
+        c.lines(ops.accumulate(out, x.shape, x.dtype, loops, [(gp, ", ".join(["_i_n", "_i_o"] + pos)),
+                                                               (c.materialize(weight, "convt_w"), w_idx)],
+                               x_idx, "in0 * in1"))
+        c.contraction_done()
+        gx = array_value(out, x.shape, x.dtype)
+    if output_mask[1]:
+        out = c.fresh("convt_gw")
+        c.lines(ops.accumulate(out, weight.shape, x.dtype, loops, [(c.materialize(x, "convt_x"), x_idx),
+                                                                    (gp, ", ".join(["_i_n", "_i_o"] + pos))],
+                               w_idx, "in0 * in1"))
+        c.contraction_done()
+        gw = array_value(out, weight.shape, x.dtype)
+    if output_mask[2]:
+        gb = c.reduce(go, [0] + list(range(2, len(go.shape))), False, "sum", "convt_gb")
+    return gx, gw, gb
+
+
 @op("convolution_backward.default")
 def _convolution_backward(c, go, x, weight, bias_sizes, stride, padding, dilation, transposed, output_padding, groups,
                           output_mask):
     n, stride, padding, dilation = _conv_check(c, x, weight, stride, padding, dilation, transposed, output_padding,
                                                groups)
+    if transposed:
+        return _transposed_convolution_backward(c, go, x, weight, n, stride, padding, dilation, output_mask)
     kernel = list(weight.shape[2:])
     osz = list(go.shape[2:])
     ys, ks, pos = ops.conv_terms(n, stride, dilation)

@@ -285,14 +285,17 @@ def test_padding_group_norm_pooling_upsampling_sgd_step_data_parallel_2_ranks():
     train_and_compare(m, x, labels, "t_everyday_pad_norm_pool_sgd")
 
 
-def test_mirror_padding_bilinear_upsampling_sgd_step_data_parallel_2_ranks():
-    """ReflectionPad2d (uneven) between two convolutions, so its backward runs too; bilinear Upsample and
-    ReplicationPad2d and their backwards (the edge parts add many positions to one element): one SGD step
-    with the batch split, loss and every parameter compared with eager PyTorch."""
+def test_mirror_padding_transposed_conv_bilinear_upsampling_sgd_step_data_parallel_2_ranks():
+    """ReflectionPad2d (uneven) between two convolutions, so its backward runs too; ConvTranspose2d with
+    stride, padding and output_padding, and one with uneven strides, dilation and a padding wider than its
+    kernel; bilinear Upsample and ReplicationPad2d and their backwards (the edge parts add many positions to
+    one element): one SGD step with the batch split, loss and every parameter against eager PyTorch."""
     torch.manual_seed(0)
-    m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReflectionPad2d((2, 1, 1, 2)), nn.Conv2d(4, 4, 3),
-                      nn.Upsample(scale_factor=2, mode="bilinear"), nn.ReplicationPad2d(1), nn.Tanh(), nn.AvgPool2d(4),
-                      nn.Flatten(), nn.Linear(4 * 5 * 4, 3))
+    m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReflectionPad2d((2, 1, 1, 2)),
+                      nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1, output_padding=1),
+                      nn.Upsample(scale_factor=2, mode="bilinear"), nn.ReplicationPad2d(1), nn.Tanh(),
+                      nn.ConvTranspose2d(3, 2, (2, 3), stride=(1, 2), padding=(0, 2), dilation=(2, 1)), nn.AvgPool2d(4),
+                      nn.Flatten(), nn.Linear(480, 3))
     x = torch.randn(B, 3, 8, 7, generator=torch.Generator().manual_seed(4))
     labels = torch.randint(0, 3, (B, ), generator=torch.Generator().manual_seed(5))
     train_and_compare(m, x, labels, "t_everyday_mirror_bilinear_sgd")
