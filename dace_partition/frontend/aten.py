@@ -952,6 +952,28 @@ def _avg_pool_backward(c, go, x, kernel_size, stride, padding, ceil_mode, count_
     return _crop(c, acc, pshape, x, padding, "avgpool_gx_crop")
 
 
+def _adaptive_window(c, x, out_shape):
+    ratio = [i // o for i, o in zip(x.shape[2:], out_shape)]
+    if any(o * r != i for i, o, r in zip(x.shape[2:], out_shape, ratio)):
+        c.fail(f"adaptive average pooling from {x.shape[2:]} to {tuple(out_shape)}: only sizes that divide the "
+               "input's (even windows) are supported")
+    return ratio
+
+
+@op("_adaptive_avg_pool2d.default", "_adaptive_avg_pool3d.default")
+def _adaptive_avg_pool(c, x, output_size):
+    """nn.AdaptiveAvgPool*d where the output size divides the input's: average pooling with window and
+    stride the ratio."""
+    k = _adaptive_window(c, x, list(output_size))
+    return _avg_pool(c, x, k, k, 0)
+
+
+@op("_adaptive_avg_pool2d_backward.default", "_adaptive_avg_pool3d_backward.default")
+def _adaptive_avg_pool_backward(c, go, x):
+    k = _adaptive_window(c, x, go.shape[2:])
+    return _avg_pool_backward(c, go, x, k, k, [0] * len(k), False, True, None)
+
+
 def _nearest_factors(c, in_shape, out_shape):
     f = [o // i for o, i in zip(out_shape, in_shape)]
     if any(o != i * k for o, i, k in zip(out_shape, in_shape, f)) or min(f, default=1) < 1:

@@ -271,12 +271,13 @@ def test_activations_sgd_step_data_parallel_2_ranks():
 
 def test_padding_group_norm_pooling_upsampling_sgd_step_data_parallel_2_ranks():
     """Uneven zero padding, GroupNorm (its backward traced into elementwise ops and sums), Softplus with a
-    beta, AvgPool2d with padding not counted (uneven divisors) and plain, nearest Upsample, Mish: one SGD
-    step with the batch split, loss and every parameter compared with eager PyTorch."""
+    beta, AvgPool2d with padding not counted (uneven divisors), nearest Upsample, Mish, AdaptiveAvgPool2d to
+    a size that divides the input's (2 x 3 windows): one SGD step with the batch split, loss and every
+    parameter compared with eager PyTorch."""
     torch.manual_seed(0)
     m = nn.Sequential(nn.ZeroPad2d((1, 0, 2, 1)), nn.Conv2d(3, 4, 3), nn.GroupNorm(2, 4), nn.Softplus(beta=2.0),
                       nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False), nn.Upsample(scale_factor=2),
-                      nn.Mish(), nn.AvgPool2d(2), nn.Flatten(), nn.Linear(4 * 5 * 3, 3))
+                      nn.Mish(), nn.AdaptiveAvgPool2d((5, 2)), nn.Flatten(), nn.Linear(4 * 5 * 2, 3))
     with torch.no_grad():
         m[2].weight.uniform_(0.5, 1.5)
         m[2].bias.uniform_(-0.5, 0.5)
