@@ -613,12 +613,13 @@ def _pair(v, n):
 
 def _conv_check(c, x, weight, stride, padding, dilation, transposed, output_padding, groups):
     n = len(x.shape) - 2
-    if groups != 1:
-        c.fail(f"grouped convolutions (groups={groups}) are not supported")
+    if groups != 1 and transposed:
+        c.fail(f"grouped transposed convolutions (groups={groups}) are not supported")
     if isinstance(padding, str):
         c.fail(f"padding='{padding}' is not supported (give the padding as numbers)")
-    if n < 1 or len(weight.shape) != n + 2 or weight.shape[0 if transposed else 1] != x.shape[1]:
-        c.fail(f"weight of shape {weight.shape} does not fit input {x.shape}")
+    if n < 1 or len(weight.shape) != n + 2 or (weight.shape[0] != x.shape[1] if transposed else
+                                               weight.shape[1] * groups != x.shape[1] or weight.shape[0] % groups):
+        c.fail(f"weight of shape {weight.shape} does not fit input {x.shape} with groups={groups}")
     return n, _pair(stride, n), _pair(padding, n), _pair(dilation, n)
 
 
@@ -649,10 +650,11 @@ def _convolution(c, x, weight, bias, stride, padding, dilation, transposed, outp
     ys, ks, pos = ops.conv_terms(n, stride, dilation)
     shape = (x.shape[0], weight.shape[0]) + tuple(osz)
     out = c.fresh("conv")
-    loops = [("n", x.shape[0]), ("o", weight.shape[0]), ("c", x.shape[1])] + list(zip(ys, osz)) + list(zip(ks, kernel))
-    reads = [(xp, ", ".join(["_i_n", "_i_c"] + pos)),
-             (c.materialize(weight, "conv_w"), ", ".join(["_i_o", "_i_c"] + [f"_i_{k}" for k in ks]))]
-    c.lines(ops.accumulate(out, shape, x.dtype, loops, reads, ", ".join(["_i_n", "_i_o"] + [f"_i_{y}" for y in ys]),
+    channels, o_ch, i_ch = ops.conv_channels(groups, weight.shape[0], x.shape[1])
+    loops = [("n", x.shape[0])] + channels + list(zip(ys, osz)) + list(zip(ks, kernel))
+    reads = [(xp, ", ".join(["_i_n", i_ch] + pos)),
+             (c.materialize(weight, "conv_w"), ", ".join([o_ch, "_i_c"] + [f"_i_{k}" for k in ks]))]
+    c.lines(ops.accumulate(out, shape, x.dtype, loops, reads, ", ".join(["_i_n", o_ch] + [f"_i_{y}" for y in ys]),
                            "in0 * in1"))
     c.contraction_done()
     res = array_value(out, shape, x.dtype)
@@ -735,23 +737,23 @@ def _convolution_backward(c, go, x, weight, bias_sizes, stride, padding, dilatio
     osz = list(go.shape[2:])
     ys, ks, pos = ops.conv_terms(n, stride, dilation)
     g = c.materialize(go, "conv_go")
-    go_idx = ", ".join(["_i_n", "_i_o"] + [f"_i_{y}" for y in ys])
-    w_idx = ", ".join(["_i_o", "_i_c"] + [f"_i_{k}" for k in ks])
     batch, oc, ic = x.shape[0], weight.shape[0], x.shape[1]
+    channels, o_ch, i_ch = ops.conv_channels(groups, oc, ic)
+    go_idx = ", ".join(["_i_n", o_ch] + [f"_i_{y}" for y in ys])
+    w_idx = ", ".join([o_ch, "_i_c"] + [f"_i_{k}" for k in ks])
+    loops = [("n", batch)] + channels + list(zip(ys, osz)) + list(zip(ks, kernel))
     gx = gw = gb = None
     if output_mask[0]:  # d input: the transposed convolution, accumulated into the padded input, then cropped
         pshape = _covered(x, osz, kernel, stride, dilation)
         acc = c.fresh("conv_gx")
-        loops = [("n", batch), ("c", ic), ("o", oc)] + list(zip(ys, osz)) + list(zip(ks, kernel))
         c.lines(ops.accumulate(acc, pshape, x.dtype, loops, [(g, go_idx), (c.materialize(weight, "conv_w"), w_idx)],
-                               ", ".join(["_i_n", "_i_c"] + pos), "in0 * in1"))
+                               ", ".join(["_i_n", i_ch] + pos), "in0 * in1"))
         c.contraction_done()
         gx = _crop(c, acc, pshape, x, padding, "conv_gx_crop")
     if output_mask[1]:  # d weight: sum over the batch and the output positions
         xp, _ = _padded(c, x, padding)
         acc = c.fresh("conv_gw")
-        loops = [("n", batch), ("o", oc), ("c", ic)] + list(zip(ys, osz)) + list(zip(ks, kernel))
-        c.lines(ops.accumulate(acc, weight.shape, x.dtype, loops, [(g, go_idx), (xp, ", ".join(["_i_n", "_i_c"] + pos))],
+        c.lines(ops.accumulate(acc, weight.shape, x.dtype, loops, [(g, go_idx), (xp, ", ".join(["_i_n", i_ch] + pos))],
                                w_idx, "in0 * in1"))
         c.contraction_done()
         gw = array_value(acc, weight.shape, x.dtype)

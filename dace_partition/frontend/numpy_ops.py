@@ -562,6 +562,17 @@ def conv_terms(n_spatial: int, strides, dilations, transpose_input: bool = False
     return ys, ks, pos
 
 
+def conv_channels(groups: int, out_ch: int, in_ch: int):
+    """(loops, output channel, input channel) of a convolution with ``groups``: the channel loops
+    (``(letter, extent)``) and the subscripts of the output's and the input's channel over them. Grouped
+    convolutions (depthwise ones: a group per input channel) loop over the group, the output channels in it
+    and its input channels; the weight's second axis is the input channel in the group (``_i_c``)."""
+    if groups == 1:
+        return [("o", out_ch), ("c", in_ch)], "_i_o", "_i_c"
+    og, ig = out_ch // groups, in_ch // groups
+    return [("g", groups), ("o", og), ("c", ig)], f"_i_g * {og} + _i_o", f"_i_g * {ig} + _i_c"
+
+
 def gather(out: str, out_shape: Shape, dtype, table: str, table_shape: Shape, axis: int, idx: str,
            idx_shape: Shape) -> List[str]:
     """``out = np.take(table, idx, axis)`` for run-time integer indices: one map over the output; each

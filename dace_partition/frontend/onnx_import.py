@@ -753,13 +753,13 @@ class _Importer:
     def op_Conv(self, node, inputs, at):
         x, w = inputs[:2]
         bias = inputs[2] if len(inputs) > 2 else None
-        if at.get("group", 1) != 1:
-            raise self.error(f"Conv with group={at['group']} is not supported (only group=1)")
+        groups = int(at.get("group", 1))
         if not np.issubdtype(x.dtype, np.floating):
             raise self.error(f"Conv of {x.dtype} tensors is not supported")
         kernel = list(at.get("kernel_shape", w.shape[2:]))
-        if tuple(kernel) != tuple(w.shape[2:]) or w.shape[1] != x.shape[1]:
-            raise self.error(f"Conv weight of shape {w.shape} does not fit input {x.shape}")
+        if tuple(kernel) != tuple(w.shape[2:]) or groups < 1 or w.shape[1] * groups != x.shape[1] or \
+                w.shape[0] % groups:
+            raise self.error(f"Conv weight of shape {w.shape} does not fit input {x.shape} with group={groups}")
         strides, dil, before, after = self._window(node, at, x, kernel)
         xp, pshape = self._padded(x, before, after, "0.0")
         n, oc, ic = x.shape[0], w.shape[0], x.shape[1]
@@ -770,10 +770,11 @@ class _Importer:
         shape = (n, oc) + tuple(osz)
         dtype = np.result_type(x.dtype, w.dtype)
         acc = self.new("conv", shape, dtype)
-        loops = [("n", n), ("o", oc), ("c", ic)] + list(zip(ys, osz)) + list(zip(ks, kernel))
-        reads = [(xp, ", ".join(["_i_n", "_i_c"] + pos)),
-                 (self.data(w), ", ".join(["_i_o", "_i_c"] + [f"_i_{k}" for k in ks]))]
-        write = ", ".join(["_i_n", "_i_o"] + [f"_i_{y}" for y in ys])
+        channels, o_ch, i_ch = ops.conv_channels(groups, oc, ic)
+        loops = [("n", n)] + channels + list(zip(ys, osz)) + list(zip(ks, kernel))
+        reads = [(xp, ", ".join(["_i_n", i_ch] + pos)),
+                 (self.data(w), ", ".join([o_ch, "_i_c"] + [f"_i_{k}" for k in ks]))]
+        write = ", ".join(["_i_n", o_ch] + [f"_i_{y}" for y in ys])
         self._lines(ops.accumulate(acc.ident, shape, dtype, loops, reads, write, "in0 * in1"))
         self.contractions += 1
         if bias is None:

@@ -236,7 +236,8 @@ def test_activations_norms_pools_pads_and_upsampling_of_everyday_modules(r):
     InstanceNormalization (GroupNorm, InstanceNorm); AveragePool with padding counted and not, ceil_mode;
     Pad in constant, edge and reflect modes and a crop; Resize by integer factors (nearest; linear on one
     or two axes, half_pixel, pytorch_half_pixel and asymmetric, so edges clamp and phases differ); ConvTranspose
-    (strides, dilations, uneven pads, output_padding, bias); DepthToSpace
+    (strides, dilations, uneven pads, output_padding, bias); grouped Conv (depthwise with two outputs per
+    channel; two groups of four); DepthToSpace
     in both modes. One graph, one build; every output against onnxruntime. A batch of 1 (axes of extent 1)
     goes through the padded Conv and Pad as well."""
     ins = dict(a=f32(r, 2, 3, 6, 5) * 8, one=f32(r, 1, 3, 5, 4), d=f32(r, 2, 8, 3, 2))
@@ -245,7 +246,8 @@ def test_activations_norms_pools_pads_and_upsampling_of_everyday_modules(r):
                  crop=np.array([0, 0, -1, 0, 0, 0, 0, -1]), val=np.array(1.5, np.float32),
                  up=np.array([1, 1, 2, 3], np.float32), roi=np.array([], np.float32),
                  up3=np.array([1, 1, 3, 2], np.float32), up_w=np.array([1, 1, 1, 2], np.float32),
-                 up2=np.array([1, 1, 2, 2], np.float32), wt=f32(r, 3, 2, 3, 3), bt=f32(r, 2))
+                 up2=np.array([1, 1, 2, 2], np.float32), wt=f32(r, 3, 2, 3, 3), bt=f32(r, 2),
+                 wdw=f32(r, 6, 1, 3, 3), wg2=f32(r, 4, 4, 2, 2))
     nodes = [
         node("LeakyRelu", ["a"], ["leaky"], alpha=0.2), node("PRelu", ["a", "slope"], ["prelu"]),
         node("Elu", ["a"], ["elu"], alpha=0.7), node("Celu", ["a"], ["celu"], alpha=1.3), node("Selu", ["a"], ["selu"]),
@@ -269,6 +271,8 @@ def test_activations_norms_pools_pads_and_upsampling_of_everyday_modules(r):
         node("Resize", ["a", "roi", "up"], ["bilinear_asym"], mode="linear", coordinate_transformation_mode="asymmetric"),
         node("Resize", ["a", "roi", "up_w"], ["linear_w"], mode="linear"),
         node("Resize", ["one", "roi", "up2"], ["bilinear_one"], mode="linear"),
+        node("Conv", ["a", "wdw"], ["conv_dw"], group=3, pads=[1, 1, 1, 1], strides=[2, 1]),
+        node("Conv", ["d", "wg2"], ["conv_g2"], group=2),
         node("ConvTranspose", ["a", "wt", "bt"], ["convt"], strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 0]),
         node("ConvTranspose", ["a", "wt"], ["convt_dil"], dilations=[2, 1]),
         node("ConvTranspose", ["one", "wt"], ["convt_one"], strides=[1, 2], pads=[0, 2, 1, 0], output_padding=[0, 1]),
@@ -321,7 +325,8 @@ def test_everyday_variants_we_do_not_cover_are_refused(r):
 def test_conv_pool_batchnorm_unsupported_variants_are_refused(r):
     x, w = f32(r, 1, 4, 5, 5), f32(r, 4, 2, 3, 3)
     cases = [
-        (node("Conv", ["x", "w"], ["y"], group=2, name="grouped"), dict(w=w), r"group=2.*'grouped' \(Conv\)"),
+        (node("Conv", ["x", "w"], ["y"], group=3, name="grouped"), dict(w=w),
+         r"does not fit input \(1, 4, 5, 5\) with group=3.*'grouped' \(Conv\)"),
         (node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2], name="mp"), {}, r"Indices.*'mp' \(MaxPool\)"),
         (node("BatchNormalization", ["x", "c", "c", "c", "c"], ["y"], training_mode=1, name="bn"), dict(c=f32(r, 4)),
          r"training mode.*'bn' \(BatchNormalization\)"),

@@ -269,13 +269,14 @@ def test_activations_sgd_step_data_parallel_2_ranks():
     train_and_compare(Activations(), x, labels, "torch_everyday_activations_step")
 
 
-def test_padding_group_norm_pooling_upsampling_sgd_step_data_parallel_2_ranks():
+def test_padding_group_norm_grouped_conv_pooling_upsampling_sgd_step_data_parallel_2_ranks():
     """Uneven zero padding, GroupNorm (its backward traced into elementwise ops and sums), Softplus with a
-    beta, AvgPool2d with padding not counted (uneven divisors), nearest Upsample, Mish, AdaptiveAvgPool2d to
+    beta, a depthwise and a two-group convolution (their input gradients needed too), AvgPool2d with padding not counted (uneven divisors), nearest Upsample, Mish, AdaptiveAvgPool2d to
     a size that divides the input's (2 x 3 windows): one SGD step with the batch split, loss and every
     parameter compared with eager PyTorch."""
     torch.manual_seed(0)
     m = nn.Sequential(nn.ZeroPad2d((1, 0, 2, 1)), nn.Conv2d(3, 4, 3), nn.GroupNorm(2, 4), nn.Softplus(beta=2.0),
+                      nn.Conv2d(4, 4, 3, padding=1, groups=4), nn.Conv2d(4, 4, 1, groups=2),
                       nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False), nn.Upsample(scale_factor=2),
                       nn.Mish(), nn.AdaptiveAvgPool2d((5, 2)), nn.Flatten(), nn.Linear(4 * 5 * 2, 3))
     with torch.no_grad():
@@ -302,21 +303,19 @@ def test_mirror_padding_transposed_conv_bilinear_upsampling_sgd_step_data_parall
     train_and_compare(m, x, labels, "t_everyday_mirror_bilinear_sgd")
 
 
-def test_refuses_grouped_conv_and_training_mode_batch_norm():
-    with pytest.raises(FrontendError, match=r"Conv with group=2 is not supported.*node .*\(Conv\)"):
-        dp.from_torch(nn.Conv2d(4, 4, 3, groups=2), (images(4, 0), ), name="t_everyday_group")
+def test_refuses_training_mode_batch_norm():
     torch.manual_seed(0)
     train_bn = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).train()
     with pytest.raises(FrontendError, match=r"BatchNorm2d '1' is in training mode.*eval\(\)"):
         dp.from_torch(train_bn, (images(3, 0), ), name="t_everyday_bn_train")
 
 
-def test_train_step_refuses_grouped_conv_and_training_mode_batch_norm():
+def test_train_step_refuses_grouped_transposed_conv_and_training_mode_batch_norm():
     y = torch.zeros(B, dtype=torch.int64)
     torch.manual_seed(0)
-    grouped = nn.Sequential(nn.Conv2d(4, 4, 3, groups=2), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+    grouped = nn.Sequential(nn.ConvTranspose2d(4, 4, 3, groups=2), nn.Flatten(), nn.Linear(4 * 10 * 10, 3))
     step, state = ts.module_step(grouped, "sgd")
-    with pytest.raises(FrontendError, match=r"aten.convolution.default' at node 'convolution.*grouped"):
+    with pytest.raises(FrontendError, match=r"aten.convolution.default' at node 'convolution.*grouped transposed"):
         dp.from_torch_train_step(step, {"x": images(4, 0), "labels": y}, state, name="t_everyday_group_step")
     train_bn = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(4 * 6 * 6, 3)).train()
     with pytest.raises(FrontendError, match=r"BatchNorm2d '1' is in training mode.*eval\(\)"):
