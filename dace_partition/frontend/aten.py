@@ -476,6 +476,18 @@ def _clamp(c, a, lo=None, hi=None):
     return combine(lambda x: expr.format(x), [a], a.shape, a.dtype)
 
 
+@op("repeat.default")
+def _repeat(c, a, repeats):
+    """``a`` tiled ``repeats`` times along each axis (InstanceNorm's trace repeats its weights per image):
+    ``a`` broadcast to (r0, s0, r1, s1, ...), then merged to (r0 * s0, ...) by a copy map."""
+    lead = len(repeats) - len(a.shape)
+    if lead < 0:
+        c.fail(f"repeats {list(repeats)} have fewer axes than the tensor {a.shape}")
+    shape = (1, ) * lead + tuple(a.shape)
+    pairs = tuple(d for r, s in zip(repeats, shape) for d in (int(r), s))
+    return c.reshape(a.remap(pairs, lambda ax: 2 * (ax + lead) + 1), tuple(int(r) * s for r, s in zip(repeats, shape)))
+
+
 @op("mm.default", "bmm.default", "matmul.default")
 def _mm(c, a, b):
     return c.matmul(a, b)
@@ -567,16 +579,22 @@ def _norm_axes(x, normalized_shape):
     return list(range(len(x.shape) - k, len(x.shape))), int(np.prod(normalized_shape))
 
 
+def _moments(c, x, axes, eps, hint):
+    """(normalised x, mean, reciprocal standard deviation) over ``axes`` (kept as length one)."""
+    n = int(np.prod([x.shape[a] for a in axes]))
+    mean = c.write(combine(lambda s: f"{s} / {_lit(float(n))}", [c.reduce(x, axes, True, "sum", f"{hint}_sum")],
+                           tuple(1 if a in axes else s for a, s in enumerate(x.shape)), x.dtype), f"{hint}_mean")
+    sq = combine(lambda a, m: f"({a} - {m}) * ({a} - {m})", [x, mean], x.shape, x.dtype)
+    var = c.reduce(sq, axes, True, "sum", f"{hint}_var")
+    rstd = c.write(combine(lambda v: f"1.0 / sqrt({v} / {_lit(float(n))} + {_lit(float(eps))})", [var], mean.shape,
+                           x.dtype), f"{hint}_rstd")
+    return combine(lambda a, m, r: f"({a} - {m}) * {r}", [x, mean, rstd], x.shape, x.dtype), mean, rstd
+
+
 @op("native_layer_norm.default")
 def _layer_norm(c, x, normalized_shape, weight, bias, eps):
     axes, n = _norm_axes(x, normalized_shape)
-    mean = c.write(combine(lambda s: f"{s} / {_lit(float(n))}", [c.reduce(x, axes, True, "sum", "ln_sum")],
-                           tuple(1 if a in axes else s for a, s in enumerate(x.shape)), x.dtype), "ln_mean")
-    sq = combine(lambda a, m: f"({a} - {m}) * ({a} - {m})", [x, mean], x.shape, x.dtype)
-    var = c.reduce(sq, axes, True, "sum", "ln_var")
-    rstd = c.write(combine(lambda v: f"1.0 / sqrt({v} / {_lit(float(n))} + {_lit(float(eps))})", [var], mean.shape,
-                           x.dtype), "ln_rstd")
-    out = combine(lambda a, m, r: f"({a} - {m}) * {r}", [x, mean, rstd], x.shape, x.dtype)
+    out, mean, rstd = _moments(c, x, axes, eps, "ln")
     if weight is not None:
         out = combine(lambda y, w: f"{y} * {w}", [out, weight], x.shape, x.dtype)
     if bias is not None:
@@ -1092,8 +1110,7 @@ def _batch_norm(c, x, weight, bias, running_mean, running_var, *rest):
     else:
         training, momentum, eps = rest
         if training:
-            c.fail("batch normalisation in training mode (batch statistics) is not supported; put the module "
-                   "in eval() mode")
+            return _batch_norm_batch_statistics(c, x, weight, bias, running_mean, running_var, eps)
     if running_mean is None or running_var is None:
         c.fail("batch normalisation without running statistics is not supported")
     shape = x.shape
@@ -1107,12 +1124,54 @@ def _batch_norm(c, x, weight, bias, running_mean, running_var, *rest):
     return out, empty, empty
 
 
+def _batch_norm_batch_statistics(c, x, weight, bias, running_mean, running_var, eps):
+    """Normalisation by the batch's own statistics per channel (InstanceNorm's trace, which views the input as
+    one image of batch x channel channels; BatchNorm with ``track_running_stats=False``): LayerNorm's maps
+    over every axis but the channel. Split along the batch, the sums meet in an allreduce. Running
+    statistics would be updated in place, which the step cannot return: refused."""
+    if running_mean is not None or running_var is not None:
+        c.fail("batch normalisation in training mode updates its running statistics in place, which a traced "
+               "step cannot return; use track_running_stats=False or put the module in eval() mode")
+    axes = [0] + list(range(2, len(x.shape)))
+    xhat, mean, rstd = _moments(c, x, axes, eps, "bn")
+    shape = x.shape
+    out = xhat
+    if weight is not None:
+        out = combine(lambda y, w: f"{y} * {w}", [out, _channel(weight, shape)], shape, x.dtype)
+    if bias is not None:
+        out = combine(lambda y, b: f"{y} + {b}", [out, _channel(bias, shape)], shape, x.dtype)
+    per_channel = lambda v: v.remap((shape[1], ), lambda a: 0 if a == 1 else None)  # noqa: E731
+    return out, per_channel(mean), per_channel(rstd)
+
+
+def _batch_norm_backward_batch_statistics(c, go, x, weight, save_mean, save_invstd, output_mask):
+    """LayerNorm's input gradient over every axis but the channel (the weight folded into the output's
+    gradient first); the weight's and bias's gradients sum over the same axes."""
+    shape = x.shape
+    axes = [0] + list(range(2, len(shape)))
+    n = _lit(float(np.prod([shape[a] for a in axes])))
+    mean, rstd = _channel(save_mean, shape), _channel(save_invstd, shape)
+    xhat = c.write(combine(lambda a, m, r: f"({a} - {m}) * {r}", [x, mean, rstd], shape, x.dtype), "bn_xhat")
+    g = go if weight is None else c.write(combine(lambda a, w: f"{a} * {w}", [go, _channel(weight, shape)], shape,
+                                                  x.dtype), "bn_g")
+    gx = gw = gb = None
+    if output_mask[0]:
+        s1 = c.reduce(g, axes, True, "sum", "bn_gsum")
+        s2 = c.reduce(combine(lambda a, h: f"{a} * {h}", [g, xhat], shape, x.dtype), axes, True, "sum", "bn_gxsum")
+        gx = combine(lambda r, a, t1, h, t2: f"{r} / {n} * ({n} * {a} - {t1} - {h} * {t2})",
+                     [rstd, g, s1, xhat, s2], shape, x.dtype)
+    if weight is not None and output_mask[1]:
+        gw = c.reduce(combine(lambda a, h: f"{a} * {h}", [go, xhat], shape, x.dtype), axes, False, "sum", "bn_gw")
+    if output_mask[2]:
+        gb = c.reduce(go, axes, False, "sum", "bn_gb")
+    return gx, gw, gb
+
+
 @op("native_batch_norm_backward.default")
 def _batch_norm_backward(c, go, x, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
                          output_mask):
     if train:
-        c.fail("the gradient of batch normalisation in training mode is not supported; put the module in eval() "
-               "mode")
+        return _batch_norm_backward_batch_statistics(c, go, x, weight, save_mean, save_invstd, output_mask)
     shape = x.shape
     rstd = combine(lambda v: f"1.0 / sqrt({v} + {_lit(float(eps))})", [_channel(running_var, shape)], shape, x.dtype)
     axes = [0] + list(range(2, len(shape)))

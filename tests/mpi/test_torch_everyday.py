@@ -303,6 +303,23 @@ def test_mirror_padding_transposed_conv_bilinear_upsampling_sgd_step_data_parall
     train_and_compare(m, x, labels, "t_everyday_mirror_bilinear_sgd")
 
 
+def test_instance_norm_and_batch_statistics_sgd_step_data_parallel_2_ranks():
+    """InstanceNorm2d with and without affine weights (traced as a training-mode batch norm of one image of
+    batch x channel channels, its weights repeated per image) and BatchNorm2d without running statistics,
+    whose per-channel sums over the split batch meet in an allreduce: one SGD step, loss and every parameter
+    against eager PyTorch."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.InstanceNorm2d(4, affine=True), nn.ReLU(), nn.Conv2d(4, 4, 3),
+                      nn.BatchNorm2d(4, track_running_stats=False), nn.Tanh(), nn.InstanceNorm2d(4), nn.Flatten(),
+                      nn.Linear(4 * 4 * 4, 3))
+    with torch.no_grad():
+        for k in (1, 4):
+            m[k].weight.uniform_(0.5, 1.5)
+            m[k].bias.uniform_(-0.5, 0.5)
+    labels = torch.randint(0, 3, (B, ), generator=torch.Generator().manual_seed(5))
+    train_and_compare(m, images(3, 4), labels, "t_everyday_instance_batch_stats_sgd")
+
+
 def test_refuses_training_mode_batch_norm():
     torch.manual_seed(0)
     train_bn = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).train()
