@@ -434,6 +434,9 @@ def torch_layers():
         "RNN": (nn.RNN(6, 5, batch_first=True), seq), "GRU": (nn.GRU(6, 5, batch_first=True), seq),
         "LSTM": (nn.LSTM(6, 5, batch_first=True), seq), "ConvTranspose2d": (nn.ConvTranspose2d(3, 2, 2, stride=2), x4),
         "Upsample_bilinear": (nn.Upsample(scale_factor=2, mode="bilinear"), x4),
+        "Conv2d_depthwise": (nn.Conv2d(3, 6, 3, groups=3, padding=1), x4),
+        "ConvTranspose1d": (nn.ConvTranspose1d(3, 4, 3, stride=2, padding=1, output_padding=1), x3),
+        "GRU_2_layers_bidirectional": (nn.GRU(6, 5, num_layers=2, bidirectional=True, batch_first=True), seq),
     }
     for m, _ in layers.values():
         for prm in m.parameters():  # not the initial values (ones, zeros), which hide a swapped operand

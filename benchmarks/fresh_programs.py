@@ -6,7 +6,7 @@
 The programs (``_fresh_programs.py``) are in the styles users write and in none of our test suites nor in
 NPBench: statistics, distances, iterations with ``for`` and ``while``, integer arithmetic, transposes,
 products, symbolic sizes, and PyTorch modules (LayerNorm + GELU, Conv2d + BatchNorm, MultiheadAttention, a
-TransformerEncoderLayer, Embedding). ``--set layers``: 46 single ``torch.nn`` layers past the basics
+TransformerEncoderLayer, Embedding). ``--set layers``: 49 single ``torch.nn`` layers past the basics
 (activations, GroupNorm, pooling, padding, upsampling, recurrent layers). The NumPy test suite checks what
 we thought of; this checks what a new user might write first.
 

@@ -154,12 +154,44 @@ def map_accesses(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, rng: subse
             _refuse_split_conflicts(arr, subset, op, positions)
             op = None
             dynamic.add(arr)  # each rank's block starts from its prior values, conflicts resolved in the block
+        if op is None and arr in dynamic:
+            _refuse_interleaved_blocks(arr, subset, positions)
         out.append(Access(arr, Direction.OUT, subset, op, accumulates=op is not None))
         if op is None and arr in dynamic:
             # A write that may skip elements: they must keep their prior values.
             if not any(a.array == arr and a.direction == Direction.IN and same_subset(a.subset, subset) for a in out):
                 out.append(Access(arr, Direction.IN, subset, prior=True))
     return out
+
+
+def _refuse_interleaved_blocks(array, subset, positions: Dict[str, int]):
+    """A write that skips elements of its block is written back whole (the skipped elements with the values
+    they had), so the blocks of two ranks must not overlap. They do where the split parameter is not the
+    outermost part of a linear index (``view[6*i + j]`` with ``j`` split: each rank's rows interleave with
+    the other's), and the last rank to write back would undo the others' rows. Refused, naming the grid
+    coordinate: a split of the outermost parameter keeps the blocks apart."""
+    rng = as_range(subset)
+    for coord, size in positions.items():
+        if size < 2:
+            continue
+        bounds = [(sympy.sympify(b), sympy.sympify(e)) for b, e, _ in rng.ranges]
+        syms = [f for b, e in bounds for f in b.free_symbols | e.free_symbols if str(f) == coord]
+        if not syms:
+            continue
+        sym = syms[0]
+        apart = False
+        for b, e in bounds:
+            if sym not in b.free_symbols | e.free_symbols:
+                continue
+            rel = _compare(b.subs(sym, sym + 1), e + 1, positions)
+            if rel is not None and rel >= 0:  # the next position's block starts after this one's ends
+                apart = True
+                break
+        if not apart:
+            raise UnsupportedPattern(array, subset, f"the blocks that neighbouring ranks along grid coordinate {coord} "
+                                     "write overlap (the split parameter is not the outermost part of the written "
+                                     "index, so their elements interleave), and each block is written back whole; "
+                                     "split the map along the parameter that indexes the outermost part")
 
 
 def _refuse_split_conflicts(array, subset, op: RankLocal, positions: Dict[str, int]):

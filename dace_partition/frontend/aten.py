@@ -380,19 +380,33 @@ _VIEWS = frozenset({"view", "_unsafe_view", "reshape", "select", "slice", "trans
           "unsqueeze", "as_strided", "alias", "detach", "diagonal", "unfold", "narrow", "split", "chunk", "unbind"})
 
 
+def _is_view(node) -> bool:
+    base = str(getattr(node, "target", "")).split(".")[-2:-1]
+    return bool(base) and base[0] in _VIEWS
+
+
 def _in_place(impl):
     """An in-place op (``sub_``; SiLU's backward fills an ``empty_like`` with ones and subtracts from it) as
     its out-of-place twin. That is exact where only the in-place op's own result is read afterwards, as in
-    the traced decompositions; a view updated in place, or a tensor read again after its update, is refused."""
+    the traced decompositions. A view updated in place (attention adds its bias to a view of a product) is
+    the same where nothing reads the tensors it views after the update; a tensor, or a viewed one, read
+    again after its update is refused."""
     def run(c, *args, **kw):
-        target = c.node.args[0]
-        base = str(getattr(target, "target", "")).split(".")[-2:-1]
-        if base and base[0] in _VIEWS:  # the write would have to reach the viewed tensor too
-            c.fail(f"an in-place update of a view ('{target.name}') is not supported")
         order = {n: k for k, n in enumerate(c.node.graph.nodes)}
-        later = [u.name for u in getattr(target, "users", ()) if order.get(u, -1) > order[c.node]]
-        if later:
-            c.fail(f"'{target.name}' is read again ({', '.join(later)}) after this in-place update")
+        target = base = c.node.args[0]
+        while _is_view(base) and base.args and hasattr(base.args[0], "users"):
+            base = base.args[0]
+        aliases, todo = [], [base]  # the viewed tensor and every view of it
+        while todo:
+            n = todo.pop()
+            aliases.append(n)
+            todo += [u for u in n.users if _is_view(u) and u.args and u.args[0] is n and u not in aliases]
+        for n in aliases:
+            later = [u.name for u in n.users if u is not c.node and not (_is_view(u) and u in aliases)
+                     and order.get(u, -1) > order[c.node]]
+            if later:
+                what = f"'{n.name}'" if n is target else f"'{n.name}' (which '{target.name}' shares)"
+                c.fail(f"{what} is read again ({', '.join(later)}) after this in-place update")
         return impl(c, *args, **kw)
 
     return run
@@ -476,6 +490,40 @@ def _clamp(c, a, lo=None, hi=None):
     return combine(lambda x: expr.format(x), [a], a.shape, a.dtype)
 
 
+@op("select.int")
+def _select(c, a, dim, index):
+    """``a[..., index, ...]`` along ``dim`` (attention's packed projections): a copy map."""
+    dim, index = dim % len(a.shape), index % a.shape[dim % len(a.shape)]
+    shape = tuple(s for k, s in enumerate(a.shape) if k != dim)
+    if index == 0:
+        return a.remap(shape, lambda ax: None if ax == dim else ax - (ax > dim))
+    src = c.materialize(a, "select_in")
+    out = c.fresh("select")
+    params = [f"_i{k}" for k in range(len(shape))] or ["_i0"]
+    idx = params[:dim] + [str(index)] + params[dim:len(shape)]
+    c.lines([f"{out} = np.empty({shape_code(shape or (1, ))}, dtype={np_dtype(a.dtype)})"] +
+            ops._map_head(params, shape or (1, )) +
+            [f"        _v << {src}[{', '.join(idx)}]", f"        _o >> {out}[{', '.join(params)}]", "        _o = _v"])
+    return array_value(out, shape, a.dtype)
+
+
+@op("select_backward.default")
+def _select_backward(c, g, input_sizes, dim, index):
+    """Zeros of the input's shape with ``g`` at ``index`` along ``dim``: a fill map and a copy map."""
+    shape = tuple(int(s) for s in input_sizes)
+    dim = dim % len(shape)
+    index = index % shape[dim]
+    out = c.fresh("select_gx")
+    zero = [f"_f{k}" for k in range(len(shape))]
+    params = [f"_i{k}" for k in range(len(g.shape))] or ["_i0"]
+    idx = params[:dim] + [str(index)] + params[dim:len(g.shape)]
+    c.lines([f"{out} = np.empty({shape_code(shape)}, dtype={np_dtype(g.dtype)})"] + ops._map_head(zero, shape) +
+            [f"        _o >> {out}[{', '.join(zero)}]", "        _o = 0"] + ops._map_head(params, g.shape or (1, )) +
+            [f"        _v << {c.materialize(g, 'select_g')}[{', '.join(params[:len(g.shape)]) or '0'}]",
+             f"        _o >> {out}[{', '.join(idx)}]", "        _o = _v"])
+    return array_value(out, shape, g.dtype)
+
+
 @op("repeat.default")
 def _repeat(c, a, repeats):
     """``a`` tiled ``repeats`` times along each axis (InstanceNorm's trace repeats its weights per image):
@@ -532,6 +580,18 @@ def _log_softmax(c, x, dim, half_to_float=False):
 def _softmax(c, x, dim, half_to_float=False):
     _, _, e, s = _stable_exp(c, x, dim)
     return combine(lambda a, t: f"{a} / {t}", [e, s], x.shape, x.dtype)
+
+
+@op("_safe_softmax.default")
+def _safe_softmax(c, x, dim, dtype=None):
+    """Softmax whose rows of only -inf (fully masked attention rows) are zeros rather than NaN."""
+    x = array_value(c.materialize(x, "sm_in"), x.shape, x.dtype)
+    mx = c.reduce(x, [dim], True, "max", "sm_max")
+    lowest = _lit(float(np.finfo(x.dtype).min))
+    e = c.write(combine(lambda a, m: f"(exp({a} - {m}) if {m} >= {lowest} else 0.0)", [x, mx], x.shape, x.dtype),
+                "sm_exp")
+    s = c.reduce(e, [dim], True, "sum", "sm_sum")
+    return combine(lambda a, t: f"({a} / {t} if {t} > 0.0 else 0.0)", [e, s], x.shape, x.dtype)
 
 
 @op("_log_softmax_backward_data.default")

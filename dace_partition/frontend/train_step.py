@@ -47,7 +47,7 @@ def from_torch_train_step(step_fn: Callable, example_inputs: Inputs, state: Dict
 
     tensors = [torch.as_tensor(t) for t in list(state.values()) + list(inputs.values())]
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _math_attention():
             gm = make_fx(flat)(*tensors)
     except FrontendError:
         raise
@@ -81,6 +81,17 @@ def from_torch_train_step(step_fn: Callable, example_inputs: Inputs, state: Dict
         raise FrontendError(f"internal error: not every accumulating map of '{name}' could be nested")
     notes(sdfg).train = {"outputs": ["loss"] + keys, "arguments": idents}
     return sdfg
+
+
+def _math_attention():
+    """PyTorch's attention (nn.MultiheadAttention, F.scaled_dot_product_attention) traced as its matrix
+    products and softmax, whose backwards the front end has, instead of a fused CPU kernel."""
+    import contextlib
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:  # older PyTorch: the fused kernel stays, and is refused in words if it appears
+        return contextlib.nullcontext()
+    return sdpa_kernel([SDPBackend.MATH])
 
 
 def _write(b: ProgramBuilder, v, hint: str) -> str:
@@ -159,9 +170,14 @@ def data_parallel(sdfg: dace.SDFG, ranks: int, batch: int) -> Dict[str, tuple]:
     batch axis of activations, or the contraction of a weight gradient, which then holds partial sums);
     every other kernel (weight transposes, optimizer updates) runs replicated on all ranks when
     ``dace_partition.replicate`` exists, so partial sums arrive by allreduce, else split on its first
-    axis (reduce-scatter) where that axis is long enough, else on rank 0. One map per kernel is
-    scheduled (the other maps of a library node follow it). Pick a batch size no other axis has."""
+    axis (reduce-scatter) where that axis is long enough, else on rank 0. A kernel whose batch split
+    the lowering would refuse (a copy that merges the batch with an outer axis, ``(L, B, E)`` to
+    ``(L*B, E)``: each rank's rows interleave with the others') is treated as one without a batch axis.
+    One map per kernel is scheduled (the other maps of a library node follow it). Pick a batch size no
+    other axis has."""
     import dace_partition as dp
+    from ..errors import UnsupportedPattern
+    from ..plan.lowering import analyse_kernel
     replicate = getattr(dp, "replicate", None)
     by_kernel = {}
     for m in dp.maps(sdfg):
@@ -172,8 +188,13 @@ def data_parallel(sdfg: dace.SDFG, ranks: int, batch: int) -> Dict[str, tuple]:
         if with_batch:
             m = max(with_batch, key=lambda m: len(m.params))
             axis = m.shape.index(batch)
-            schedule[m.name] = tuple(ranks if i == axis else 1 for i in range(len(m.params)))
-            continue
+            grid = tuple(ranks if i == axis else 1 for i in range(len(m.params)))
+            try:
+                analyse_kernel(sdfg, m.kernel, {m.name: grid})
+                schedule[m.name] = grid
+                continue
+            except UnsupportedPattern:
+                pass
         m = max(infos, key=lambda m: len(m.params))
         if replicate is not None:
             schedule[m.name] = replicate((1, ) * len(m.params), ranks)

@@ -88,6 +88,35 @@ def test_argmax_split_across_the_reduced_dimension_is_refused():
         dp.lower(sdfg, {ARGMAX_MAPS[1]: (1, 3)})
 
 
+@dace.program
+def merge_rows(x: dace.float64[5, 6, 8], out: dace.float64[30, 8]):
+    """x.reshape(30, 8) as the copy map a merge of two axes becomes: the row index is linear, 6*i + j."""
+    for i, j, k in dace.map[0:5, 0:6, 0:8]:
+        with dace.tasklet:
+            a << x[i, j, k]
+            b >> out[6 * i + j, k]
+            b = a
+
+
+def test_a_split_of_the_inner_part_of_a_merged_index_is_refused():
+    """Split along j, each rank writes every sixth row: its block (a box of rows) holds the other rank's
+    rows too, and a block is written back whole. This ran and gave a wrong result; it is refused before any
+    rank starts, naming the array and the grid coordinate."""
+    sdfg = merge_rows.to_sdfg()
+    with pytest.raises(dp.UnsupportedPattern, match=r"'out' .*grid coordinate __dp\d+_r1 write overlap.*outermost"):
+        dp.lower(sdfg, {dp.maps(sdfg)[0].name: (1, 2, 1)})
+
+
+def test_a_split_of_the_outer_part_of_a_merged_index_runs_like_numpy(rng):
+    """Split along i (5 rows of blocks on 2 ranks, uneven), the blocks stay apart: every element compared."""
+    sdfg = merge_rows.to_sdfg()
+    sdfg.name = "merge_rows_outer"
+    dp.lower(sdfg, {dp.maps(sdfg)[0].name: (2, 1, 1)})
+    x = rng.standard_normal((5, 6, 8))
+    res = dp.run(sdfg, 2, x=x, out=np.zeros((30, 8)))
+    np.testing.assert_array_equal(res["out"] if isinstance(res, dict) else res, x.reshape(30, 8))
+
+
 @pytest.mark.parametrize("n,ranks", [(10, 3), pytest.param(10, 4, marks=pytest.mark.slow),  # each size uneven on
                                      pytest.param(37, 3, marks=pytest.mark.slow), (37, 4),  # 3 or 4 ranks: the
                                      (1000, 3), pytest.param(1000, 4, marks=pytest.mark.slow)])  # rest -m slow

@@ -320,6 +320,36 @@ def test_instance_norm_and_batch_statistics_sgd_step_data_parallel_2_ranks():
     train_and_compare(m, images(3, 4), labels, "t_everyday_instance_batch_stats_sgd")
 
 
+@pytest.mark.parametrize("norm_first", [False, pytest.param(True, marks=pytest.mark.slow)])  # about 80 s each
+def test_transformer_encoder_layer_sgd_step_data_parallel_2_ranks(norm_first):
+    """A TransformerEncoderLayer (post-norm with ReLU; pre-norm with GELU under -m slow; batch first, so
+    the attention works on (sequence, batch, features) and merges the batch into rows), then Flatten and
+    Linear: one SGD step with the batch split. Attention is traced as its products and softmax; its bias is
+    added in place to a view of the projection, which nothing else reads. Loss and every parameter against
+    eager PyTorch."""
+    torch.manual_seed(0)
+    body = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, norm_first=norm_first,
+                                      activation="gelu" if norm_first else "relu")
+    m = nn.Sequential(body, nn.Flatten(), nn.Linear(5 * 8, 3)).eval()
+    x = torch.randn(B, 5, 8, generator=torch.Generator().manual_seed(11))
+    labels = torch.randint(0, 3, (B, ), generator=torch.Generator().manual_seed(12))
+    train_and_compare(m, x, labels, f"t_everyday_transformer_sgd_{int(norm_first)}")
+
+
+def test_an_in_place_update_seen_through_another_view_is_refused():
+    """``v = y.view(-1); v.add_(1)`` changes ``y`` too: where ``y`` is read after the update, reading the
+    update as an out-of-place add would be wrong. Refused in words, naming both tensors."""
+    def step(state, x, labels):
+        y = x @ state["w"]
+        y.view(-1).add_(1.0)
+        return (y * y).sum(), {"w": state["w"]}
+
+    x = torch.randn(B, 3, generator=torch.Generator().manual_seed(13))
+    with pytest.raises(FrontendError, match=r"'mm' \(which 'view' shares\) is read again \(mul\) after this in-place"):
+        dp.from_torch_train_step(step, {"x": x, "labels": torch.zeros(B, dtype=torch.int64)},
+                                 {"w": torch.randn(3, 4)}, name="t_everyday_view_update")
+
+
 def test_refuses_training_mode_batch_norm():
     torch.manual_seed(0)
     train_bn = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).train()
