@@ -188,10 +188,11 @@ def _refuse_interleaved_blocks(array, subset, positions: Dict[str, int]):
                 apart = True
                 break
         if not apart:
-            raise UnsupportedPattern(array, subset, f"the blocks that neighbouring ranks along grid coordinate {coord} "
-                                     "write overlap (the split parameter is not the outermost part of the written "
-                                     "index, so their elements interleave), and each block is written back whole; "
-                                     "split the map along the parameter that indexes the outermost part")
+            raise UnsupportedPattern(array, subset, f"the written blocks of two ranks overlap along grid coordinate "
+                                     f"{coord} (their elements interleave where the split parameter is not the "
+                                     "outermost part of the written index, or a triangular write's box grows), and "
+                                     "each block is written back whole, so one rank would overwrite values another "
+                                     "computed; split the map along the parameter that indexes the outermost part")
 
 
 def _refuse_split_conflicts(array, subset, op: RankLocal, positions: Dict[str, int]):

@@ -103,7 +103,8 @@ def test_a_split_of_the_inner_part_of_a_merged_index_is_refused():
     rows too, and a block is written back whole. This ran and gave a wrong result; it is refused before any
     rank starts, naming the array and the grid coordinate."""
     sdfg = merge_rows.to_sdfg()
-    with pytest.raises(dp.UnsupportedPattern, match=r"'out' .*grid coordinate __dp\d+_r1 write overlap.*outermost"):
+    overlap = r"'out' .*written blocks of two ranks overlap along grid coordinate __dp\d+_r1 .*outermost"
+    with pytest.raises(dp.UnsupportedPattern, match=overlap):
         dp.lower(sdfg, {dp.maps(sdfg)[0].name: (1, 2, 1)})
 
 
