@@ -701,14 +701,16 @@ def _conv_check(c, x, weight, stride, padding, dilation, transposed, output_padd
     return n, _pair(stride, n), _pair(padding, n), _pair(dilation, n)
 
 
-def _padded(c, x: Value, pads, value="0.0", hint="pad"):
-    """Materialized ``x`` padded on its spatial axes (2..), and its shape."""
+def _padded(c, x: Value, pads, value="0.0", hint="pad", after=None):
+    """Materialized ``x`` padded on its spatial axes (2..) by ``pads`` before and ``after`` (default: the
+    same) after, and its shape."""
+    after = pads if after is None else after
     src = c.materialize(x, hint + "_in")
-    if not any(pads):
+    if not any(pads) and not any(after):
         return src, x.shape
     out = c.fresh(hint)
-    c.lines(ops.pad(out, src, x.shape, 2, pads, pads, value, x.dtype))
-    return out, tuple(x.shape[:2]) + tuple(s + 2 * p for s, p in zip(x.shape[2:], pads))
+    c.lines(ops.pad(out, src, x.shape, 2, pads, after, value, x.dtype))
+    return out, ops.padded_shape(x.shape, 2, pads, after)
 
 
 def _conv_out(size, k, s, d, ceil=False):
@@ -862,23 +864,27 @@ def _pool_args(c, x, kernel_size, stride, padding, dilation, ceil_mode):
     kernel = _pair(kernel_size, n)
     stride = _pair(stride, n) if stride else list(kernel)
     padding, dilation = _pair(padding, n), _pair(dilation, n)
-    if ceil_mode:
-        c.fail("ceil_mode=True is not supported")
     if any(2 * p > k for p, k in zip(padding, kernel)):
         c.fail(f"padding {padding} is more than half the kernel {kernel}")
     if int(np.prod(kernel)) > 64:
         c.fail(f"pooling kernel {kernel} is too large (at most 64 elements are supported)")
-    osz = [_conv_out(s + 2 * p, k, st, d) for s, p, k, st, d in zip(x.shape[2:], padding, kernel, stride, dilation)]
-    return kernel, stride, padding, dilation, osz
+    osz = [_conv_out(s + 2 * p, k, st, d, bool(ceil_mode))
+           for s, p, k, st, d in zip(x.shape[2:], padding, kernel, stride, dilation)]
+    # with ceil_mode the last window must start inside the input or its left padding (PyTorch); the padding
+    # after grows to hold it
+    osz = [o - 1 if ceil_mode and (o - 1) * st >= s + p else o for o, st, s, p in zip(osz, stride, x.shape[2:], padding)]
+    after = [max(p, (o - 1) * st + (k - 1) * d + 1 - s - p)
+             for o, st, k, d, s, p in zip(osz, stride, kernel, dilation, x.shape[2:], padding)]
+    return kernel, stride, padding, dilation, osz, after
 
 
 @op("max_pool2d_with_indices.default")
 def _max_pool(c, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
     """Max over each window (first maximum in scan order, as PyTorch), and its flat index into the input's
     spatial axes: one map over the output, the window unrolled into point reads."""
-    kernel, stride, padding, dilation, osz = _pool_args(c, x, kernel_size, stride, padding, dilation, ceil_mode)
+    kernel, stride, padding, dilation, osz, after = _pool_args(c, x, kernel_size, stride, padding, dilation, ceil_mode)
     lowest = repr(float(np.finfo(x.dtype).min))
-    xp, _ = _padded(c, x, padding, lowest, "pool_pad")
+    xp, _ = _padded(c, x, padding, lowest, "pool_pad", after)
     shape = tuple(x.shape[:2]) + tuple(osz)
     out, idx = c.fresh("maxpool"), c.fresh("maxpool_idx")
     params = [f"i{k}" for k in range(len(shape))]
@@ -908,7 +914,7 @@ def _max_pool(c, x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=Fal
 def _max_pool_backward(c, go, x, kernel_size, stride, padding, dilation, ceil_mode, indices):
     """Each output's gradient goes to the input position its index names: one accumulating map over the
     outputs and their windows (write index affine), into the padded input, then cropped."""
-    kernel, stride, padding, dilation, osz = _pool_args(c, x, kernel_size, stride, padding, dilation, ceil_mode)
+    kernel, stride, padding, dilation, osz, _ = _pool_args(c, x, kernel_size, stride, padding, dilation, ceil_mode)
     ys, ks, pos = ops.conv_terms(len(kernel), stride, dilation)
     pshape = _covered(x, osz, kernel, stride, dilation)
     acc = c.fresh("pool_gx")
@@ -993,8 +999,8 @@ def _avg_counts(c, x, kernel, stride, padding, osz, count_include_pad, divisor_o
 def _avg_pool(c, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
     """The window's sum over its divisor: one map over the output, the window unrolled into point reads of
     the zero-padded input."""
-    kernel, stride, padding, dilation, osz = _pool_args(c, x, kernel_size, stride, padding, 1, ceil_mode)
-    xp, _ = _padded(c, x, padding, "0.0", "avgpool_pad")
+    kernel, stride, padding, dilation, osz, after = _pool_args(c, x, kernel_size, stride, padding, 1, ceil_mode)
+    xp, _ = _padded(c, x, padding, "0.0", "avgpool_pad", after)
     lit, counts = _avg_counts(c, x, kernel, stride, padding, osz, count_include_pad, divisor_override)
     shape = tuple(x.shape[:2]) + tuple(osz)
     out = c.fresh("avgpool")
@@ -1017,7 +1023,7 @@ def _avg_pool(c, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_in
 def _avg_pool_backward(c, go, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
     """Each output's gradient over its divisor, added to every element of its window: one accumulating
     map over the outputs and their windows into the padded input, then cropped."""
-    kernel, stride, padding, dilation, osz = _pool_args(c, x, kernel_size, stride, padding, 1, ceil_mode)
+    kernel, stride, padding, dilation, osz, _ = _pool_args(c, x, kernel_size, stride, padding, 1, ceil_mode)
     lit, counts = _avg_counts(c, x, kernel, stride, padding, osz, count_include_pad, divisor_override)
     ys, ks, pos = ops.conv_terms(len(kernel), stride, dilation)
     pshape = _covered(x, osz, kernel, stride, dilation)

@@ -271,13 +271,15 @@ def test_activations_sgd_step_data_parallel_2_ranks():
 
 def test_padding_group_norm_grouped_conv_pooling_upsampling_sgd_step_data_parallel_2_ranks():
     """Uneven zero padding, GroupNorm (its backward traced into elementwise ops and sums), Softplus with a
-    beta, a depthwise and a two-group convolution (their input gradients needed too), AvgPool2d with padding not counted (uneven divisors), nearest Upsample, Mish, AdaptiveAvgPool2d to
-    a size that divides the input's (2 x 3 windows): one SGD step with the batch split, loss and every
+    beta, a depthwise and a two-group convolution (their input gradients needed too), AvgPool2d with padding not
+    counted and ceil_mode (uneven divisors), nearest Upsample, Mish, AdaptiveAvgPool2d to
+    a size that divides the input's (2 x 4 windows): one SGD step with the batch split, loss and every
     parameter compared with eager PyTorch."""
     torch.manual_seed(0)
     m = nn.Sequential(nn.ZeroPad2d((1, 0, 2, 1)), nn.Conv2d(3, 4, 3), nn.GroupNorm(2, 4), nn.Softplus(beta=2.0),
                       nn.Conv2d(4, 4, 3, padding=1, groups=4), nn.Conv2d(4, 4, 1, groups=2),
-                      nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False), nn.Upsample(scale_factor=2),
+                      nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False, ceil_mode=True),
+                      nn.Upsample(scale_factor=2),
                       nn.Mish(), nn.AdaptiveAvgPool2d((5, 2)), nn.Flatten(), nn.Linear(4 * 5 * 2, 3))
     with torch.no_grad():
         m[2].weight.uniform_(0.5, 1.5)
@@ -291,13 +293,14 @@ def test_mirror_padding_transposed_conv_bilinear_upsampling_sgd_step_data_parall
     """ReflectionPad2d (uneven) between two convolutions, so its backward runs too; ConvTranspose2d with
     stride, padding and output_padding, and one with uneven strides, dilation and a padding wider than its
     kernel; bilinear Upsample and ReplicationPad2d and their backwards (the edge parts add many positions to
-    one element): one SGD step with the batch split, loss and every parameter against eager PyTorch."""
+    one element); MaxPool2d with ceil_mode (a last window past the input on one axis, dropped on the other):
+    one SGD step with the batch split, loss and every parameter against eager PyTorch."""
     torch.manual_seed(0)
     m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReflectionPad2d((2, 1, 1, 2)),
                       nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1, output_padding=1),
                       nn.Upsample(scale_factor=2, mode="bilinear"), nn.ReplicationPad2d(1), nn.Tanh(),
-                      nn.ConvTranspose2d(3, 2, (2, 3), stride=(1, 2), padding=(0, 2), dilation=(2, 1)), nn.AvgPool2d(4),
-                      nn.Flatten(), nn.Linear(480, 3))
+                      nn.ConvTranspose2d(3, 2, (2, 3), stride=(1, 2), padding=(0, 2), dilation=(2, 1)),
+                      nn.MaxPool2d(3, stride=4, ceil_mode=True), nn.Flatten(), nn.Linear(2 * 12 * 21, 3))
     x = torch.randn(B, 3, 8, 7, generator=torch.Generator().manual_seed(4))
     labels = torch.randint(0, 3, (B, ), generator=torch.Generator().manual_seed(5))
     train_and_compare(m, x, labels, "t_everyday_mirror_bilinear_sgd")
