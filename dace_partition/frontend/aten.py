@@ -201,6 +201,17 @@ class Converter:
         ident = self.b.argument(node.target, arr.shape or (1, ), arr.dtype, arr)
         return array_value(ident, arr.shape, arr.dtype)
 
+    def update(self, node, value: Value):
+        """``node``'s tensor updated in place to ``value`` by an op that does not return it (a batch norm's
+        running statistics), so the tracer reads it through ``node`` afterwards: those reads see ``value``,
+        reads before kept the old array. Exact only where no view of the tensor exists, as a view would
+        still show the old values."""
+        views = [u.name for u in getattr(node, "users", ()) if _is_view(u)]
+        if not hasattr(node, "users") or _is_view(node) or views:
+            what = getattr(node, "name", repr(node))
+            self.fail(f"'{what}' is updated in place while a view of it exists ({', '.join(views) or what})")
+        self.env[node] = value
+
     def lines(self, lines):
         for line in lines:
             self.b.line(line)
@@ -388,9 +399,9 @@ def _is_view(node) -> bool:
 def _in_place(impl):
     """An in-place op (``sub_``; SiLU's backward fills an ``empty_like`` with ones and subtracts from it) as
     its out-of-place twin. That is exact where only the in-place op's own result is read afterwards, as in
-    the traced decompositions. A view updated in place (attention adds its bias to a view of a product) is
-    the same where nothing reads the tensors it views after the update; a tensor, or a viewed one, read
-    again after its update is refused."""
+    the traced decompositions (the tracer reads an updated tensor through the op's result). A view updated
+    in place (attention adds its bias to a view of a product) is the same where nothing reads the tensors
+    it views after the update; a tensor, or a viewed one, read again after its update is refused."""
     def run(c, *args, **kw):
         order = {n: k for k, n in enumerate(c.node.graph.nodes)}
         target = base = c.node.args[0]
@@ -640,7 +651,8 @@ def _norm_axes(x, normalized_shape):
 
 
 def _moments(c, x, axes, eps, hint):
-    """(normalised x, mean, reciprocal standard deviation) over ``axes`` (kept as length one)."""
+    """(normalised x, mean, reciprocal standard deviation, sum of squared deviations) over ``axes`` (kept
+    as length one)."""
     n = int(np.prod([x.shape[a] for a in axes]))
     mean = c.write(combine(lambda s: f"{s} / {_lit(float(n))}", [c.reduce(x, axes, True, "sum", f"{hint}_sum")],
                            tuple(1 if a in axes else s for a, s in enumerate(x.shape)), x.dtype), f"{hint}_mean")
@@ -648,13 +660,14 @@ def _moments(c, x, axes, eps, hint):
     var = c.reduce(sq, axes, True, "sum", f"{hint}_var")
     rstd = c.write(combine(lambda v: f"1.0 / sqrt({v} / {_lit(float(n))} + {_lit(float(eps))})", [var], mean.shape,
                            x.dtype), f"{hint}_rstd")
-    return combine(lambda a, m, r: f"({a} - {m}) * {r}", [x, mean, rstd], x.shape, x.dtype), mean, rstd
+    xhat = combine(lambda a, m, r: f"({a} - {m}) * {r}", [x, mean, rstd], x.shape, x.dtype)
+    return xhat, mean, rstd, var
 
 
 @op("native_layer_norm.default")
 def _layer_norm(c, x, normalized_shape, weight, bias, eps):
     axes, n = _norm_axes(x, normalized_shape)
-    out, mean, rstd = _moments(c, x, axes, eps, "ln")
+    out, mean, rstd, _ = _moments(c, x, axes, eps, "ln")
     if weight is not None:
         out = combine(lambda y, w: f"{y} * {w}", [out, weight], x.shape, x.dtype)
     if bias is not None:
@@ -1169,14 +1182,14 @@ def _channel(v: Optional[Value], shape: Shape) -> Optional[Value]:
 
 @op("native_batch_norm.default", "_native_batch_norm_legit_no_training.default")
 def _batch_norm(c, x, weight, bias, running_mean, running_var, *rest):
-    """Batch normalisation with the running statistics (a module in ``eval()`` mode). Training mode (batch
-    statistics, updated running statistics) is refused."""
+    """Batch normalisation: with the running statistics (a module in ``eval()`` mode), or with the batch's
+    own (training mode), which also updates the running statistics in place."""
     if "no_training" in str(c.node.target):
         momentum, eps = rest
     else:
         training, momentum, eps = rest
         if training:
-            return _batch_norm_batch_statistics(c, x, weight, bias, running_mean, running_var, eps)
+            return _batch_norm_batch_statistics(c, x, weight, bias, running_mean, running_var, momentum, eps)
     if running_mean is None or running_var is None:
         c.fail("batch normalisation without running statistics is not supported")
     shape = x.shape
@@ -1190,16 +1203,14 @@ def _batch_norm(c, x, weight, bias, running_mean, running_var, *rest):
     return out, empty, empty
 
 
-def _batch_norm_batch_statistics(c, x, weight, bias, running_mean, running_var, eps):
-    """Normalisation by the batch's own statistics per channel (InstanceNorm's trace, which views the input as
-    one image of batch x channel channels; BatchNorm with ``track_running_stats=False``): LayerNorm's maps
-    over every axis but the channel. Split along the batch, the sums meet in an allreduce. Running
-    statistics would be updated in place, which the step cannot return: refused."""
-    if running_mean is not None or running_var is not None:
-        c.fail("batch normalisation in training mode updates its running statistics in place, which a traced "
-               "step cannot return; use track_running_stats=False or put the module in eval() mode")
+def _batch_norm_batch_statistics(c, x, weight, bias, running_mean, running_var, momentum, eps):
+    """Normalisation by the batch's own statistics per channel (BatchNorm in training mode; InstanceNorm's
+    trace, which views the input as one image of batch x channel channels): LayerNorm's maps over every
+    axis but the channel. Split along the batch, the sums meet in an allreduce. Running statistics, where
+    the module keeps them, move by ``momentum`` towards the batch's mean and unbiased variance, as PyTorch
+    updates them in place."""
     axes = [0] + list(range(2, len(x.shape)))
-    xhat, mean, rstd = _moments(c, x, axes, eps, "bn")
+    xhat, mean, rstd, sq = _moments(c, x, axes, eps, "bn")
     shape = x.shape
     out = xhat
     if weight is not None:
@@ -1207,6 +1218,17 @@ def _batch_norm_batch_statistics(c, x, weight, bias, running_mean, running_var, 
     if bias is not None:
         out = combine(lambda y, b: f"{y} + {b}", [out, _channel(bias, shape)], shape, x.dtype)
     per_channel = lambda v: v.remap((shape[1], ), lambda a: 0 if a == 1 else None)  # noqa: E731
+    if (running_mean is None) != (running_var is None):
+        c.fail("batch normalisation with only one of the running mean and variance is not supported")
+    if running_mean is not None:
+        n = int(np.prod([shape[a] for a in axes]))
+        if n < 2:
+            c.fail(f"the running variance's unbiased estimate needs more than one value per channel; input {shape}")
+        m, keep = _lit(float(momentum)), _lit(1.0 - float(momentum))
+        moved = lambda old, new, scale: c.write(combine(  # noqa: E731
+            lambda o, b: f"{keep} * {o} + {m} * {b}{scale}", [old, per_channel(new)], old.shape, old.dtype), "bn_running")
+        c.update(c.node.args[3], moved(running_mean, mean, ""))
+        c.update(c.node.args[4], moved(running_var, sq, f" / {_lit(float(n - 1))}"))
     return out, per_channel(mean), per_channel(rstd)
 
 

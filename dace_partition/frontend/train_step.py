@@ -48,14 +48,14 @@ def from_torch_train_step(step_fn: Callable, example_inputs: Inputs, state: Dict
     tensors = [torch.as_tensor(t) for t in list(state.values()) + list(inputs.values())]
     try:
         with torch.no_grad(), _math_attention():
-            gm = make_fx(flat)(*tensors)
+            gm = make_fx(flat)(*[t.clone() for t in tensors])  # real ops run: in-place updates hit copies
     except FrontendError:
         raise
-    except Exception as e:  # e.g. a batch norm in training mode updating its running statistics in place
+    except Exception as e:  # e.g. a batch norm updating running statistics captured from the module
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise FrontendError(f"tracing the training step '{name}' failed: {first} (put modules with batch "
-                            "normalisation in eval() mode; in-place updates of captured tensors cannot be traced)") \
-            from e
+        raise FrontendError(f"tracing the training step '{name}' failed: {first} (in-place updates of captured "
+                            "tensors cannot be traced: pass a training-mode batch norm's buffers in the state, as "
+                            "module_step does, or put it in eval() mode)") from e
 
     b = ProgramBuilder(name)
     idents = {}
@@ -116,42 +116,54 @@ def module_step(module, optimizer: str = "sgd", loss: Callable = None, lr: float
                 betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> Tuple[Callable, Dict[str, object]]:
     """(step_fn, state) for ``module`` trained with ``loss(module(*inputs[:-1]), inputs[-1])`` (cross
     entropy by default) and plain SGD or Adam (as ``torch.optim.SGD`` / ``torch.optim.Adam`` with default
-    options). Adam's state holds ``exp_avg.<p>``, ``exp_avg_sq.<p>`` and the step count ``adam.step``."""
+    options). Adam's state holds ``exp_avg.<p>``, ``exp_avg_sq.<p>`` and the step count ``adam.step``.
+    The state also holds the buffers the forward updates (a batch norm's ``running_mean``, ``running_var``
+    and ``num_batches_tracked`` in training mode), named as in ``module.state_dict()``: the step returns
+    them updated, as eager PyTorch leaves them after the step."""
     import torch
     from torch.func import functional_call, grad_and_value
 
     loss = loss or torch.nn.functional.cross_entropy
+    buffers = {}
     for sub_name, sub in module.named_modules():
         if isinstance(sub, torch.nn.modules.batchnorm._BatchNorm) and sub.training and sub.track_running_stats:
-            raise FrontendError(f"{type(sub).__name__} '{sub_name or type(module).__name__}' is in training mode: "
-                                "its running statistics would be updated in place, which a traced step cannot "
-                                "do; call module.eval() first (the step then normalises with the running "
-                                "statistics)")
+            if sub.momentum is None:
+                raise FrontendError(f"{type(sub).__name__} '{sub_name or type(module).__name__}' has momentum=None "
+                                    "(a cumulative average over the steps taken): its factor is read from the step "
+                                    "count as a Python number, so a traced step would keep the first one; give a "
+                                    "momentum or call module.eval() first")
+            prefix = f"{sub_name}." if sub_name else ""
+            buffers.update({prefix + k: b.detach().clone() for k, b in sub.named_buffers(recurse=False)})
     params = {k: v.detach().clone() for k, v in module.named_parameters()}
 
-    def loss_of(p, *inputs):
-        return loss(functional_call(module, p, tuple(inputs[:-1])), inputs[-1])
+    def loss_of(p, b, *inputs):
+        return loss(functional_call(module, {**p, **b}, tuple(inputs[:-1])), inputs[-1])
+
+    def gradient(state, inputs):
+        p = {k: state[k] for k in params}
+        b = {k: state[k] for k in buffers}  # updated in place by the forward
+        g, value = grad_and_value(loss_of)(p, b, *inputs)
+        return p, b, g, value
 
     if optimizer == "sgd":
 
         def step(state, *inputs):
-            g, value = grad_and_value(loss_of)(state, *inputs)
-            return value, {k: state[k] - lr * g[k] for k in state}
+            p, b, g, value = gradient(state, inputs)
+            return value, {**b, **{k: p[k] - lr * g[k] for k in p}}
 
-        return step, params
+        return step, {**params, **buffers}
     if optimizer != "adam":
         raise ValueError(f"unknown optimizer '{optimizer}' (expected 'sgd' or 'adam')")
     b1, b2 = betas
-    state0 = dict(params)
+    state0 = {**params, **buffers}
     state0.update({f"exp_avg.{k}": torch.zeros_like(v) for k, v in params.items()})
     state0.update({f"exp_avg_sq.{k}": torch.zeros_like(v) for k, v in params.items()})
     state0["adam.step"] = torch.zeros((), dtype=torch.float32)
 
     def adam(state, *inputs):
-        p = {k: state[k] for k in params}
-        g, value = grad_and_value(loss_of)(p, *inputs)
+        p, b, g, value = gradient(state, inputs)
         t = state["adam.step"] + 1
-        new = {"adam.step": t}
+        new = {"adam.step": t, **b}
         for k in params:
             m = b1 * state[f"exp_avg.{k}"] + (1 - b1) * g[k]
             v = b2 * state[f"exp_avg_sq.{k}"] + (1 - b2) * g[k] * g[k]

@@ -206,9 +206,11 @@ def train_and_compare(model, x, y, name, tol=1e-5):
     ref.backward()
     opt.step()
     assert loss == pytest.approx(float(ref.detach()), rel=tol, abs=tol)
-    assert set(new) == {k for k, _ in model.named_parameters()}
-    for k, p in model.named_parameters():
-        np.testing.assert_allclose(new[k], p.detach().numpy(), rtol=tol, atol=tol, err_msg=k)
+    assert set(new) == set(state)
+    after = model.state_dict()  # parameters after the update, buffers after the forward
+    for k in state:
+        np.testing.assert_allclose(np.asarray(new[k]).reshape(after[k].shape), after[k].numpy(), rtol=tol, atol=tol,
+                                   err_msg=k)
     return sdfg
 
 
@@ -218,6 +220,21 @@ def test_cnn_sgd_step_data_parallel_2_ranks():
     Flatten, Linear: one SGD step with the batch split, weight gradients combined by allreduce."""
     labels = torch.randint(0, 3, (B, ), generator=torch.Generator().manual_seed(5))
     train_and_compare(cnn(), images(3, 4), labels, "t_everyday_cnn_sgd")
+
+
+def test_batch_norm_in_training_mode_sgd_step_updates_running_statistics_on_2_ranks():
+    """BatchNorm2d and BatchNorm1d in training mode: the forward normalises by the batch's statistics, whose
+    sums over the split batch meet in an allreduce, and moves the running mean and unbiased variance by the
+    momentum (0.3, and the default 0.1); the step returns them and the step count as PyTorch leaves them."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4, momentum=0.3), nn.ReLU(),
+                          nn.Flatten(), nn.Linear(4 * 8 * 8, 3), nn.BatchNorm1d(3)).train()
+    _stats(model[1], 4)
+    step, state = ts.module_step(model, "sgd", lr=0.1)
+    assert {"1.running_mean", "1.running_var", "1.num_batches_tracked", "5.running_var"} <= set(state)
+    labels = torch.randint(0, 3, (B, ), generator=torch.Generator().manual_seed(8))
+    train_and_compare(model, images(3, 9), labels, "t_everyday_bn_train_sgd")
+    assert int(model[1].num_batches_tracked) == 1
 
 
 def test_embedding_sgd_step_data_parallel_2_ranks():
@@ -360,21 +377,23 @@ def test_refuses_training_mode_batch_norm():
         dp.from_torch(train_bn, (images(3, 0), ), name="t_everyday_bn_train")
 
 
-def test_train_step_refuses_grouped_transposed_conv_and_training_mode_batch_norm():
+def test_train_step_refuses_grouped_transposed_conv_and_a_cumulative_batch_norm():
     y = torch.zeros(B, dtype=torch.int64)
     torch.manual_seed(0)
     grouped = nn.Sequential(nn.ConvTranspose2d(4, 4, 3, groups=2), nn.Flatten(), nn.Linear(4 * 10 * 10, 3))
     step, state = ts.module_step(grouped, "sgd")
     with pytest.raises(FrontendError, match=r"aten.convolution.default' at node 'convolution.*grouped transposed"):
         dp.from_torch_train_step(step, {"x": images(4, 0), "labels": y}, state, name="t_everyday_group_step")
+    cumulative = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4, momentum=None), nn.Flatten(),
+                               nn.Linear(4 * 6 * 6, 3)).train()
+    with pytest.raises(FrontendError, match=r"BatchNorm2d '1' has momentum=None .* the first one"):
+        ts.module_step(cumulative, "sgd")
     train_bn = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(4 * 6 * 6, 3)).train()
-    with pytest.raises(FrontendError, match=r"BatchNorm2d '1' is in training mode.*eval\(\)"):
-        ts.module_step(train_bn, "sgd")
 
-    def step(state, x, labels):  # a hand-written step with the same module: tracing fails, in words
+    def step(state, x, labels):  # the module's own buffers captured, not passed: tracing fails, in words
         return torch.func.grad_and_value(
             lambda p: F.cross_entropy(torch.func.functional_call(train_bn, p, (x, )), labels))(state)[::-1]
 
     state = {k: v.detach().clone() for k, v in train_bn.named_parameters()}
-    with pytest.raises(FrontendError, match=r"tracing the training step .* eval\(\) mode"):
+    with pytest.raises(FrontendError, match=r"tracing the training step .* buffers in the state, as module_step"):
         dp.from_torch_train_step(step, {"x": images(3, 0), "labels": y}, state, name="t_everyday_bn_step")
