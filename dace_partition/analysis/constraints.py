@@ -387,12 +387,57 @@ def _propagate(inner, sdfg: SDFG, arr: str, params, rng, entry):
                                      f"DaCe cannot propagate the accesses of map '{entry.map.label}' through a "
                                      f"tile ({type(e).__name__}: {e}), so no per-rank constraint can be derived; "
                                      "leave this map out of the schedule") from None
+        out = _strided_extents(out, sides, params, rng)
         hit = _PROPAGATED[key] = (out, mine)
     out = _copied(hit[0])
     rename = {theirs: mine[d] for d, theirs in hit[1].items() if mine[d] != theirs}
     if rename:
         out.replace(rename)
     return out
+
+
+def _strided_extents(out, sides, params, rng):
+    """``out`` with the extents of strided subscripts computed from the tile's corners.
+
+    DaCe 1.0.2 propagates ``y[2 * k]`` over ``k`` in 0:4 to ``0:4``, not ``0:7:2``: its case for a strided
+    map's ``i:i+stride`` also fires for a unit-step map whose subscript starts where the map does. A box
+    that small makes a scatter send too little and a kernel read and write past its buffer. Where a
+    dimension's subscripts are affine in the parameters with numeric coefficients, one of them of
+    magnitude above one, its extent here is the least begin and the greatest end over the tile's corners
+    (an affine bound takes its extremes there). Other dimensions keep DaCe's result."""
+    if not isinstance(out, subsets.Range):
+        return out
+    names = {str(p) for p in params}
+    corner = {str(p): (b, e) for p, (b, e, _) in zip(params, rng)}
+    dims = list(out.ranges)
+    changed = False
+    for d in range(len(dims)):
+        begins, ends, strided = [], [], False
+        for side in sides:
+            sub = as_range(side)
+            if not isinstance(sub, subsets.Range) or sub.dims() != len(dims):
+                return out
+            bounds = []
+            for k, expr in enumerate(sympy.sympify(x) for x in sub[d][:2]):
+                syms = [f for f in expr.free_symbols if str(f) in names]
+                coefs = [sympy.diff(expr, f) for f in syms]
+                if not all(c.is_number for c in coefs):
+                    bounds = None
+                    break
+                strided |= any(abs(c) > 1 for c in coefs)
+                low = k == 0  # the least begin, the greatest end
+                bounds.append(expr.subs({f: corner[str(f)][0 if (c >= 0) == low else 1]
+                                         for f, c in zip(syms, coefs)}, simultaneous=True))
+            if bounds is None:
+                begins = None
+                break
+            begins.append(bounds[0])
+            ends.append(bounds[1])
+        if begins is None or not strided:
+            continue
+        dims[d] = (_extreme(begins, -1, {}), _extreme(ends, 1, {}), 1)
+        changed = True
+    return subsets.Range(dims) if changed else out
 
 
 def _flat(key):
@@ -517,10 +562,16 @@ def _nested_write_op(state: SDFGState, edge, array) -> Union[None, ReduceOp, Ran
 
 
 def _range(subset, array) -> subsets.Range:
+    """A tile's propagated access as its box with unit steps. Propagation keeps a stride (``y[k * 2]`` over
+    ``k`` in 0:4 is ``0:7:2``), and the lowering sizes and moves boxes: read with the stride, its gaps
+    would be left out of the local buffer that the map still indexes densely. A box also reads the gaps
+    in between; written, it leaves them with their prior values (its write does not fill the box)."""
     subset = as_range(subset)  # DaCe 1.0.2's Indices (see compat)
     if not isinstance(subset, subsets.Range):
         raise UnsupportedPattern(array, subset, f"subset of type {type(subset).__name__} is not a range")
-    return subset
+    if all(sympy.sympify(st) == 1 for _, _, st in subset):
+        return subset
+    return subsets.Range([(b, e, 1) for b, e, _ in subset])
 
 
 def same_subset(a: subsets.Range, b: subsets.Range) -> bool:

@@ -91,6 +91,7 @@ class Converter:
         self.b = builder
         self.env: Dict[object, object] = {}
         self.node = None
+        self.order: Dict[object, int] = {}  # each node's position in the graph
 
     def fresh(self, hint: str) -> str:
         """A new identifier that does not shadow a function the tasklets call (``exp = ...`` would)."""
@@ -163,6 +164,7 @@ class Converter:
 
     def run(self, graph, inputs: Dict[object, Value]) -> List[Value]:
         users = {n: len(n.users) for n in graph.nodes}
+        self.order = {n: k for k, n in enumerate(graph.nodes)}
         for node in graph.nodes:
             self.node = node
             if node.op == "placeholder":
@@ -291,6 +293,11 @@ _SQRT1_2, _INV_SQRT_2PI, _K = 0.7071067811865476, 0.3989422804014327, 0.79788456
 op("tanh_backward.default")(lambda c, g, y: combine(lambda a, b: f"{a} * (1.0 - {b} * {b})", [g, y], g.shape, g.dtype))
 op("sigmoid_backward.default")(lambda c, g, y: combine(lambda a, b: f"{a} * {b} * (1.0 - {b})", [g, y], g.shape,
                                                        g.dtype))
+op("hardtanh.default")(lambda c, x, lo=-1.0, hi=1.0: combine(
+    lambda a: f"({_lit(float(lo))} if {a} < {_lit(float(lo))} else ({_lit(float(hi))} if {a} > {_lit(float(hi))} else {a}))",
+    [x], x.shape, x.dtype))
+op("hardtanh_backward.default")(lambda c, g, x, lo, hi: combine(
+    lambda a, b: f"({a} if {b} > {_lit(float(lo))} and {b} < {_lit(float(hi))} else 0.0)", [g, x], g.shape, g.dtype))
 op("leaky_relu.default")(lambda c, x, slope=0.01: combine(lambda a: f"({a} if {a} > 0.0 else {_lit(float(slope))} * {a})",
                                                           [x], x.shape, x.dtype))
 op("leaky_relu_backward.default")(lambda c, g, x, slope, *_: combine(
@@ -388,7 +395,8 @@ op("zeros_like.default", "empty_like.default")(_like(0.0))  # empty_like: its va
 
 
 _VIEWS = frozenset({"view", "_unsafe_view", "reshape", "select", "slice", "transpose", "t", "permute", "expand", "squeeze",
-          "unsqueeze", "as_strided", "alias", "detach", "diagonal", "unfold", "narrow", "split", "chunk", "unbind"})
+          "unsqueeze", "as_strided", "alias", "detach", "diagonal", "unfold", "narrow", "split", "split_with_sizes",
+          "chunk", "unbind"})
 
 
 def _is_view(node) -> bool:
@@ -403,7 +411,7 @@ def _in_place(impl):
     in place (attention adds its bias to a view of a product) is the same where nothing reads the tensors
     it views after the update; a tensor, or a viewed one, read again after its update is refused."""
     def run(c, *args, **kw):
-        order = {n: k for k, n in enumerate(c.node.graph.nodes)}
+        order = c.order
         target = base = c.node.args[0]
         while _is_view(base) and base.args and hasattr(base.args[0], "users"):
             base = base.args[0]
@@ -480,9 +488,10 @@ def _view(c, a, shape=None, *_):
     return c.reshape(a, shape)
 
 
-op("unsqueeze_.default")(_in_place(_view))  # group norm's traced backward
+op("unsqueeze_.default", "squeeze_.dim", "squeeze_.default")(_in_place(_view))  # group norm's traced backward
+op("transpose_.default")(_in_place(_transpose))  # nn.GRU's and nn.RNN's traces
+op("t_.default")(_in_place(_t))
 op("reciprocal.default")(unary(lambda x: f"1.0 / {x}"))
-op("reciprocal_.default")(_in_place(unary(lambda x: f"1.0 / {x}")))
 
 
 def _bound(v, dtype) -> str:
@@ -525,14 +534,114 @@ def _select_backward(c, g, input_sizes, dim, index):
     dim = dim % len(shape)
     index = index % shape[dim]
     out = c.fresh("select_gx")
-    zero = [f"_f{k}" for k in range(len(shape))]
-    params = [f"_i{k}" for k in range(len(g.shape))] or ["_i0"]
-    idx = params[:dim] + [str(index)] + params[dim:len(g.shape)]
-    c.lines([f"{out} = np.empty({shape_code(shape)}, dtype={np_dtype(g.dtype)})"] + ops._map_head(zero, shape) +
-            [f"        _o >> {out}[{', '.join(zero)}]", "        _o = 0"] + ops._map_head(params, g.shape or (1, )) +
-            [f"        _v << {c.materialize(g, 'select_g')}[{', '.join(params[:len(g.shape)]) or '0'}]",
-             f"        _o >> {out}[{', '.join(idx)}]", "        _o = _v"])
+    c.lines(ops.place(out, shape, g.dtype, c.materialize(g, "select_g"), g.shape,
+                      lambda p: p[:dim] + [str(index)] + p[dim:]))
     return array_value(out, shape, g.dtype)
+
+
+def _range(c, n: int, start, end, step) -> Tuple[int, int, int]:
+    """(first, count, step) of Python's ``range`` that ``start:end:step`` takes of ``n`` elements."""
+    if step is None or step < 1:
+        c.fail(f"slice step {step} is not a positive integer")
+    first, stop, step = slice(start, end, step).indices(n)
+    count = len(range(first, stop, step))
+    if count == 0:
+        c.fail(f"the slice {start}:{end}:{step} of an axis of {n} elements is empty")
+    return first, count, step
+
+
+@op("slice.Tensor")
+def _slice(c, a, dim=0, start=None, end=None, step=1):
+    """``a[..., start:end:step, ...]`` along ``dim``: a copy map with affine subscripts (a whole axis is
+    ``a`` itself)."""
+    dim = dim % len(a.shape)
+    first, count, step = _range(c, a.shape[dim], start, end, step)
+    if (first, count, step) == (0, a.shape[dim], 1):
+        return a
+    shape = tuple(count if k == dim else s for k, s in enumerate(a.shape))
+    out = c.fresh("slice")
+    c.lines(ops.copy_slice(out, shape, a.dtype, c.materialize(a, "slice_in"),
+                           [first if k == dim else 0 for k in range(len(shape))],
+                           [step if k == dim else 1 for k in range(len(shape))]))
+    return array_value(out, shape, a.dtype)
+
+
+@op("slice_backward.default")
+def _slice_backward(c, g, input_sizes, dim, start, end, step):
+    """Zeros of the input's shape with ``g`` in the slice's positions."""
+    shape = tuple(int(s) for s in input_sizes)
+    dim = dim % len(shape)
+    first, _, step = _range(c, shape[dim], start, end, step)
+    out = c.fresh("slice_gx")
+    at = lambda p: [f"{q} * {step} + {first}" if k == dim else q for k, q in enumerate(p)]  # noqa: E731
+    c.lines(ops.place(out, shape, g.dtype, c.materialize(g, "slice_g"), g.shape, at))
+    return array_value(out, shape, g.dtype)
+
+
+@op("narrow.default")
+def _narrow(c, a, dim, start, length):
+    return _slice(c, a, dim, start, start + length)
+
+
+@op("split.Tensor", "unsafe_split.Tensor", "split_with_sizes.default", "unsafe_split_with_sizes.default",
+    "chunk.default")
+def _split(c, a, sizes, dim=0):
+    """Consecutive slices along ``dim``: of ``sizes`` each (the last shorter), of the listed sizes, or
+    ``chunk``'s number of pieces."""
+    dim = dim % len(a.shape)
+    n = a.shape[dim]
+    if "chunk" in str(c.node.target):
+        sizes = -(-n // int(sizes))
+    if isinstance(sizes, int):
+        sizes = [min(sizes, n - k) for k in range(0, n, sizes)] if sizes > 0 else []
+    if sum(sizes) != n:
+        c.fail(f"split sizes {list(sizes)} do not add up to the {n} elements of axis {dim}")
+    starts = np.cumsum([0] + list(sizes))
+    return [_slice(c, a, dim, int(b), int(b + k)) for b, k in zip(starts, sizes)]
+
+
+@op("unbind.int")
+def _unbind(c, a, dim=0):
+    return [_select(c, a, dim, k) for k in range(a.shape[dim % len(a.shape)])]
+
+
+@op("cat.default")
+def _cat(c, tensors, dim=0):
+    """``torch.cat``: one copy map per part into its block of the result (1-d empty parts are skipped, as
+    PyTorch does)."""
+    parts = [t for t in tensors if t.shape != (0, )]
+    if not parts:
+        c.fail("every tensor to concatenate is empty")
+    dim = dim % len(parts[0].shape)
+    shape = tuple(sum(t.shape[dim] for t in parts) if k == dim else s for k, s in enumerate(parts[0].shape))
+    dtype = _result_dtype(*parts)
+    if len(parts) == 1:
+        return parts[0]
+    out = c.fresh("cat")
+    c.lines(ops.concat(out, shape, dtype, [(c.materialize(t, "cat_in"), t.shape) for t in parts], dim))
+    return array_value(out, shape, dtype)
+
+
+@op("stack.default")
+def _stack(c, tensors, dim=0):
+    """``torch.stack``: every tensor given a length-one axis at ``dim``, then concatenated along it."""
+    dim = dim % (len(tensors[0].shape) + 1)
+    shape = lambda t: t.shape[:dim] + (1, ) + t.shape[dim:]  # noqa: E731
+    return _cat(c, [t.remap(shape(t), lambda ax: ax + (ax >= dim)) for t in tensors], dim)
+
+
+@op("zeros.default", "ones.default", "full.default", "new_zeros.default", "new_ones.default", "new_full.default",
+    "new_empty.default")
+def _filled(c, *args, dtype=None, **_):
+    """A constant tensor of a static size (``new_*``: the dtype of the tensor it is called on)."""
+    import torch
+    name = str(c.node.target).split(".")[1]
+    like = args[0] if name.startswith("new_") else None
+    size, *rest = args[1:] if like is not None else args
+    value = {"zeros": 0.0, "ones": 1.0}.get(name.replace("new_", ""), rest[0] if rest else 0.0)
+    nd = torch.empty((), dtype=dtype).numpy().dtype if dtype is not None else \
+        like.dtype if like is not None else np.dtype(np.float32)
+    return constant(value, tuple(int(s) for s in size), nd)
 
 
 @op("repeat.default")
@@ -726,11 +835,6 @@ def _padded(c, x: Value, pads, value="0.0", hint="pad", after=None):
     return out, ops.padded_shape(x.shape, 2, pads, after)
 
 
-def _conv_out(size, k, s, d, ceil=False):
-    span = size - (k - 1) * d - 1
-    return (-(-span // s) if ceil else span // s) + 1
-
-
 @op("convolution.default")
 def _convolution(c, x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     n, stride, padding, dilation = _conv_check(c, x, weight, stride, padding, dilation, transposed, output_padding,
@@ -739,7 +843,7 @@ def _convolution(c, x, weight, bias, stride, padding, dilation, transposed, outp
         return _transposed_convolution(c, x, weight, bias, n, stride, padding, dilation, _pair(output_padding, n))
     xp, pshape = _padded(c, x, padding)
     kernel = list(weight.shape[2:])
-    osz = [_conv_out(p, k, s, d) for p, k, s, d in zip(pshape[2:], kernel, stride, dilation)]
+    osz = [ops.window_count(p, k, s, d) for p, k, s, d in zip(pshape[2:], kernel, stride, dilation)]
     ys, ks, pos = ops.conv_terms(n, stride, dilation)
     shape = (x.shape[0], weight.shape[0]) + tuple(osz)
     out = c.fresh("conv")
@@ -756,29 +860,18 @@ def _convolution(c, x, weight, bias, stride, padding, dilation, transposed, outp
     return combine(lambda a, b: f"{a} + {b}", [res, bias.remap(shape, lambda a: 1)], shape, x.dtype)
 
 
-def _transposed_full(x, kernel, stride, dilation) -> Shape:
-    """Spatial extents of a transposed convolution's output before its padding is cropped."""
-    return tuple((i - 1) * s + (k - 1) * d + 1 for i, k, s, d in zip(x.shape[2:], kernel, stride, dilation))
-
-
 def _transposed_convolution(c, x, weight, bias, n, stride, padding, dilation, output_padding):
-    """nn.ConvTranspose*d: ``y[n, o, i*s + k*d] += x[n, c, i] * w[c, o, k]`` into the uncropped output (an
-    accumulating map), then the padding cropped and ``output_padding`` added as zeros."""
-    kernel = list(weight.shape[2:])
-    full = _transposed_full(x, kernel, stride, dilation)
-    ys, ks, pos = ops.conv_terms(n, stride, dilation)
-    batch, ic, oc = x.shape[0], x.shape[1], weight.shape[1]
+    """nn.ConvTranspose*d: an accumulating map into the uncropped output (:func:`.numpy_ops.transposed_conv`),
+    then the padding cropped and ``output_padding`` added as zeros."""
+    full = (x.shape[0], weight.shape[1]) + ops.transposed_conv_full(x.shape[2:], weight.shape[2:], stride, dilation)
     acc = c.fresh("convt")
-    loops = [("n", batch), ("c", ic), ("o", oc)] + list(zip(ys, x.shape[2:])) + list(zip(ks, kernel))
-    reads = [(c.materialize(x, "convt_x"), ", ".join(["_i_n", "_i_c"] + [f"_i_{y}" for y in ys])),
-             (c.materialize(weight, "convt_w"), ", ".join(["_i_c", "_i_o"] + [f"_i_{k}" for k in ks]))]
-    c.lines(ops.accumulate(acc, (batch, oc) + full, x.dtype, loops, reads, ", ".join(["_i_n", "_i_o"] + pos),
-                           "in0 * in1"))
+    c.lines(ops.transposed_conv(acc, c.materialize(x, "convt_x"), x.shape, c.materialize(weight, "convt_w"),
+                                weight.shape, stride, dilation, x.dtype))
     c.contraction_done()
     shape = tuple(c.node.meta["val"].shape)
     out = c.fresh("convt_crop")
-    c.lines(ops.pad(out, acc, (batch, oc) + full, 2, [-p for p in padding],
-                    [e - p for e, p in zip(output_padding, padding)], "0.0", x.dtype))
+    c.lines(ops.pad(out, acc, full, 2, [-p for p in padding], [e - p for e, p in zip(output_padding, padding)], "0.0",
+                    x.dtype))
     res = array_value(out, shape, x.dtype)
     if bias is None:
         return res
@@ -789,28 +882,21 @@ def _transposed_convolution_backward(c, go, x, weight, n, stride, padding, dilat
     """The input's gradient is a plain convolution of the output's gradient (padded back to the uncropped
     extent) with the same weights; the weights' gradient sums ``x[n, c, i] * go[n, o, i*s + k*d - p]`` over
     the batch and the input positions."""
-    kernel = list(weight.shape[2:])
-    full = _transposed_full(x, kernel, stride, dilation)
-    ys, ks, pos = ops.conv_terms(n, stride, dilation)
-    batch, ic, oc = x.shape[0], x.shape[1], weight.shape[1]
+    full = ops.transposed_conv_full(x.shape[2:], weight.shape[2:], stride, dilation)
+    loops, x_idx, w_idx, y_idx = ops.transposed_conv_terms(x.shape, weight.shape, stride, dilation)
     gp = c.fresh("convt_gop")
     c.lines(ops.pad(gp, c.materialize(go, "convt_go"), go.shape, 2, padding,
                     [f - p - s for f, p, s in zip(full, padding, go.shape[2:])], "0.0", go.dtype))
-    loops = [("n", batch), ("c", ic), ("o", oc)] + list(zip(ys, x.shape[2:])) + list(zip(ks, kernel))
-    x_idx = ", ".join(["_i_n", "_i_c"] + [f"_i_{y}" for y in ys])
-    w_idx = ", ".join(["_i_c", "_i_o"] + [f"_i_{k}" for k in ks])
     gx = gw = gb = None
     if output_mask[0]:
         out = c.fresh("convt_gx")
-        c.lines(ops.accumulate(out, x.shape, x.dtype, loops, [(gp, ", ".join(["_i_n", "_i_o"] + pos)),
-                                                               (c.materialize(weight, "convt_w"), w_idx)],
+        c.lines(ops.accumulate(out, x.shape, x.dtype, loops, [(gp, y_idx), (c.materialize(weight, "convt_w"), w_idx)],
                                x_idx, "in0 * in1"))
         c.contraction_done()
         gx = array_value(out, x.shape, x.dtype)
     if output_mask[1]:
         out = c.fresh("convt_gw")
-        c.lines(ops.accumulate(out, weight.shape, x.dtype, loops, [(c.materialize(x, "convt_x"), x_idx),
-                                                                    (gp, ", ".join(["_i_n", "_i_o"] + pos))],
+        c.lines(ops.accumulate(out, weight.shape, x.dtype, loops, [(c.materialize(x, "convt_x"), x_idx), (gp, y_idx)],
                                w_idx, "in0 * in1"))
         c.contraction_done()
         gw = array_value(out, weight.shape, x.dtype)
@@ -881,13 +967,7 @@ def _pool_args(c, x, kernel_size, stride, padding, dilation, ceil_mode):
         c.fail(f"padding {padding} is more than half the kernel {kernel}")
     if int(np.prod(kernel)) > 64:
         c.fail(f"pooling kernel {kernel} is too large (at most 64 elements are supported)")
-    osz = [_conv_out(s + 2 * p, k, st, d, bool(ceil_mode))
-           for s, p, k, st, d in zip(x.shape[2:], padding, kernel, stride, dilation)]
-    # with ceil_mode the last window must start inside the input or its left padding (PyTorch); the padding
-    # after grows to hold it
-    osz = [o - 1 if ceil_mode and (o - 1) * st >= s + p else o for o, st, s, p in zip(osz, stride, x.shape[2:], padding)]
-    after = [max(p, (o - 1) * st + (k - 1) * d + 1 - s - p)
-             for o, st, k, d, s, p in zip(osz, stride, kernel, dilation, x.shape[2:], padding)]
+    osz, after = ops.pool_extent(x.shape[2:], kernel, stride, dilation, padding, padding, bool(ceil_mode))
     return kernel, stride, padding, dilation, osz, after
 
 
@@ -971,9 +1051,9 @@ def _pad_amounts(c, x, pad):
 def _mirror_pad(mode):
     def run(c, x, pad):
         lead, before, after = _pad_amounts(c, x, pad)
-        if min(before + after) < 0 or mode == "reflect" and any(
-                b >= s or a >= s for b, a, s in zip(before, after, x.shape[lead:])):
-            c.fail(f"{mode} padding {list(pad)} of a tensor of shape {x.shape}: negative, or wider than its axis")
+        why = ops.mirror_pad_refusal(x.shape, lead, before, after, mode)
+        if why:
+            c.fail(f"{mode} padding {list(pad)} of a tensor of shape {x.shape}: {why}")
         out = c.fresh("pad")
         c.lines(ops.pad(out, c.materialize(x, "pad_in"), x.shape, lead, before, after, None, x.dtype, mode))
         return array_value(out, ops.padded_shape(x.shape, lead, before, after), x.dtype)
@@ -997,15 +1077,12 @@ def _avg_counts(c, x, kernel, stride, padding, osz, count_include_pad, divisor_o
     """Each output's divisor (PyTorch's: the window's elements inside the padded input, or inside the input
     when padding is not counted), as a literal when all are equal, else an argument array."""
     if divisor_override:
-        return _lit(float(divisor_override)), None
-    counts = np.ones((), np.int64)
-    for s, p, k, st, o in zip(x.shape[2:], padding, kernel, stride, osz):
-        lo, hi = (-p, s + p) if count_include_pad else (0, s)
-        taps = np.arange(o)[:, None] * st - p + np.arange(k)[None, :]
-        counts = np.multiply.outer(counts, ((taps >= lo) & (taps < hi)).sum(axis=1))
+        return _lit(float(divisor_override)), ""
+    counts = ops.window_counts(x.shape[2:], padding, padding, kernel, stride, [1] * len(kernel), osz,
+                               count_include_pad)
     if np.all(counts == counts.flat[0]):
-        return _lit(float(counts.flat[0])), None
-    return None, c.b.argument(c.fresh("avgpool_count"), counts.shape, x.dtype, counts.astype(x.dtype))
+        return _lit(float(counts.flat[0])), ""
+    return "", c.b.argument(c.fresh("avgpool_count"), counts.shape, x.dtype, counts.astype(x.dtype))
 
 
 @op("avg_pool2d.default", "avg_pool1d.default", "avg_pool3d.default")
@@ -1017,18 +1094,7 @@ def _avg_pool(c, x, kernel_size, stride=(), padding=0, ceil_mode=False, count_in
     lit, counts = _avg_counts(c, x, kernel, stride, padding, osz, count_include_pad, divisor_override)
     shape = tuple(x.shape[:2]) + tuple(osz)
     out = c.fresh("avgpool")
-    params = [f"i{k}" for k in range(len(shape))]
-    lines = [f"{out} = np.empty({shape_code(shape)}, dtype={np_dtype(x.dtype)})",
-             f"for {', '.join(params)} in dace.map[{', '.join(f'0:{s}' for s in shape)}]:", "    with dace.tasklet:"]
-    taps = []
-    for k, offs in enumerate(np.ndindex(*kernel)):
-        sub = [f"{p} * {st} + {o}" for p, st, o in zip(params[2:], stride, offs)]
-        lines.append(f"        in{k} << {xp}[{', '.join(params[:2] + sub)}]")
-        taps.append(f"in{k}")
-    if counts is not None:
-        lines.append(f"        cnt << {counts}[{', '.join(params[2:])}]")
-    lines += [f"        o >> {out}[{', '.join(params)}]", f"        o = ({' + '.join(taps)}) / {lit or 'cnt'}"]
-    c.lines(lines)
+    c.lines(ops.pool(out, shape, x.dtype, xp, kernel, stride, dilation, lambda a, b: f"{a} + {b}", lit, counts))
     return array_value(out, shape, x.dtype)
 
 
@@ -1042,7 +1108,7 @@ def _avg_pool_backward(c, go, x, kernel_size, stride, padding, ceil_mode, count_
     pshape = _covered(x, osz, kernel, stride, dilation)
     acc = c.fresh("avgpool_gx")
     reads = [(c.materialize(go, "avgpool_go"), ", ".join(["_i_n", "_i_c"] + [f"_i_{y}" for y in ys]))]
-    if counts is not None:
+    if counts:
         reads.append((counts, ", ".join(f"_i_{y}" for y in ys)))
     loops = [("n", x.shape[0]), ("c", x.shape[1])] + list(zip(ys, osz)) + list(zip(ks, kernel))
     c.lines(ops.accumulate(acc, pshape, x.dtype, loops, reads, ", ".join(["_i_n", "_i_c"] + pos),
@@ -1086,11 +1152,8 @@ def _upsample_nearest(c, x, output_size=None, *_, **__):
     """nn.Upsample(mode="nearest") by integer factors: a map over the input writing each element's block."""
     out_shape = tuple(c.node.meta["val"].shape)
     f = [1, 1] + _nearest_factors(c, x.shape[2:], out_shape[2:])
-    loops = [(f"a{d}", s) for d, s in enumerate(x.shape)] + [(f"b{d}", k) for d, k in enumerate(f) if k > 1]
     out = c.fresh("upsample")
-    c.lines(ops.spread(out, out_shape, x.dtype, c.materialize(x, "upsample_in"), loops,
-                       ", ".join(f"_i_a{d}" for d in range(len(f))),
-                       ", ".join(f"_i_a{d} * {k} + _i_b{d}" if k > 1 else f"_i_a{d}" for d, k in enumerate(f))))
+    c.lines(ops.nearest_upsample(out, c.materialize(x, "upsample_in"), x.shape, f, x.dtype))
     return array_value(out, out_shape, x.dtype)
 
 
@@ -1102,11 +1165,8 @@ def _upsample_nearest_backward(c, go, output_size, input_size, *_, **__):
     block."""
     in_shape = tuple(int(s) for s in input_size)
     f = [1, 1] + _nearest_factors(c, in_shape[2:], go.shape[2:])
-    loops = [(f"a{d}", s) for d, s in enumerate(in_shape)] + [(f"b{d}", k) for d, k in enumerate(f) if k > 1]
     out = c.fresh("upsample_gx")
-    c.lines(ops.accumulate(out, in_shape, go.dtype, loops, [(c.materialize(go, "upsample_go"), ", ".join(
-        f"_i_a{d} * {k} + _i_b{d}" if k > 1 else f"_i_a{d}" for d, k in enumerate(f)))],
-        ", ".join(f"_i_a{d}" for d in range(len(f))), "in0"))
+    c.lines(ops.nearest_upsample_backward(out, c.materialize(go, "upsample_go"), in_shape, f, go.dtype))
     c.contraction_done()
     return array_value(out, in_shape, go.dtype)
 
@@ -1313,6 +1373,12 @@ def _embedding_backward(c, go, indices, num_weights, padding_idx, scale_grad_by_
                            "_i_v, _i_d", f"(in0 if {cond} else 0.0)"))
     c.contraction_done()
     return array_value(out, (num_weights, dim), go.dtype)
+
+
+# in-place forms of elementwise ops (``ReLU(inplace=True)``, the recurrent layers' gates)
+for _n in ("relu", "sigmoid", "tanh", "hardtanh", "leaky_relu", "silu", "hardswish", "elu", "gelu", "exp", "neg",
+           "sqrt", "reciprocal", "clamp", "clamp_min", "clamp_max"):
+    op(f"{_n}_.default")(_in_place(OPS[f"aten.{_n}.default"]))
 
 
 def convert(graph, builder: ProgramBuilder, inputs: Dict[object, Value]) -> List[Value]:

@@ -104,6 +104,32 @@ def copy_slice(out: str, out_shape: Shape, dtype, x: str, starts: Sequence[int],
             [f"        _v << {x}[{', '.join(idx)}]", f"        _o >> {out}[{', '.join(params)}]", "        _o = _v"])
 
 
+def concat(out: str, out_shape: Shape, dtype, parts: Sequence[Tuple[str, Shape]], axis: int) -> List[str]:
+    """``out = np.concatenate(parts, axis)`` as one copy map per part into its block of the output. Not
+    ``np.concatenate``: DaCe 2's simplification turns that into a nested SDFG whose connector keeps a
+    part's shape and then fails validation when the parts are transients written by maps (dace 2.0.0b1)."""
+    lines = [f"{out} = np.empty({shape_code(out_shape)}, dtype={np_dtype(dtype)})"]
+    start = 0
+    for x, shape in parts:
+        params = [f"_i{k}" for k in range(len(shape))]
+        dst = [f"{p} + {start}" if k == axis and start else p for k, p in enumerate(params)]
+        lines += _map_head(params, shape) + [f"        _v << {x}[{', '.join(params)}]",
+                                             f"        _o >> {out}[{', '.join(dst)}]", "        _o = _v"]
+        start += shape[axis]
+    return lines
+
+
+def place(out: str, out_shape: Shape, dtype, x: str, shape: Shape, at: Callable[[List[str]], List[str]]) -> List[str]:
+    """Zeros of ``out_shape`` with ``x`` written where ``at`` (the map's parameters over ``shape`` to the
+    output's subscripts) puts each element: the gradient of taking a slice or an index."""
+    zero = [f"_f{k}" for k in range(len(out_shape))]
+    params = [f"_i{k}" for k in range(len(shape))] or ["_i0"]
+    return ([f"{out} = np.empty({shape_code(out_shape)}, dtype={np_dtype(dtype)})"] + _map_head(zero, out_shape) +
+            [f"        _o >> {out}[{', '.join(zero)}]", "        _o = 0"] + _map_head(params, shape or (1, )) +
+            [f"        _v << {x}[{', '.join(params)}]", f"        _o >> {out}[{', '.join(at(params[:len(shape)]))}]",
+             "        _o = _v"])
+
+
 def split_reshape(in_shape: Shape, out_shape: Shape):
     """For a reshape that only splits axes (and adds or drops length-one axes), the input index of every
     input axis as ``[(output axis, stride), ...]``; None for reshapes that merge axes."""
@@ -397,6 +423,16 @@ def padded_shape(shape: Shape, lead: int, before: Sequence[int], after: Sequence
     return tuple(shape[:lead]) + tuple(s + b + a for s, b, a in zip(shape[lead:], before, after))
 
 
+def mirror_pad_refusal(shape: Shape, lead: int, before: Sequence[int], after: Sequence[int], mode: str) -> str:
+    """Why :func:`pad` cannot pad ``shape`` in ``edge`` or ``reflect`` mode ("" where it can): a negative
+    amount, or a reflection at least as wide as its axis (it would reflect twice)."""
+    if min(list(before) + list(after), default=0) < 0:
+        return "a negative amount"
+    if mode == "reflect" and any(b >= s or a >= s for b, a, s in zip(before, after, shape[lead:])):
+        return "a reflection as wide as its axis or wider"
+    return ""
+
+
 def pad(out: str, x: str, shape: Shape, lead: int, before: Sequence[int], after: Sequence[int], value: str,
         dtype, mode: str = "constant") -> List[str]:
     """``out`` = ``x`` padded by ``before`` / ``after`` on its last axes (from axis ``lead``): with ``value``
@@ -478,11 +514,27 @@ def linear_weights(factor: int, asymmetric: bool = False) -> np.ndarray:
     return table
 
 
-def _linear_loops(shape: Shape, factors: Sequence[int]):
+def _block_loops(shape: Shape, factors: Sequence[int]):
+    """(scaled axes, loops over (input element, position in its block), the output subscript
+    ``a * factor + b``) of an upsampling by integer ``factors``."""
     scaled = [d for d, k in enumerate(factors) if k > 1]
     loops = [(f"a{d}", s) for d, s in enumerate(shape)] + [(f"b{d}", factors[d]) for d in scaled]
     fine = ", ".join(f"_i_a{d} * {factors[d]} + _i_b{d}" if d in scaled else f"_i_a{d}" for d in range(len(shape)))
     return scaled, loops, fine
+
+
+def nearest_upsample(out: str, x: str, shape: Shape, factors: Sequence[int], dtype) -> List[str]:
+    """``x`` of ``shape`` upsampled by integer ``factors``, each element copied to its block (:func:`spread`)."""
+    _, loops, fine = _block_loops(shape, factors)
+    out_shape = tuple(s * k for s, k in zip(shape, factors))
+    return spread(out, out_shape, dtype, x, loops, ", ".join(f"_i_a{d}" for d in range(len(shape))), fine)
+
+
+def nearest_upsample_backward(out: str, g: str, shape: Shape, factors: Sequence[int], dtype) -> List[str]:
+    """The gradient of :func:`nearest_upsample` for an input of ``shape``: the sum of each element's block of
+    ``g``, an accumulating map over the input and the block."""
+    _, loops, fine = _block_loops(shape, factors)
+    return accumulate(out, shape, dtype, loops, [(g, fine)], ", ".join(f"_i_a{d}" for d in range(len(shape))), "in0")
 
 
 def linear_upsample(out: str, xp: str, shape: Shape, factors: Sequence[int], weights: dict, dtype) -> List[str]:
@@ -490,7 +542,7 @@ def linear_upsample(out: str, xp: str, shape: Shape, factors: Sequence[int], wei
     edge element on each side of each scaled axis) and ``weights`` ({axis: (factor, 3) table of
     :func:`linear_weights`}): one map over the input and the phases, reading three neighbours per scaled
     axis and each axis's weights by phase. Every subscript is affine, so any split carries over."""
-    scaled, loops, fine = _linear_loops(shape, factors)
+    scaled, loops, fine = _block_loops(shape, factors)
     out_shape = tuple(s * k for s, k in zip(shape, factors))
     lines = [f"{out} = np.empty({shape_code(out_shape)}, dtype={np_dtype(dtype)})"]
     lines += _map_head([f"_i_{c}" for c, _ in loops], [n for _, n in loops])
@@ -510,7 +562,7 @@ def linear_upsample_backward(out: str, g: str, shape: Shape, factors: Sequence[i
     """The gradient of :func:`linear_upsample` with respect to ``xp``: each output's gradient times its
     weights, added to the three neighbours per scaled axis it read (an accumulating map over the input, the
     phases and the neighbours). :func:`pad_backward` (edge) then folds the border into the input."""
-    scaled, loops, fine = _linear_loops(shape, factors)
+    scaled, loops, fine = _block_loops(shape, factors)
     loops += [(f"t{d}", 3) for d in scaled]
     padded = tuple(s + 2 if d in scaled else s for d, s in enumerate(shape))
     reads = [(g, fine)] + [(weights[d], f"_i_b{d}, _i_t{d}") for d in scaled]
@@ -548,6 +600,42 @@ def accumulate(out: str, out_shape: Shape, dtype, loops: Sequence[Tuple[str, int
     return lines
 
 
+def window_counts(spatial: Shape, before: Sequence[int], after: Sequence[int], kernel: Sequence[int], strides,
+                  dilations, out_spatial: Shape, include_pad: bool) -> np.ndarray:
+    """Each pooling window's number of elements inside the input (``include_pad``: inside the input and
+    its ``before``/``after`` padding, never the extra positions a ``ceil_mode`` window reaches past it),
+    an array of the output's spatial shape: average pooling's divisors."""
+    counts = np.ones((), np.int64)
+    for s, b, a, k, st, d, o in zip(spatial, before, after, kernel, strides, dilations, out_spatial):
+        lo, hi = (-b, s + a) if include_pad else (0, s)
+        taps = np.arange(o)[:, None] * st - b + np.arange(k)[None, :] * d  # positions in the input
+        counts = np.multiply.outer(counts, ((taps >= lo) & (taps < hi)).sum(axis=1))
+    return counts
+
+
+def pool(out: str, out_shape: Shape, dtype, xp: str, kernel: Sequence[int], strides, dilations,
+         combine: Callable[[str, str], str], divisor: str = "", counts: str = "") -> List[str]:
+    """One map over the pooled output (batch, channel, positions): each element reads its window of the
+    padded input ``xp`` as point reads (one connector per tap), folds them with ``combine(a, b)``, and
+    divides by the literal ``divisor`` or by its element of the array ``counts`` (spatial shape)."""
+    params = [f"_i{k}" for k in range(len(out_shape))]
+    reads = []
+    for offs in np.ndindex(*kernel):
+        sub = [f"{p} * {st} + {o * d}" if st != 1 else f"{p} + {o * d}"
+               for p, st, o, d in zip(params[2:], strides, offs, dilations)]
+        reads.append(f"        _in{len(reads)} << {xp}[{', '.join(params[:2] + sub)}]")
+    expr = "_in0"
+    for k in range(1, len(reads)):
+        expr = combine(expr, f"_in{k}")
+    if counts:
+        reads.append(f"        _d << {counts}[{', '.join(params[2:])}]")
+        divisor = "_d"
+    if divisor:
+        expr = f"({expr}) / {divisor}"
+    return ([f"{out} = np.empty({shape_code(out_shape)}, dtype={np_dtype(dtype)})"] + _map_head(params, out_shape) +
+            reads + [f"        _o >> {out}[{', '.join(params)}]", f"        _o = {expr}"])
+
+
 def conv_terms(n_spatial: int, strides, dilations, transpose_input: bool = False):
     """Loop letters and subscripts of an N-d convolution ``y[n, o, Y] += xp[n, c, Y * s + K * d] * w[o, c, K]``
     (``xp`` padded): (batch, out channel, in channel, output position letters, kernel letters, input
@@ -560,6 +648,48 @@ def conv_terms(n_spatial: int, strides, dilations, transpose_input: bool = False
         b = f"_i_{k}" if d == 1 else f"_i_{k} * {d}"
         pos.append(f"{a} + {b}")
     return ys, ks, pos
+
+
+def window_count(size: int, k: int, s: int, d: int, ceil: bool = False) -> int:
+    """Windows of ``k`` taps, dilation ``d``, stride ``s`` along an axis of ``size`` (padded) elements; with
+    ``ceil`` a last partial window counts too."""
+    span = size - (k - 1) * d - 1
+    return (-(-span // s) if ceil else span // s) + 1
+
+
+def pool_extent(spatial: Shape, kernel, strides, dilations, before, after, ceil: bool):
+    """(output sizes, pads after) of a pooling. With ``ceil`` the last window must start inside the input
+    or its left padding (PyTorch, ONNX), and the pads after grow to hold it."""
+    osz = [window_count(s + b + a, k, st, d, ceil)
+           for s, b, a, k, st, d in zip(spatial, before, after, kernel, strides, dilations)]
+    if ceil:
+        osz = [o - 1 if (o - 1) * st >= s + b else o for o, st, s, b in zip(osz, strides, spatial, before)]
+    grown = [max(a, (o - 1) * st + (k - 1) * d + 1 - s - b)
+             for a, o, st, k, d, s, b in zip(after, osz, strides, kernel, dilations, spatial, before)]
+    return osz, grown
+
+
+def transposed_conv_full(spatial: Shape, kernel, strides, dilations) -> Shape:
+    """Spatial extents of a transposed convolution's output before its padding is cropped."""
+    return tuple((i - 1) * s + (k - 1) * d + 1 for i, k, s, d in zip(spatial, kernel, strides, dilations))
+
+
+def transposed_conv_terms(x_shape: Shape, w_shape: Shape, strides, dilations):
+    """(loops, input subscript, weight subscript, output subscript) of a transposed convolution
+    ``y[n, o, i*s + k*d] += x[n, c, i] * w[c, o, k]``: the form of a convolution's input gradient, an
+    accumulating map over (batch, in channel, out channel, input positions, kernel positions)."""
+    ys, ks, pos = conv_terms(len(x_shape) - 2, strides, dilations)
+    loops = [("n", x_shape[0]), ("c", x_shape[1]), ("o", w_shape[1])] + list(zip(ys, x_shape[2:])) + \
+        list(zip(ks, w_shape[2:]))
+    return (loops, ", ".join(["_i_n", "_i_c"] + [f"_i_{y}" for y in ys]),
+            ", ".join(["_i_c", "_i_o"] + [f"_i_{k}" for k in ks]), ", ".join(["_i_n", "_i_o"] + pos))
+
+
+def transposed_conv(out: str, x: str, x_shape: Shape, w: str, w_shape: Shape, strides, dilations, dtype) -> List[str]:
+    """The uncropped output of a transposed convolution (:func:`transposed_conv_terms`)."""
+    loops, xi, wi, yi = transposed_conv_terms(x_shape, w_shape, strides, dilations)
+    full = (x_shape[0], w_shape[1]) + transposed_conv_full(x_shape[2:], w_shape[2:], strides, dilations)
+    return accumulate(out, full, dtype, loops, [(x, xi), (w, wi)], yi, "in0 * in1")
 
 
 def conv_channels(groups: int, out_ch: int, in_ch: int):

@@ -668,20 +668,8 @@ class _Importer:
                              np.result_type(*[v.dtype for v in inputs]), "cat")]
 
     def _concat(self, parts, axis: int, shape, dtype, hint: str) -> Tensor:
-        """Concatenation of ``parts`` ((identifier, shape), ...) along ``axis`` as one copy map per part into
-        its block of the output. Not ``np.concatenate``: DaCe 2's simplification turns that into a nested
-        SDFG whose connector keeps a part's shape and then fails validation when the parts are transients
-        written by maps (dace 2.0.0b1)."""
         out = self.new(hint, shape, dtype)
-        self.b.line(f"{out.ident} = np.empty({ops.shape_code(shape)}, dtype={ops.np_dtype(dtype)})")
-        start = 0
-        for ident, pshape in parts:
-            params = [f"_i{k}" for k in range(len(pshape))]
-            dst = [f"{p} + {start}" if k == axis and start else p for k, p in enumerate(params)]
-            self._lines(ops._map_head(params, pshape) + [f"        _v << {ident}[{', '.join(params)}]",
-                                                         f"        _o >> {out.ident}[{', '.join(dst)}]",
-                                                         "        _o = _v"])
-            start += pshape[axis]
+        self._lines(ops.concat(out.ident, shape, dtype, parts, axis))
         return out
 
     def op_Gather(self, node, inputs, at):
@@ -745,11 +733,6 @@ class _Importer:
         self._lines(ops.pad(out, self.data(x), x.shape, 2, before, after, value, x.dtype))
         return out, ops.padded_shape(x.shape, 2, before, after)
 
-    @staticmethod
-    def _out_size(size, k, s, d, ceil=False):
-        span = size - (k - 1) * d - 1
-        return (-(-span // s) if ceil else span // s) + 1
-
     def op_Conv(self, node, inputs, at):
         x, w = inputs[:2]
         bias = inputs[2] if len(inputs) > 2 else None
@@ -763,7 +746,7 @@ class _Importer:
         strides, dil, before, after = self._window(node, at, x, kernel)
         xp, pshape = self._padded(x, before, after, "0.0")
         n, oc, ic = x.shape[0], w.shape[0], x.shape[1]
-        osz = [self._out_size(p, k, s, d) for p, k, s, d in zip(pshape[2:], kernel, strides, dil)]
+        osz = [ops.window_count(p, k, s, d) for p, k, s, d in zip(pshape[2:], kernel, strides, dil)]
         if min(osz) < 1:
             raise self.error(f"Conv output of input {x.shape} would be empty")
         ys, ks, pos = ops.conv_terms(len(kernel), strides, dil)
@@ -809,20 +792,15 @@ class _Importer:
                 min(strides + dil) < 1 or min(pads + extra) < 0:
             raise self.error(f"strides {strides}, dilations {dil}, pads {pads} or output_padding {extra} do not fit "
                              f"a {n}-d kernel")
-        full = [(i - 1) * s + (k - 1) * d + 1 for i, k, s, d in zip(x.shape[2:], kernel, strides, dil)]
+        full = ops.transposed_conv_full(x.shape[2:], kernel, strides, dil)
         osz = [f - pb - pe + e for f, pb, pe, e in zip(full, pads[:n], pads[n:], extra)]
         if min(osz) < 1:
             raise self.error(f"ConvTranspose output of input {x.shape} would be empty")
-        batch, ic, oc = x.shape[0], x.shape[1], w.shape[1]
+        batch, oc = x.shape[0], w.shape[1]
         dtype = np.result_type(x.dtype, w.dtype)
-        ys, ks, pos = ops.conv_terms(n, strides, dil)
         acc = self.b.fresh("convt")
         full_shape = (batch, oc) + tuple(full)
-        loops = [("n", batch), ("c", ic), ("o", oc)] + list(zip(ys, x.shape[2:])) + list(zip(ks, kernel))
-        reads = [(self.data(x), ", ".join(["_i_n", "_i_c"] + [f"_i_{y}" for y in ys])),
-                 (self.data(w), ", ".join(["_i_c", "_i_o"] + [f"_i_{k}" for k in ks]))]
-        self._lines(ops.accumulate(acc, full_shape, dtype, loops, reads, ", ".join(["_i_n", "_i_o"] + pos),
-                                   "in0 * in1"))
+        self._lines(ops.transposed_conv(acc, self.data(x), x.shape, self.data(w), w.shape, strides, dil, dtype))
         self.contractions += 1
         shape = (batch, oc) + tuple(osz)
         if any(pads) or any(extra):
@@ -951,14 +929,8 @@ class _Importer:
         inside the input or its left padding (ONNX, PyTorch)."""
         kernel = list(at["kernel_shape"])
         strides, dil, before, given_after = self._window(node, at, x, kernel)
-        after = given_after
-        ceil = bool(at.get("ceil_mode", 0))
-        osz = [self._out_size(s + b + a, k, st, d, ceil)
-               for s, b, a, k, st, d in zip(x.shape[2:], before, after, kernel, strides, dil)]
-        if ceil:
-            osz = [o - 1 if (o - 1) * st >= s + b else o for o, st, s, b in zip(osz, strides, x.shape[2:], before)]
-            after = [max(a, (o - 1) * st + (k - 1) * d + 1 - s - b)
-                     for a, o, st, k, d, s, b in zip(after, osz, strides, kernel, dil, x.shape[2:], before)]
+        osz, after = ops.pool_extent(x.shape[2:], kernel, strides, dil, before, given_after,
+                                     bool(at.get("ceil_mode", 0)))
         if min(osz) < 1:
             raise self.error(f"{node.op_type} output of input {x.shape} would be empty")
         if int(np.prod(kernel)) > 64:
@@ -966,30 +938,16 @@ class _Importer:
         return kernel, strides, dil, before, after, osz, given_after
 
     def _pool(self, x, xp, kernel, strides, dil, osz, hint, combine, divisor=None) -> Tensor:
-        """One map over the output: each element reads its window of the padded input ``xp`` (one
-        connector per tap) and combines them (``combine(a, b)``); ``divisor``, an array of the output's
-        spatial shape, divides the result."""
+        """:func:`.numpy_ops.pool` over the padded input ``xp``; ``divisor`` (an array of the output's spatial
+        shape) divides the result, as a literal where all its elements are equal."""
         shape = tuple(x.shape[:2]) + tuple(osz)
         out = self.new(hint, shape, x.dtype)
-        params = [f"_i{k}" for k in range(len(shape))]
-        reads = []
-        for offs in np.ndindex(*kernel):
-            sub = [f"{p} * {st} + {o * d}" if st != 1 else f"{p} + {o * d}"
-                   for p, st, o, d in zip(params[2:], strides, offs, dil)]
-            reads.append(f"        _in{len(reads)} << {xp}[{', '.join(params[:2] + sub)}]")
-        expr = "_in0"
-        for k in range(1, len(reads)):
-            expr = combine(expr, f"_in{k}")
-        if divisor is not None:
-            if np.all(divisor == divisor.flat[0]):
-                expr = f"({expr}) / {float(divisor.flat[0])!r}"
-            else:
-                div = self.data(Const(divisor.astype(x.dtype), self.b.fresh(f"{hint}_count")))
-                reads.append(f"        _d << {div}[{', '.join(params[2:])}]")
-                expr = f"({expr}) / _d"
-        self._lines([f"{out.ident} = np.empty({ops.shape_code(shape)}, dtype={ops.np_dtype(x.dtype)})"] +
-                    ops._map_head(params, shape) + reads + [f"        _o >> {out.ident}[{', '.join(params)}]",
-                                                             f"        _o = {expr}"])
+        lit = counts = ""
+        if divisor is not None and np.all(divisor == divisor.flat[0]):
+            lit = repr(float(divisor.flat[0]))
+        elif divisor is not None:
+            counts = self.data(Const(divisor.astype(x.dtype), self.b.fresh(f"{hint}_count")))
+        self._lines(ops.pool(out.ident, shape, x.dtype, xp, kernel, strides, dil, combine, lit, counts))
         return out
 
     def op_MaxPool(self, node, inputs, at):
@@ -1012,12 +970,8 @@ class _Importer:
         if not np.issubdtype(x.dtype, np.floating):
             raise self.error(f"AveragePool of {x.dtype} tensors is not supported")
         kernel, strides, dil, before, after, osz, given_after = self._pool_window(node, at, x)
-        with_pads = bool(at.get("count_include_pad", 0))
-        counts = np.ones((), np.int64)
-        for s, b, a, k, st, d, o in zip(x.shape[2:], before, given_after, kernel, strides, dil, osz):
-            lo, hi = (-b, s + a) if with_pads else (0, s)
-            taps = np.arange(o)[:, None] * st - b + np.arange(k)[None, :] * d  # positions in the input
-            counts = np.multiply.outer(counts, ((taps >= lo) & (taps < hi)).sum(axis=1))
+        counts = ops.window_counts(x.shape[2:], before, given_after, kernel, strides, dil, osz,
+                                   bool(at.get("count_include_pad", 0)))
         xp, _ = self._padded(x, before, after, "0.0")
         return [self._pool(x, xp, kernel, strides, dil, osz, "avgpool", lambda a, b: f"{a} + {b}", counts)]
 
@@ -1044,17 +998,15 @@ class _Importer:
         if not any(before) and not any(after):
             return [x]
         lead = min(a for a in range(n) if before[a] or after[a])
-        spatial = x.shape[lead:]
         if mode == "constant":
             out = self.b.fresh("pad")
             self._lines(ops.pad(out, self.data(x), x.shape, lead, before[lead:], after[lead:],
                                 repr(float(value)) if np.issubdtype(x.dtype, np.floating) else str(int(value)),
                                 x.dtype))
         elif mode in ("edge", "reflect"):
-            if min(before + after) < 0 or (mode == "reflect" and any(
-                    b >= s or a >= s for b, a, s in zip(before[lead:], after[lead:], spatial))):
-                raise self.error(f"Pad in mode '{mode}' with pads {pads} for input {x.shape} is not supported "
-                                 "(negative, or a reflection wider than its axis)")
+            why = ops.mirror_pad_refusal(x.shape, lead, before[lead:], after[lead:], mode)
+            if why:
+                raise self.error(f"Pad in mode '{mode}' with pads {pads} for input {x.shape} is not supported: {why}")
             out = self.b.fresh("pad")
             self._lines(ops.pad(out, self.data(x), x.shape, lead, before[lead:], after[lead:], None, x.dtype, mode))
         else:
@@ -1091,10 +1043,7 @@ class _Importer:
             return [self._linear_resize(x, f, ctm)]
         shape = tuple(s * k for s, k in zip(x.shape, f))
         out = self.new("resize", shape, x.dtype)
-        loops = [(f"a{d}", s) for d, s in enumerate(x.shape)] + [(f"b{d}", k) for d, k in enumerate(f) if k > 1]
-        read = ", ".join(f"_i_a{d}" for d in range(len(f)))
-        write = ", ".join(f"_i_a{d} * {k} + _i_b{d}" if k > 1 else f"_i_a{d}" for d, k in enumerate(f))
-        self._lines(ops.spread(out.ident, shape, x.dtype, self.data(x), loops, read, write))
+        self._lines(ops.nearest_upsample(out.ident, self.data(x), x.shape, f, x.dtype))
         return [out]
 
     def _linear_resize(self, x, f, ctm) -> Tensor:

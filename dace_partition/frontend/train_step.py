@@ -47,7 +47,7 @@ def from_torch_train_step(step_fn: Callable, example_inputs: Inputs, state: Dict
 
     tensors = [torch.as_tensor(t) for t in list(state.values()) + list(inputs.values())]
     try:
-        with torch.no_grad(), _math_attention():
+        with torch.no_grad(), _math_attention(), torch.backends.mkldnn.flags(enabled=False):
             gm = make_fx(flat)(*[t.clone() for t in tensors])  # real ops run: in-place updates hit copies
     except FrontendError:
         raise

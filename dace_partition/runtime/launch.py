@@ -88,6 +88,18 @@ def run(sdfg: SDFG, ranks: int, timeout: float = 300, launcher=None, **inputs):
     return launch(sdfg, ranks, timeout, inputs, launcher=launcher, update=inputs)[0]
 
 
+def _before_banner(err: str) -> list:
+    """The program's own last words (glibc's ``double free or corruption`` before a SIGABRT): the lines of
+    ``err`` before MPICH's banner about a bad termination, without duplicates from several ranks."""
+    lines = []
+    for line in err.splitlines():
+        if line.startswith("====="):
+            break
+        if line.strip() and line not in lines:
+            lines.append(line)
+    return lines
+
+
 def _update_in_place(update, written):
     """Copies the new values of written arguments into the caller's arrays (where they are writable NumPy
     arrays of as many elements; others, e.g. torch tensors, get only the returned values)."""
@@ -155,7 +167,7 @@ def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = WORKER,
         if proc.returncode != 0:
             msgs = [l for l in err.splitlines() if "dace_partition" in l or "Error" in l]
             dead = dead_ranks(out + "\n" + err, tmp, watch.first if watch is not None else None)
-            tail = msgs[-20:] or ([] if dead else (err.splitlines() or out.splitlines())[-30:])
+            tail = msgs[-20:] or (_before_banner(err)[-10:] if dead else (err.splitlines() or out.splitlines())[-30:])
             raise RunError(f"'{sdfg.name}' on {ranks} ranks failed (exit {proc.returncode}, launcher {lc}):\n" +
                            "\n".join(dead + tail))
         for line in err.splitlines():  # the program's own warnings (e.g. a hierarchy the nodes do not match)

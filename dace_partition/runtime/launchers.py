@@ -307,8 +307,7 @@ class FirstToEnd:
     def __init__(self, tmp: str, ranks: Optional[int] = None, poll: float = 0.002):
         self.tmp, self.ranks, self.poll = tmp, ranks, poll
         self.first: Optional[Tuple[int, int]] = None  # (rank, pid)
-        self._done = threading.Event()
-        self._wake_r, self._wake_w = os.pipe()
+        self._wake_r, self._wake_w = os.pipe()  # written by stop(): ends the watch at once
         self._thread = threading.Thread(target=self._watch, name="dace_partition_first_to_end", daemon=True)
         self._thread.start()
 
@@ -319,7 +318,7 @@ class FirstToEnd:
         poller.register(self._wake_r, select.POLLIN)
         quiet_since = time.monotonic()
         try:
-            while not self._done.is_set():
+            while True:
                 looking = self.ranks is None or len(seen) < self.ranks
                 for pid, rank in (_rank_pids(self.tmp).items() if looking else ()):
                     if pid not in seen and _running(pid):
@@ -333,6 +332,8 @@ class FirstToEnd:
                     ready = poller.poll(wait * 1000)
                 else:
                     ready = poller.poll()
+                if any(fd == self._wake_r for fd, _ in ready):
+                    return
                 watched = set(pidfds.values())
                 ended = {pidfds[fd] for fd, _ in ready if fd in pidfds}
                 ended |= {pid for pid in seen if pid not in watched and not _running(pid)}
@@ -346,7 +347,6 @@ class FirstToEnd:
                 os.close(fd)
 
     def stop(self):
-        self._done.set()
         os.write(self._wake_w, b"x")
         self._thread.join(timeout=1)
         if not self._thread.is_alive():  # else it may still poll the pipe: leave it open

@@ -118,6 +118,42 @@ def test_a_split_of_the_outer_part_of_a_merged_index_runs_like_numpy(rng):
     np.testing.assert_array_equal(res["out"] if isinstance(res, dict) else res, x.reshape(30, 8))
 
 
+@dace.program
+def every_other_column(y: dace.float32[6, 5, 10], out: dace.float32[6, 3, 4], back: dace.float32[6, 5, 10]):
+    """``out = y[:, 1:4, 0:8:2]`` and ``back`` zeros with ``out`` put back in its place, as maps with the
+    strided subscript ``2 * k`` (a slice with a step and its gradient, in a training step's trace)."""
+    for i, j, k in dace.map[0:6, 0:3, 0:4]:
+        with dace.tasklet:
+            v << y[i, j + 1, k * 2]
+            o >> out[i, j, k]
+            o = v
+    for i, j, k in dace.map[0:6, 0:5, 0:10]:
+        with dace.tasklet:
+            z >> back[i, j, k]
+            z = 0
+    for i, j, k in dace.map[0:6, 0:3, 0:4]:
+        with dace.tasklet:
+            v << out[i, j, k]
+            o >> back[i, j + 1, k * 2]
+            o = v
+
+
+@pytest.mark.parametrize("axis", [0, 2])
+def test_strided_reads_and_writes_split_along_an_axis_run_like_numpy(rng, axis):
+    """Split along the batch, every rank reads and writes the whole strided span of its rows (DaCe's
+    propagation gives ``0:4`` for ``2 * k``: a rank read past its buffer, or freed a corrupted heap); split
+    along ``k``, the written boxes leave gaps that keep the zeros written before."""
+    sdfg = every_other_column.to_sdfg()
+    dp.lower(sdfg, {m.name: tuple(2 if d == axis else 1 for d in range(3)) for m in dp.maps(sdfg)})
+    y = rng.random((6, 5, 10)).astype(np.float32)
+    out = dp.run(sdfg, 2, timeout=120, y=y, out=np.zeros((6, 3, 4), np.float32),
+                 back=np.full((6, 5, 10), 7.0, np.float32))
+    back = np.zeros_like(y)
+    back[:, 1:4, 0:8:2] = y[:, 1:4, 0:8:2]
+    np.testing.assert_array_equal(out["out"], y[:, 1:4, 0:8:2])
+    np.testing.assert_array_equal(out["back"], back)
+
+
 @pytest.mark.parametrize("n,ranks", [(10, 3), pytest.param(10, 4, marks=pytest.mark.slow),  # each size uneven on
                                      pytest.param(37, 3, marks=pytest.mark.slow), (37, 4),  # 3 or 4 ranks: the
                                      (1000, 3), pytest.param(1000, 4, marks=pytest.mark.slow)])  # rest -m slow

@@ -144,3 +144,12 @@ def test_the_rank_that_ended_first_is_named_when_the_launcher_names_another(tmp_
     # the launcher naming the first one itself: nothing added
     assert dead_ranks(hydra.replace(str(procs[0].pid), str(procs[1].pid)), str(tmp_path), watch.first) == \
         [f"rank 1 (pid {procs[1].pid} on vm) was ended by signal 9 (SIGKILL)"]
+
+
+def test_a_rank_s_last_words_before_the_launcher_s_banner_are_reported():
+    """A rank that aborts (glibc found a corrupted heap) prints why before MPICH's banner; the error keeps
+    that line once, not the banner."""
+    err = ("double free or corruption (!prev)\ndouble free or corruption (!prev)\n \n" + "=" * 83 +
+           "\n=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES\n=   EXIT CODE: 6\n" + "=" * 83 +
+           "\nYOUR APPLICATION TERMINATED WITH THE EXIT STRING: Aborted (signal 6)\n")
+    assert dp.runtime.launch._before_banner(err) == ["double free or corruption (!prev)"]

@@ -286,6 +286,58 @@ def test_activations_sgd_step_data_parallel_2_ranks():
     train_and_compare(Activations(), x, labels, "torch_everyday_activations_step")
 
 
+class SkipAndSlices(nn.Module):
+    """A skip connection by ``torch.cat``, ``chunk`` and ``stack``, slices with a start and a step,
+    ``narrow``, and activations in place (ReLU6, ReLU)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.mix = nn.Conv2d(7, 4, 1)
+        self.act = nn.Sequential(nn.ReLU6(inplace=True), nn.ReLU(inplace=True))
+        self.head = nn.Linear(2 * 3 * 3, 3)
+
+    def forward(self, x):
+        y = self.mix(torch.cat([torch.relu(self.conv(x)), x], dim=1))
+        u, v = torch.chunk(self.act(y), 2, dim=1)
+        w = torch.stack([u, 2 * v], dim=2).sum(2)  # (B, 2, 8, 8)
+        return self.head(w[:, :, 1:7:2, ::3].narrow(3, 0, 3).flatten(1))
+
+
+def test_concatenation_slices_and_in_place_activations_sgd_step_data_parallel_2_ranks():
+    """cat, chunk (split), stack, slices with steps and their gradients (zeros with the gradient at every
+    other position), narrow, ReLU6 and ReLU in place: one SGD step with the batch split, compared with
+    eager PyTorch."""
+    torch.manual_seed(0)
+    labels = torch.randint(0, 3, (B, ), generator=torch.Generator().manual_seed(11))
+    train_and_compare(SkipAndSlices(), images(3, 12), labels, "t_everyday_cat_slices_sgd")
+
+
+class RecurrentHead(nn.Module):
+    """An LSTM (then a GRU over its outputs), then a Linear on the last step."""
+
+    def __init__(self, gru: bool):
+        super().__init__()
+        self.lstm = nn.LSTM(4, 3, batch_first=True)
+        self.gru = nn.GRU(3, 3, batch_first=True) if gru else None
+        self.head = nn.Linear(3, 3)
+
+    def forward(self, x):
+        y = self.lstm(x)[0]
+        return self.head((y if self.gru is None else self.gru(y)[0])[:, -1])
+
+
+@pytest.mark.parametrize("gru,steps", [(False, 2), pytest.param(True, 3, marks=pytest.mark.slow)])  # 40 s, 110 s
+def test_lstm_and_gru_sgd_step_data_parallel_2_ranks(gru, steps):
+    """The recurrent layers' traces (traced without oneDNN: their gates as matrix products, sigmoid_ and
+    tanh_ in place, unsafe_split, stack, unbind; the GRU's transpose_): one SGD step with the batch split,
+    the steps unrolled (each a few hundred maps with its backward)."""
+    torch.manual_seed(0)
+    x = torch.randn(B, steps, 4, generator=torch.Generator().manual_seed(12))
+    labels = torch.randint(0, 3, (B, ), generator=torch.Generator().manual_seed(13))
+    train_and_compare(RecurrentHead(gru), x, labels, f"t_everyday_recurrent_sgd_{int(gru)}")
+
+
 def test_padding_group_norm_grouped_conv_pooling_upsampling_sgd_step_data_parallel_2_ranks():
     """Uneven zero padding, GroupNorm (its backward traced into elementwise ops and sums), Softplus with a
     beta, a depthwise and a two-group convolution (their input gradients needed too), AvgPool2d with padding not

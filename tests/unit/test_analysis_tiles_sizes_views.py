@@ -1,5 +1,7 @@
 """Constraint analysis checked without compiling: the tiling formula, specialised and symbolic sizes,
 derived library-node grids, views, triangular loops (the conformance suite runs them end to end)."""
+import re
+
 import dace
 import numpy as np
 import pytest
@@ -141,3 +143,22 @@ def test_reshape_view_is_partitioned():
     sched = {m.name: (2, ) + (1, ) * (len(m.params) - 1) for m in dp.maps(sdfg) if str(m.shape[0]) == "N"}
     dp.lower(sdfg, sched)
     assert dp.ranks_needed(sdfg) == 2
+
+
+@dace.program
+def every_other(y: dace.float32[6, 5, 10], out: dace.float32[6, 3, 4]):
+    for i, j, k in dace.map[0:6, 0:3, 0:4]:
+        with dace.tasklet:
+            v << y[i, j + 1, k * 2]
+            o >> out[i, j, k]
+            o = v
+
+
+def test_a_strided_subscript_reads_its_whole_span():
+    """``y[..., 2 * k]`` over ``k`` in 0:4 reads elements 0 to 6 of the last axis. DaCe 1.0.2 propagates it
+    to 0:4, and a rank that got only that box read past its buffer; the scatter now sends 0:7."""
+    sdfg = every_other.to_sdfg()
+    (m, ) = dp.maps(sdfg)
+    dp.lower(sdfg, {m.name: (2, 1, 1)})
+    text = str(dp.report(sdfg))
+    assert re.search(r"scatter +y\[3\*__dp\d+_r0:3\*__dp\d+_r0 \+ 3, 1:4, 0:7\]", text), text
