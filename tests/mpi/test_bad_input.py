@@ -204,19 +204,6 @@ def test_unsupported_pattern_names_array_subset_reason():
     assert sdfg.to_json() == before, "a failed lowering must leave the SDFG untouched"
 
 
-@dace.program
-def strided_read(x: dace.int64[128], out: dace.int64[64]):
-    for i in dace.map[0:64]:
-        out[i] = x[2 * i]
-
-
-def test_no_solver_for_strided_access():
-    sdfg = strided_read.to_sdfg()
-    with pytest.raises(dp.UnsupportedPattern, match=r"'x'.*grid_mapped: dimension 0 is strided.*blocks: dimension 0 "
-                       r"is strided"):
-        dp.lower(sdfg, {dp.maps(sdfg)[0].name: (2, )})
-
-
 def test_bad_input_shape_on_rank0_ends_all_ranks():
     """A wrong shape given on rank 0 inside an mpiexec-launched script: every rank ends, with the message."""
     sdfg = lowered(P.add5, ((0, (4, )), ))

@@ -154,6 +154,25 @@ def test_strided_reads_and_writes_split_along_an_axis_run_like_numpy(rng, axis):
     np.testing.assert_array_equal(out["back"], back)
 
 
+@dace.program
+def strided_read(x: dace.int64[128], out: dace.int64[64]):
+    for i in dace.map[0:64]:
+        out[i] = x[2 * i]
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_a_strided_read_split_along_its_map_gets_the_span_of_its_rows(ranks):
+    """``x[2 * i]`` over a rank's rows of ``i`` reads every other element of one contiguous span of ``x``:
+    the scatter sends that span (its gaps too), as a rank-local buffer holds a contiguous block."""
+    sdfg = strided_read.to_sdfg()
+    sdfg.name = f"t_general_strided_read_{ranks}"
+    dp.lower(sdfg, {dp.maps(sdfg)[0].name: (ranks, )})
+    step = 128 // ranks
+    assert f"x[{step}*__dp0_r0:{step}*__dp0_r0 + {step - 1}]" in str(dp.report(sdfg))
+    x = np.arange(128, dtype=np.int64) * 3
+    np.testing.assert_array_equal(dp.run(sdfg, ranks, x=x, out=np.zeros(64, np.int64))["out"], x[::2])
+
+
 @pytest.mark.parametrize("n,ranks", [(10, 3), pytest.param(10, 4, marks=pytest.mark.slow),  # each size uneven on
                                      pytest.param(37, 3, marks=pytest.mark.slow), (37, 4),  # 3 or 4 ranks: the
                                      (1000, 3), pytest.param(1000, 4, marks=pytest.mark.slow)])  # rest -m slow

@@ -7,7 +7,6 @@ import pytest
 
 import dace_partition as dp
 from dace_partition.solvers.node import DistributedMemlet
-from dace_partition.compat import DACE_MAJOR
 from dace_partition.errors import UnsupportedPattern
 from dace_partition.runtime.mpi_count import count_run
 from conformance.programs import _heat3d as heat3d_reference
@@ -346,13 +345,22 @@ def red_black(A: dace.float64[N], T: dace.int64):
             A[2 * i] = 0.5 * (A[2 * i - 1] + A[2 * i + 1])
 
 
-def test_red_black_sweeps_are_refused_in_words():
-    """Red-black updates write every other element: strided blocks, which rank-local buffers (contiguous
-    blocks) do not hold. Refused before any rank starts, naming the array, its subset and the reason."""
+@pytest.mark.parametrize("n,ranks", [(21, 2), (22, 4)])
+def test_red_black_sweeps_run_like_numpy(n, ranks):
+    """Red-black updates write every other element. A rank's written box is the span of its elements,
+    whose gaps (the other colour) keep the values it was given before the sweep; gathered back, every
+    element equals NumPy's sweeps (odd and even lengths, uneven blocks)."""
     sdfg = red_black.to_sdfg()
-    with pytest.raises(UnsupportedPattern, match=r"array 'A' with subset \[.*:2\].*strided \(step 2\)"):
-        dp.lower(sdfg, {m.name: (2, ) for m in dp.maps(sdfg)})
-    assert not dp.api.is_lowered(sdfg)
+    sdfg.name = f"t_loops_red_black_{n}_{ranks}"
+    dp.lower(sdfg, {m.name: (ranks, ) for m in dp.maps(sdfg)})
+    a = np.random.default_rng(n).random(n)
+    ref = a.copy()
+    for _ in range(3):
+        i = np.arange((n - 1) // 2)
+        ref[2 * i + 1] = 0.5 * (ref[2 * i] + ref[2 * i + 2])
+        i = i[1:]
+        ref[2 * i] = 0.5 * (ref[2 * i - 1] + ref[2 * i + 1])
+    np.testing.assert_array_equal(dp.run(sdfg, ranks, A=a, T=3, N=n)["A"], ref)
 
 
 @dace.program
