@@ -410,13 +410,13 @@ def _strided_extents(out, sides, params, rng):
     names = {str(p) for p in params}
     corner = {str(p): (b, e) for p, (b, e, _) in zip(params, rng)}
     dims = list(out.ranges)
+    subs = [as_range(side) for side in sides]
+    if any(not isinstance(sub, subsets.Range) or sub.dims() != len(dims) for sub in subs):
+        return out
     changed = False
     for d in range(len(dims)):
         begins, ends, strided = [], [], False
-        for side in sides:
-            sub = as_range(side)
-            if not isinstance(sub, subsets.Range) or sub.dims() != len(dims):
-                return out
+        for sub in subs:
             bounds = []
             for k, expr in enumerate(sympy.sympify(x) for x in sub[d][:2]):
                 syms = [f for f in expr.free_symbols if str(f) in names]

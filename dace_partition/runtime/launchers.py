@@ -332,8 +332,6 @@ class FirstToEnd:
                     ready = poller.poll(wait * 1000)
                 else:
                     ready = poller.poll()
-                if any(fd == self._wake_r for fd, _ in ready):
-                    return
                 watched = set(pidfds.values())
                 ended = {pidfds[fd] for fd, _ in ready if fd in pidfds}
                 ended |= {pid for pid in seen if pid not in watched and not _running(pid)}
@@ -341,6 +339,8 @@ class FirstToEnd:
                     if len(ended) == 1 and len(seen) > 1:
                         pid = ended.pop()
                         self.first = (seen[pid], pid)
+                    return
+                if any(fd == self._wake_r for fd, _ in ready):  # stop(): ends noted in the same wake count
                     return
         finally:
             for fd in pidfds:
