@@ -220,3 +220,34 @@ def jacobi_time_small(A: dace.float64[18, 10], B: dace.float64[18, 10]):
     for t in range(3):
         B[1:-1, 1:-1] = 0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1] + A[:-2, 1:-1])
         A[1:-1, 1:-1] = 0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1] + B[:-2, 1:-1])
+
+
+def tridiagonal_rows(n, m):
+    """The Thomas algorithm on each row of (n, m) arrays: a forward sweep, then a backward one."""
+    @dace.program
+    def tridiagonal(a: dace.float64[n, m], b: dace.float64[n, m], c: dace.float64[n, m], d: dace.float64[n, m]):
+        cp = np.zeros((n, m), dtype=np.float64)
+        dq = np.zeros((n, m), dtype=np.float64)
+        x = np.zeros((n, m), dtype=np.float64)
+        for i in dace.map[0:n]:
+            cp[i, 0] = c[i, 0] / b[i, 0]
+            dq[i, 0] = d[i, 0] / b[i, 0]
+            for j in range(1, m):
+                den = b[i, j] - a[i, j] * cp[i, j - 1]
+                cp[i, j] = c[i, j] / den
+                dq[i, j] = (d[i, j] - a[i, j] * dq[i, j - 1]) / den
+            x[i, m - 1] = dq[i, m - 1]
+            for k in range(m - 2, -1, -1):
+                x[i, k] = dq[i, k] - cp[i, k] * x[i, k + 1]
+        return x
+    return tridiagonal
+
+
+def tridiagonal_inputs(n, m):
+    """The inputs of :func:`tridiagonal_rows` (diagonally dominant) and NumPy's dense solution of each row."""
+    rng = np.random.default_rng(3)
+    a, c, d = (rng.random((n, m)) for _ in range(3))
+    b = rng.random((n, m)) + 3.0
+    solved = np.stack([np.linalg.solve(np.diag(b[i]) + np.diag(a[i, 1:], -1) + np.diag(c[i, :-1], 1), d[i])
+                       for i in range(n)])
+    return dict(a=a, b=b, c=c, d=d), solved

@@ -157,11 +157,59 @@ def map_accesses(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, rng: subse
         if op is None and arr in dynamic:
             _refuse_interleaved_blocks(arr, subset, positions)
         out.append(Access(arr, Direction.OUT, subset, op, accumulates=op is not None))
+        if op is None:
+            _one_buffer_for_own_writes(out, state, entry, arr, positions)
+            subset = out[-1].subset  # the write's block, grown to the reads' where they share a buffer
         if op is None and arr in dynamic:
             # A write that may skip elements: they must keep their prior values.
             if not any(a.array == arr and a.direction == Direction.IN and same_subset(a.subset, subset) for a in out):
                 out.append(Access(arr, Direction.IN, subset, prior=True))
     return out
+
+
+def _one_buffer_for_own_writes(out: List[Access], state: SDFGState, entry: nodes.MapEntry, arr: str,
+                               positions: Dict[str, int]) -> None:
+    """Gives the read of ``arr`` the write's block where an iteration's body reads elements it wrote.
+
+    A read and a write of different blocks get a buffer each, so the kernel reads the values from before
+    it. A map body with control flow (a nested SDFG: ``for j: x[i, j] = x[i, j - 1] + ...``) reads within
+    one iteration what that iteration wrote, and must find it: such a read and write share one buffer. Where
+    the reads lie inside the written block, that block is scattered and gathered; where they pass it only
+    along dimensions the grid does not split, both take the bounding box (each rank still gathers elements
+    no other rank writes). Reads past the block along a split dimension keep their own buffer."""
+    read = next((a for a in out if a.array == arr and a.direction == Direction.IN and not a.prior), None)
+    write = next((a for a in out if a.array == arr and a.direction == Direction.OUT), None)
+    if read is None or write is None or same_subset(read.subset, write.subset):
+        return
+    if not _body_reads_what_it_writes(state, entry, arr):
+        return
+    box = bounding_box([read.subset, write.subset], positions)
+    if same_subset(box, write.subset):
+        read.subset = write.subset
+        return
+    grown = [d for d in range(box.dims()) if not same_subset(subsets.Range([box[d]]), subsets.Range([write.subset[d]]))]
+    if not any(_split_along(a.subset, d, positions) for a in (read, write) for d in grown):
+        read.subset = write.subset = box
+
+
+def _split_along(subset: subsets.Range, d: int, positions: Dict[str, int]) -> bool:
+    """Whether dimension ``d`` of a tile's box depends on a grid coordinate (the grid splits it)."""
+    return any(str(f) in positions for x in subset[d][:2] for f in sympy.sympify(x).free_symbols)
+
+
+def _body_reads_what_it_writes(state: SDFGState, entry: nodes.MapEntry, arr: str) -> bool:
+    """Whether a nested SDFG in the map's scope both reads and writes elements of ``arr`` that one iteration
+    can share (their memlets intersect, or DaCe cannot tell)."""
+    for node in state.scope_subgraph(entry).nodes():
+        if not isinstance(node, nodes.NestedSDFG):
+            continue
+        reads = [e.data.subset for e in state.in_edges(node) if e.data.data == arr and e.data.subset is not None]
+        writes = [e.data.subset for e in state.out_edges(node) if e.data.data == arr and e.data.subset is not None]
+        for r in reads:
+            for w in writes:
+                if subsets.intersects(r, w) is not False:
+                    return True
+    return False
 
 
 def _refuse_interleaved_blocks(array, subset, positions: Dict[str, int]):

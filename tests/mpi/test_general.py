@@ -155,6 +155,28 @@ def test_strided_reads_and_writes_split_along_an_axis_run_like_numpy(rng, axis):
 
 
 @dace.program
+def scan_rows_in_place(d: dace.float64[7, 9], x: dace.float64[7, 9]):
+    """A recurrence along each row, in place: column 0 is read and never written."""
+    for i in dace.map[0:7]:
+        for j in range(1, 9):
+            x[i, j] = d[i, j] + 0.5 * x[i, j - 1]
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_a_recurrence_along_rows_in_place_runs_like_numpy(rng, ranks):
+    """Each iteration of the map reads what it wrote a step before (``x[i, j - 1]``), and reads a column it
+    never writes: its reads and writes take one buffer of the rows' whole width, split along the rows."""
+    sdfg = scan_rows_in_place.to_sdfg()
+    sdfg.name = f"scan_rows_in_place_{ranks}"
+    dp.lower(sdfg, {m.name: (ranks, ) for m in dp.maps(sdfg)})
+    d, x = rng.random((7, 9)), rng.random((7, 9))
+    expected = x.copy()
+    for j in range(1, 9):
+        expected[:, j] = d[:, j] + 0.5 * expected[:, j - 1]
+    np.testing.assert_allclose(dp.run(sdfg, ranks, d=d, x=x)["x"], expected, rtol=1e-14, atol=0)
+
+
+@dace.program
 def strided_read(x: dace.int64[128], out: dace.int64[64]):
     for i in dace.map[0:64]:
         out[i] = x[2 * i]

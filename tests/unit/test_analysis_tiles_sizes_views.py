@@ -162,3 +162,19 @@ def test_a_strided_subscript_reads_its_whole_span():
     dp.lower(sdfg, {m.name: (2, 1, 1)})
     text = str(dp.report(sdfg))
     assert re.search(r"scatter +y\[3\*__dp\d+_r0:3\*__dp\d+_r0 \+ 3, 1:4, 0:7\]", text), text
+
+
+def test_a_map_body_that_reads_its_own_writes_keeps_one_buffer_per_array():
+    """A row's forward sweep writes ``cp[i, j]`` and reads ``cp[i, j - 1]`` in the next step: its reads
+    (columns 0:8) and writes (0:9) differ, but the body must find what it wrote, so the two share one
+    rank-local buffer of the written block (scattered once, gathered once). Kept apart, the reads came from
+    the scattered zeros and every row was wrong on 2 ranks."""
+    import programs as P
+    sdfg = P.tridiagonal_rows(7, 9).to_sdfg()
+    sdfg.name = "t_unit_tridiagonal_buffers"
+    dp.lower(sdfg, {m.name: (2, ) for m in dp.maps(sdfg) if len(m.params) == 1})
+    text = str(dp.report(sdfg))
+    for array in ("cp", "dq", "__return"):
+        scatters = re.findall(rf"scatter +{array}\[([^\]]*)\]", text)
+        assert len(scatters) == 1 and scatters[0].endswith(", 0:9"), (array, scatters, text)
+    assert not re.search(r"__dp\d+_(cp|__return)_(in|out)\b", str(sdfg.arrays.keys()))
