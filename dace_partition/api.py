@@ -20,8 +20,10 @@ import numpy as np
 from dace import nodes
 from dace.sdfg import SDFG
 
+from .analysis.boolean_sums import boolean_sums
 from .analysis.python_calls import python_calls
-from .compat import DACE_MAJOR, DACE_VERSION, stepped_elements, with_line_info_from_frames
+from .compat import (DACE_MAJOR, DACE_VERSION, loops_sharing_a_variable, misplaced_nested_arguments, stepped_elements,
+                     with_line_info_from_frames)
 from .errors import ScheduleError, UnsupportedPattern
 from .ir import Device, IoMode, Layout, is_lowered, layouts_of, notes, ranks_needed
 from .passes.local_optimize import LocalOptimize, LocalStep, steps_of
@@ -90,6 +92,22 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
                                  f"DaCe {DACE_VERSION}'s frontend drops (the program computes a wrong result even in "
                                  "one process); write the strided access as a map over the index, "
                                  "'for i in dace.map[0:N]: y[i] = x[2 * i]'")
+    for array, subset, var, ranges in loops_sharing_a_variable(sdfg):
+        shown = " and ".join(f"{b}..{e} step {st}" for b, e, st in ranges)
+        raise UnsupportedPattern(array, subset, f"two for-loops of one map body (or nested program) share the loop "
+                                 f"variable '{var}' with different ranges ({shown}); DaCe {DACE_VERSION}'s frontend "
+                                 "then passes the loops shifted elements (the program computes a wrong result even "
+                                 "in one process); give each loop its own variable name")
+    for array, subset, body, shape in misplaced_nested_arguments(sdfg):
+        raise UnsupportedPattern(array, subset, f"DaCe {DACE_VERSION}'s frontend passes these elements into the body "
+                                 f"'{body}', which holds them as an array of shape {shape} counted from its loop's "
+                                 "first index (the frontend could not derive the loop's elements, as with symbolic "
+                                 "loop bounds such as range(1, M)); the body then reads and writes shifted elements, "
+                                 "even in one process. Give the arrays' sizes as numbers (dace.float64[1000, 64]), "
+                                 "or loop over the rows with 'for i in range(...)' instead of dace.map (which keeps "
+                                 "them on one rank)")
+    for summed in boolean_sums(sdfg):
+        raise UnsupportedPattern(summed.array, summed.subset, summed.reason())
     for call in python_calls(sdfg):
         raise UnsupportedPattern(call.array, call.subset, call.reason())
     t0 = time.perf_counter()

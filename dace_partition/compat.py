@@ -33,6 +33,10 @@ The rest of the package calls these helpers instead of asking which DaCe it runs
   body states; ``loop_information()``), DaCe 2 a ``LoopRegion`` (``xf.loop``).
 * :func:`process_grids`: DaCe's own process grids (``dace.comm.Cart_create``) are data descriptors in
   ``sdfg.arrays`` in DaCe 2 and a separate ``sdfg._pgrids`` table in 1.0.2.
+* :func:`loops_sharing_a_variable`: DaCe 1.0.2's frontend passes wrong elements into a map body whose two
+  for-loops share a variable name but not a range (DaCe 2 gets them right); such programs are refused.
+* :func:`misplaced_nested_arguments`: the same frontend's memlets into a map body that name fewer or more
+  elements than the body's array (symbolic loop bounds); such programs are refused too.
 * :func:`line_info_from_frames`, :func:`with_line_info_from_frames`: how each generation finds the file and
   line of a node it adds.
 """
@@ -110,6 +114,101 @@ def _stepped_view_side(sdfg, state, edge):
                 any(step != 1 for _, _, step in sub.ranges):
             return [(node.data, str(sub), state.label)]
     return []
+
+
+def loops_sharing_a_variable(sdfg):
+    """(outer array, outer subset, loop variable, the loops' ranges) for each argument of a map body or nested
+    program that two of its for-loops with different ranges index by one variable name. DaCe 1.0.2's
+    frontend keeps one range per variable name for the memlets that pass arrays into such a body (it warns:
+    "Two for-loops using the same variable ... but different ranges in the same nested SDFG level"), so
+    the memlet of a loop's access starts at the other loop's first index and the program reads and writes
+    shifted elements, even in one process. DaCe 2 keeps loops as regions and gets them right."""
+    if DACE_MAJOR >= 2:
+        return []
+    from .schedule.loops import find_loops
+    out = []
+    for sd in sdfg.all_sdfgs_recursive():
+        node = sd.parent_nsdfg_node
+        if node is None:
+            continue
+        ranges = {}
+        for lp in find_loops(sd):
+            found = lp.for_range(sd)
+            if found:
+                ranges.setdefault(found[0], []).append((tuple(map(str, found[1])), lp))
+        for var, loops in ranges.items():
+            if len({r for r, _ in loops}) < 2:
+                continue
+            for conn in _indexed_arguments(sd, var, [lp for _, lp in loops]):
+                outer = _outer_memlet(sd.parent, node, conn)
+                if outer is not None:
+                    out.append((outer.data, str(outer.subset), var, [r for r, _ in loops]))
+    return out
+
+
+def misplaced_nested_arguments(sdfg):
+    """(outer array, outer subset, body, inner array shape) for each argument of a map body or nested program
+    whose memlet outside names a different number of elements than the body's array has. DaCe 1.0.2's
+    frontend gives a body's array the extent of the loop that indexes it and counts the body's indices from
+    that loop's first element; where it cannot derive the elements for the memlet outside (symbolic loop
+    bounds such as ``range(1, M)``: it falls back to the whole dimension, from 0), or derives them from
+    another loop's range, the body reads and writes shifted elements, even in one process. A memlet of the
+    array's own size is what the frontend writes when it gets it right (DaCe 2 passes whole arrays)."""
+    if DACE_MAJOR >= 2:
+        return []
+    sym = dace.symbolic
+    out = []
+    for sd in sdfg.all_sdfgs_recursive():
+        node = sd.parent_nsdfg_node
+        if node is None:
+            continue
+        mapping = {sym.symbol(k): sym.pystr_to_symbolic(v) for k, v in node.symbol_mapping.items()}
+        state = sd.parent
+        for e in list(state.in_edges(node)) + list(state.out_edges(node)):
+            conn = e.dst_conn if e.dst is node else e.src_conn
+            desc = sd.arrays.get(conn) if conn else None
+            if desc is None or e.data.data is None or e.data.subset is None or \
+                    not isinstance(desc, (dace.data.Scalar, dace.data.Array)) or isinstance(desc, dace.data.View):
+                continue
+            inner = [] if isinstance(desc, dace.data.Scalar) else \
+                [sym.pystr_to_symbolic(x).subs(mapping) for x in desc.shape]
+            if not _same_extents(inner, list(e.data.subset.size())):
+                out.append((e.data.data, str(e.data.subset), node.label, tuple(inner)))
+    return out
+
+
+def _same_extents(a, b) -> bool:
+    """Whether two shapes are equal once their dimensions of one element are dropped; unknown is equal."""
+    def squeezed(shape):
+        return [x for x in shape if dace.symbolic.simplify(x - 1) != 0]
+    a, b = squeezed(a), squeezed(b)
+    if len(a) != len(b):
+        return False
+    try:
+        return all(dace.symbolic.simplify(x - y) == 0 for x, y in zip(a, b))
+    except TypeError:
+        return True
+
+
+def _indexed_arguments(sd, var: str, loops) -> list:
+    """Arguments (non-transient arrays) of ``sd`` that a memlet in one of ``loops`` indexes with ``var``."""
+    found = []
+    for lp in loops:
+        for st in lp.body:
+            for e in st.edges():
+                desc = sd.arrays.get(e.data.data) if e.data.data else None
+                if desc is None or desc.transient or e.data.data in found:
+                    continue
+                if var in {str(s) for s in e.data.subset.free_symbols}:
+                    found.append(e.data.data)
+    return found
+
+
+def _outer_memlet(state, node, conn: str):
+    for e in list(state.in_edges(node)) + list(state.out_edges(node)):
+        if conn in (e.dst_conn, e.src_conn) and e.data.data:
+            return e.data
+    return None
 
 
 def all_states(cfg):

@@ -16,6 +16,8 @@ from ..compat import all_states
 #: NumPy functions DaCe 1.0.2 leaves as callbacks, and how to write them in what it compiles.
 _SPELLED_OUT = (
     ("numpy_outer", "np.outer(u, v) is u[:, np.newaxis] * v[np.newaxis, :]"),
+    ("numpy_cumsum", "np.cumsum(x, axis=1) is a loop over the axis: y[:, 0] = x[:, 0], then "
+                     "for j in range(1, M): y[:, j] = y[:, j - 1] + x[:, j]"),
 )
 
 

@@ -88,6 +88,86 @@ def test_the_strided_access_written_as_a_map_runs_like_numpy():
     np.testing.assert_array_equal(dp.run(sdfg, 2, x=x, y=np.zeros(11), NP=11)["y"], x[::2] + x[1::2])
 
 
+NT, MT = dace.symbol("NT"), dace.symbol("MT")
+
+
+@dace.program
+def rows_scan_then_copy_one_name(d: dace.float64[NT, MT]):
+    x = np.zeros((NT, MT), dtype=np.float64)
+    y = np.zeros((NT, MT), dtype=np.float64)
+    for i in dace.map[0:NT]:
+        x[i, 0] = d[i, 0]
+        for j in range(1, MT):
+            x[i, j] = d[i, j] + x[i, j - 1]
+        for j in range(0, MT):
+            y[i, j] = 2.0 * x[i, j]
+    return y
+
+
+@pytest.mark.skipif(dace.__version__.startswith("2"), reason="DaCe 2 passes map bodies whole arrays (its result is right)")
+@pytest.mark.parametrize("case", ["one_variable_two_ranges", "symbolic_loop_bounds"])
+def test_a_map_body_whose_arguments_dace_misplaces_is_refused(case):
+    """DaCe 1.0.2 counts a map body's array from its loop's first index, and passes it elements from another
+    place when two loops share a variable name with different ranges, or when the loop bounds are symbolic
+    (it falls back to the whole row, from 0): even one process computes a wrong result. ``lower`` refuses
+    both in words, naming the array and the cause, and leaves the SDFG as it was."""
+    n, m = 7, 9
+    if case == "one_variable_two_ranges":
+        sdfg = rows_scan_then_copy_one_name.to_sdfg()
+        args, sizes = dict(d=np.random.default_rng(0).random((n, m))), dict(NT=n, MT=m)
+        expected = 2.0 * np.cumsum(args["d"], axis=1)
+        match = r"'__return' .*share the loop variable 'j' with different ranges .*own variable name"
+    else:
+        sdfg = P.tridiagonal_rows(NT, MT).to_sdfg()
+        (args, expected), sizes = P.tridiagonal_inputs(n, m), dict(NT=n, MT=m)
+        match = r"'\w+' .*shape \(MT - 1,\) counted from its loop's first index.*sizes as numbers"
+    single = copy.deepcopy(sdfg)
+    single.name = f"t_bad_misplaced_{case}_single"
+    assert not np.allclose(single(**args, **sizes), expected)  # the premise: DaCe's own wrong result
+    with pytest.raises(dp.UnsupportedPattern, match=match):
+        dp.lower(sdfg, ranks=2)
+    assert not is_lowered(sdfg)
+
+
+def test_a_tridiagonal_solve_per_row_with_numeric_sizes_runs_like_numpy():
+    """The refusal's advice taken (sizes as numbers, a variable per loop): rows split over the ranks, every
+    row matches NumPy's dense solve of its tridiagonal system."""
+    n, m = 7, 9
+    sdfg = P.tridiagonal_rows(n, m).to_sdfg()
+    sdfg.name = "t_bad_tridiagonal_rows"
+    dp.lower(sdfg, {mp.name: (2, ) for mp in dp.maps(sdfg) if len(mp.params) == 1})
+    args, expected = P.tridiagonal_inputs(n, m)
+    np.testing.assert_allclose(dp.run(sdfg, 2, **args), expected, rtol=1e-12, atol=1e-12)
+
+
+@dace.program
+def count_above(x: dace.float64[NT, MT], t: dace.float64):
+    return np.sum(x > t)
+
+
+@dace.program
+def count_above_as_integers(x: dace.float64[NT, MT], t: dace.float64):
+    return np.sum((x > t).astype(np.int64))
+
+
+def test_a_sum_of_a_boolean_array_is_refused_and_its_integer_form_runs_like_numpy():
+    """DaCe sums ``x > t`` into a bool (1.0.2 and 2 alike), so the count is 1 even in one process; ``lower``
+    refuses it naming the compared array and the spelling that counts, and that spelling, split over the
+    rows of 2 ranks, gives NumPy's count."""
+    x = np.random.default_rng(5).random((11, 6))
+    sdfg = count_above.to_sdfg()
+    single = copy.deepcopy(sdfg)
+    single.name = "t_bad_count_above_single"
+    assert np.asarray(single(x=x, t=0.5, NT=11, MT=6)).item() != np.sum(x > 0.5)  # the premise
+    with pytest.raises(dp.UnsupportedPattern, match=r"'\w+' .*boolean and summed.*astype\(np\.int64\)"):
+        dp.lower(sdfg, ranks=2)
+    assert not is_lowered(sdfg)
+    sdfg = count_above_as_integers.to_sdfg()
+    sdfg.name = "t_bad_count_above_as_integers"
+    dp.lower(sdfg, {m.name: (2, ) + (1, ) * (len(m.params) - 1) for m in dp.maps(sdfg) if str(m.shape[0]) == "NT"})
+    assert np.asarray(dp.run(sdfg, 2, x=x, t=0.5, NT=11, MT=6)).item() == np.sum(x > 0.5)
+
+
 NO = dace.symbol("NO")
 
 
@@ -104,19 +184,26 @@ def sorted_copy(x: dace.float64[NO]):
 
 
 @dace.program
+def running_sums_by_numpy(x: dace.float64[NO, NO]):
+    return np.cumsum(x, axis=1)
+
+
+@dace.program
 def outer_by_broadcast(u: dace.float64[NO], v: dace.float64[NO]):
     return u[:, np.newaxis] * v[np.newaxis, :]
 
 
 @pytest.mark.parametrize("prog,function,array", [(outer_by_numpy, "numpy_outer", "__return"),
-                                                 (sorted_copy, "numpy_sort", "__return")])
+                                                 (sorted_copy, "numpy_sort", "__return"),
+                                                 (running_sums_by_numpy, "numpy_cumsum", "__return")])
 def test_a_call_back_into_python_is_refused(prog, function, array):
     """A function DaCe's frontend does not compile becomes a call back into the calling interpreter, which
     the ranks do not have: lower() refuses it (automatic and given schedules alike), naming the array the call
-    writes and the function, and leaves the SDFG as it was."""
+    writes and the function (and how to spell it where it can be), and leaves the SDFG as it was."""
     sdfg = prog.to_sdfg()
+    spelled = {"numpy_outer": r"u\[:, np.newaxis\]", "numpy_cumsum": r"y\[:, j - 1\] \+ x\[:, j\]"}.get(function, "")
     with pytest.raises(dp.UnsupportedPattern, match=rf"'{array}\w*' .*{function}\(\.\.\.\), a call back into the "
-                       "Python interpreter"):
+                       rf"Python interpreter.*{spelled}"):
         dp.lower(sdfg, ranks=2)
     assert not is_lowered(sdfg)
     with pytest.raises(dp.UnsupportedPattern, match=function):
