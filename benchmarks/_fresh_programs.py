@@ -2,8 +2,10 @@
 in NPBench: NumPy programs with fixed and symbolic sizes, and PyTorch modules. A second batch (from
 ``strided_pairs`` on, and the first five modules) went further afield: strided and reversed slices, tuple
 results, complex numbers, nested programs, ``np.einsum``/``np.outer``/``np.argmax``, boolean masks,
-batched products, and modules with GroupNorm, LeakyReLU, Hardswish, Conv1d and hand-written attention. Each entry: the program (a
-``@dace.program``, or a module and its example input) and a function of a generator that gives its inputs."""
+batched products, and modules with GroupNorm, LeakyReLU, Hardswish, Conv1d and hand-written attention. A third
+batch (``science_programs``) is scientific code: PDE time steps, iterations, recurrences per row, counting.
+Each entry: the program (a ``@dace.program``, or a module and its example input) and a function of a
+generator that gives its inputs."""
 import dace
 import numpy as np
 
@@ -332,6 +334,245 @@ def numpy_programs():
         "symbolic_rows_softmax": (symbolic_rows_softmax, lambda r: dict(x=r.random((s, t)))),
         "symbolic_stencil_loop": (symbolic_stencil_loop, lambda r: dict(u=r.random((s, t)), steps=3)),
         "argmax_rows": (argmax_rows, lambda r: dict(x=r.random((N, M)))),
+    }
+
+
+# ---------------------------------------------------------------- third batch: scientific codes as users write them
+# Cellular automata, time-stepped PDEs, Krylov and gradient iterations, an N-body kernel, per-row recurrences
+# (a tridiagonal solve), counting, gathers by label, reshapes and transposes, a dynamic-programming table, and
+# calls DaCe's frontend does not compile. Written once, as a user would, and not adjusted to what lowers.
+
+
+@dace.program
+def game_of_life(g: dace.int32[N, M], steps: dace.int64):
+    nb = np.zeros((N, M), dtype=np.int32)
+    for t in range(steps):
+        nb[1:-1, 1:-1] = (g[:-2, :-2] + g[:-2, 1:-1] + g[:-2, 2:] + g[1:-1, :-2] + g[1:-1, 2:] +
+                          g[2:, :-2] + g[2:, 1:-1] + g[2:, 2:])
+        g[1:-1, 1:-1] = np.where(nb[1:-1, 1:-1] == 3, 1, np.where(nb[1:-1, 1:-1] == 2, g[1:-1, 1:-1], 0))
+
+
+@dace.program
+def wave_2d(u: dace.float64[N, M], u_prev: dace.float64[N, M], steps: dace.int64):
+    u_next = np.zeros_like(u)
+    for t in range(steps):
+        u_next[1:-1, 1:-1] = (2.0 * u[1:-1, 1:-1] - u_prev[1:-1, 1:-1] + 0.1 *
+                              (u[2:, 1:-1] + u[:-2, 1:-1] + u[1:-1, 2:] + u[1:-1, :-2] - 4.0 * u[1:-1, 1:-1]))
+        u_prev[:] = u
+        u[:] = u_next
+
+
+@dace.program
+def conjugate_gradient(A: dace.float64[N, N], b: dace.float64[N], x: dace.float64[N], iters: dace.int64):
+    r = b - A @ x
+    p = r.copy()
+    rs = np.dot(r, r)
+    for it in range(iters):
+        Ap = A @ p
+        alpha = rs / np.dot(p, Ap)
+        x[:] = x + alpha * p
+        r[:] = r - alpha * Ap
+        rs_new = np.dot(r, r)
+        p[:] = r + (rs_new / rs) * p
+        rs = rs_new
+
+
+@dace.program
+def jacobi_until_converged(u: dace.float64[N, M], tol: dace.float64):
+    v = u.copy()
+    err = tol + 1.0
+    it = 0
+    while err > tol and it < 500:
+        v[1:-1, 1:-1] = 0.25 * (u[:-2, 1:-1] + u[2:, 1:-1] + u[1:-1, :-2] + u[1:-1, 2:])
+        err = np.max(np.abs(v - u))
+        u[:] = v
+        it += 1
+    return it
+
+
+@dace.program
+def nbody_accel(pos: dace.float64[N, 3], mass: dace.float64[N]):
+    acc = np.zeros((N, 3), dtype=np.float64)
+    for i, j in dace.map[0:N, 0:N]:
+        dx = pos[j, 0] - pos[i, 0]
+        dy = pos[j, 1] - pos[i, 1]
+        dz = pos[j, 2] - pos[i, 2]
+        inv = mass[j] / (dx * dx + dy * dy + dz * dz + 0.01) ** 1.5
+        acc[i, 0] += dx * inv
+        acc[i, 1] += dy * inv
+        acc[i, 2] += dz * inv
+    return acc
+
+
+@dace.program
+def batched_thomas(a: dace.float64[N, M], b: dace.float64[N, M], c: dace.float64[N, M], d: dace.float64[N, M]):
+    cp = np.zeros((N, M), dtype=np.float64)
+    dp_ = np.zeros((N, M), dtype=np.float64)
+    x = np.zeros((N, M), dtype=np.float64)
+    for i in dace.map[0:N]:
+        cp[i, 0] = c[i, 0] / b[i, 0]
+        dp_[i, 0] = d[i, 0] / b[i, 0]
+        for j in range(1, M):
+            den = b[i, j] - a[i, j] * cp[i, j - 1]
+            cp[i, j] = c[i, j] / den
+            dp_[i, j] = (d[i, j] - a[i, j] * dp_[i, j - 1]) / den
+        x[i, M - 1] = dp_[i, M - 1]
+        for j in range(M - 2, -1, -1):
+            x[i, j] = dp_[i, j] - cp[i, j] * x[i, j + 1]
+    return x
+
+
+@dace.program
+def histogram_loop(x: dace.int64[N], bins: dace.int64[16]):
+    for i in range(N):
+        bins[x[i]] += 1
+
+
+@dace.program
+def cross_entropy(logits: dace.float64[N, K], labels: dace.int64[N]):
+    m = np.max(logits, axis=1)
+    lse = np.log(np.sum(np.exp(logits - m[:, np.newaxis]), axis=1)) + m
+    picked = np.zeros(N, dtype=np.float64)
+    for i in dace.map[0:N]:
+        picked[i] = logits[i, labels[i]]
+    return np.mean(lse - picked)
+
+
+@dace.program
+def upwind_advection(u: dace.float64[N], vel: dace.float64[N], steps: dace.int64):
+    un = np.zeros_like(u)
+    for t in range(steps):
+        un[1:-1] = u[1:-1] - 0.4 * np.where(vel[1:-1] > 0.0, vel[1:-1] * (u[1:-1] - u[:-2]),
+                                              vel[1:-1] * (u[2:] - u[1:-1]))
+        u[1:-1] = un[1:-1]
+
+
+@dace.program
+def covariance_manual(X: dace.float64[N, K]):
+    mu = np.mean(X, axis=0)
+    Xc = X - mu
+    return (Xc.T @ Xc) / (N - 1)
+
+
+@dace.program
+def least_squares_gd(A: dace.float64[N, K], b: dace.float64[N], x: dace.float64[K], steps: dace.int64):
+    for t in range(steps):
+        r = A @ x - b
+        x[:] = x - 0.001 * (A.T @ r)
+
+
+@dace.program
+def monte_carlo_pi(x: dace.float64[N, M], y: dace.float64[N, M]):
+    inside = np.sum((x * x + y * y) <= 1.0)
+    return 4.0 * inside / (N * M)
+
+
+@dace.program
+def pool_by_reshape(x: dace.float64[N, M]):
+    return np.max(np.reshape(x, (N // 2, 2, M // 2, 2)), axis=(1, 3))
+
+
+@dace.program
+def transpose_3d(x: dace.float64[16, 24, 20]):
+    return np.transpose(x, (1, 0, 2)) * 2.0
+
+
+@dace.program
+def lcs_table(a: dace.int32[N], b: dace.int32[M]):
+    L = np.zeros((N + 1, M + 1), dtype=np.int32)
+    for i in range(1, N + 1):
+        for j in range(1, M + 1):
+            if a[i - 1] == b[j - 1]:
+                L[i, j] = L[i - 1, j - 1] + 1
+            else:
+                L[i, j] = max(L[i - 1, j], L[i, j - 1])
+    return L[N, M]
+
+
+@dace.program
+def gauss_seidel_sweeps(A: dace.float64[N, M], steps: dace.int64):
+    for t in range(steps):
+        for i in range(1, N - 1):
+            for j in range(1, M - 1):
+                A[i, j] = 0.25 * (A[i - 1, j] + A[i + 1, j] + A[i, j - 1] + A[i, j + 1])
+
+
+@dace.program
+def roll_laplacian(u: dace.float64[N, M]):
+    return np.roll(u, 1, axis=0) + np.roll(u, -1, axis=0) + np.roll(u, 1, axis=1) + np.roll(u, -1, axis=1) - 4 * u
+
+
+@dace.program
+def cumsum_rows(x: dace.float64[N, M]):
+    return np.cumsum(x, axis=1)
+
+
+@dace.program
+def kmeans_assign(X: dace.float64[N, K], C: dace.float64[8, K]):
+    d = np.zeros((N, 8), dtype=np.float64)
+    for i, c in dace.map[0:N, 0:8]:
+        acc = 0.0
+        for k in range(K):
+            acc += (X[i, k] - C[c, k]) ** 2
+        d[i, c] = acc
+    return np.argmin(d, axis=1)
+
+
+@dace.program
+def shallow_water_1d(h: dace.float64[S], hu: dace.float64[S], steps: dace.int64):
+    fh = np.zeros_like(h)
+    for t in range(steps):
+        fh[:-1] = 0.5 * (hu[:-1] + hu[1:])
+        h[1:-1] = h[1:-1] - 0.1 * (fh[1:-1] - fh[:-2])
+        hu[1:-1] = hu[1:-1] - 0.05 * (h[2:] - h[:-2])
+
+
+@dace.program
+def bilinear_resample(img: dace.float64[N, M], out: dace.float64[N // 2, M // 2]):
+    for i, j in dace.map[0:N // 2, 0:M // 2]:
+        out[i, j] = 0.25 * (img[2 * i, 2 * j] + img[2 * i + 1, 2 * j] + img[2 * i, 2 * j + 1] + img[2 * i + 1, 2 * j + 1])
+
+
+@dace.program
+def norm_rows_linalg(x: dace.float64[N, M]):
+    return x / np.linalg.norm(x, axis=1)[:, np.newaxis]
+
+
+@dace.program
+def diag_dominant(A: dace.float64[N, N]):
+    out = np.zeros(N, dtype=np.float64)
+    for i in dace.map[0:N]:
+        out[i] = A[i, i]
+    return np.sum(np.abs(A), axis=1) - 2.0 * np.abs(out)
+
+
+def science_programs():
+    """name -> (program, inputs(rng)): the third batch."""
+    s = 50
+    return {
+        "game_of_life": (game_of_life, lambda r: dict(g=r.integers(0, 2, (N, M), dtype=np.int32), steps=5)),
+        "wave_2d": (wave_2d, lambda r: dict(u=r.random((N, M)), u_prev=r.random((N, M)), steps=4)),
+        "conjugate_gradient": (conjugate_gradient, lambda r: (lambda A: dict(A=A @ A.T + N * np.eye(N), b=r.random(N), x=np.zeros(N), iters=6))(r.random((N, N)))),
+        "jacobi_until_converged": (jacobi_until_converged, lambda r: dict(u=r.random((N, M)), tol=1e-3)),
+        "nbody_accel": (nbody_accel, lambda r: dict(pos=r.random((N, 3)), mass=r.random(N))),
+        "batched_thomas": (batched_thomas, lambda r: dict(a=r.random((N, M)), b=r.random((N, M)) + 4.0, c=r.random((N, M)), d=r.random((N, M)))),
+        "histogram_loop": (histogram_loop, lambda r: dict(x=r.integers(0, 16, N), bins=np.zeros(16, dtype=np.int64))),
+        "cross_entropy": (cross_entropy, lambda r: dict(logits=r.random((N, K)), labels=r.integers(0, K, N))),
+        "upwind_advection": (upwind_advection, lambda r: dict(u=r.random(N), vel=r.random(N) - 0.5, steps=5)),
+        "covariance_manual": (covariance_manual, lambda r: dict(X=r.random((N, K)))),
+        "least_squares_gd": (least_squares_gd, lambda r: dict(A=r.random((N, K)), b=r.random(N), x=np.zeros(K), steps=5)),
+        "monte_carlo_pi": (monte_carlo_pi, lambda r: dict(x=r.random((N, M)), y=r.random((N, M)))),
+        "pool_by_reshape": (pool_by_reshape, lambda r: dict(x=r.random((N, M)))),
+        "transpose_3d": (transpose_3d, lambda r: dict(x=r.random((16, 24, 20)))),
+        "lcs_table": (lcs_table, lambda r: dict(a=r.integers(0, 4, N, dtype=np.int32), b=r.integers(0, 4, M, dtype=np.int32))),
+        "gauss_seidel_sweeps": (gauss_seidel_sweeps, lambda r: dict(A=r.random((N, M)), steps=2)),
+        "roll_laplacian": (roll_laplacian, lambda r: dict(u=r.random((N, M)))),
+        "cumsum_rows": (cumsum_rows, lambda r: dict(x=r.random((N, M)))),
+        "kmeans_assign": (kmeans_assign, lambda r: dict(X=r.random((N, K)), C=r.random((8, K)))),
+        "shallow_water_1d": (shallow_water_1d, lambda r: dict(h=r.random(s) + 1.0, hu=r.random(s), steps=4)),
+        "bilinear_resample": (bilinear_resample, lambda r: dict(img=r.random((N, M)), out=np.zeros((N // 2, M // 2)))),
+        "norm_rows_linalg": (norm_rows_linalg, lambda r: dict(x=r.random((N, M)))),
+        "diag_dominant": (diag_dominant, lambda r: dict(A=r.random((N, N)))),
     }
 
 
