@@ -3,7 +3,8 @@ in NPBench: NumPy programs with fixed and symbolic sizes, and PyTorch modules. A
 ``strided_pairs`` on, and the first five modules) went further afield: strided and reversed slices, tuple
 results, complex numbers, nested programs, ``np.einsum``/``np.outer``/``np.argmax``, boolean masks,
 batched products, and modules with GroupNorm, LeakyReLU, Hardswish, Conv1d and hand-written attention. A third
-batch (``science_programs``) is scientific code: PDE time steps, iterations, recurrences per row, counting.
+batch (``science_programs``) is scientific code: PDE time steps, iterations, recurrences per row, counting;
+a fourth (``body_programs``) puts loops, branches and ``while`` loops inside maps.
 Each entry: the program (a ``@dace.program``, or a module and its example input) and a function of a
 generator that gives its inputs."""
 import dace
@@ -573,6 +574,181 @@ def science_programs():
         "bilinear_resample": (bilinear_resample, lambda r: dict(img=r.random((N, M)), out=np.zeros((N // 2, M // 2)))),
         "norm_rows_linalg": (norm_rows_linalg, lambda r: dict(x=r.random((N, M)))),
         "diag_dominant": (diag_dominant, lambda r: dict(A=r.random((N, N)))),
+    }
+
+
+# ---------------------------------------------------------------- fourth batch: map bodies with control flow
+# ``for i in dace.map[...]`` around loops, branches and ``while`` loops: recurrences along rows and down
+# columns, per-row sorts and solves, Newton iterations, local arrays, running extrema. DaCe makes each such
+# body a nested SDFG, the construct behind the third batch's wrong result.
+NB, MB, KB = 24, 16, 12
+
+
+@dace.program
+def branch_per_element(x: dace.float64[NB, MB], y: dace.float64[NB, MB]):
+    for i in dace.map[0:NB]:
+        for j in range(MB):
+            if x[i, j] > 0.5:
+                y[i, j] = x[i, j] * 2.0
+            else:
+                y[i, j] = -x[i, j]
+
+
+@dace.program
+def newton_sqrt(a: dace.float64[NB, MB]):
+    out = np.zeros((NB, MB), dtype=np.float64)
+    for i, j in dace.map[0:NB, 0:MB]:
+        v = a[i, j] + 1.0
+        for it in range(20):
+            v = 0.5 * (v + a[i, j] / v)
+        out[i, j] = v
+    return out
+
+
+@dace.program
+def halo_rows_in_body(x: dace.float64[NB, MB], y: dace.float64[NB, MB]):
+    for i in dace.map[1:NB - 1]:
+        for j in range(MB):
+            y[i, j] = x[i - 1, j] + x[i + 1, j] - 2.0 * x[i, j]
+
+
+@dace.program
+def normalize_rows_in_place(x: dace.float64[NB, MB]):
+    for i in dace.map[0:NB]:
+        s = 0.0
+        for j in range(MB):
+            s += x[i, j]
+        for k in range(MB):
+            x[i, k] = x[i, k] / s
+
+
+@dace.program
+def bubble_sort_rows(x: dace.float64[NB, MB]):
+    for i in dace.map[0:NB]:
+        for p in range(MB - 1):
+            for q in range(MB - 1 - p):
+                if x[i, q] > x[i, q + 1]:
+                    tmp = x[i, q]
+                    x[i, q] = x[i, q + 1]
+                    x[i, q + 1] = tmp
+
+
+@dace.program
+def matmul_inner_loop(A: dace.float64[NB, KB], B: dace.float64[KB, MB]):
+    C = np.zeros((NB, MB), dtype=np.float64)
+    for i, j in dace.map[0:NB, 0:MB]:
+        acc = 0.0
+        for k in range(KB):
+            acc += A[i, k] * B[k, j]
+        C[i, j] = acc
+    return C
+
+
+@dace.program
+def column_prefix_sums(x: dace.float64[NB, MB]):
+    for j in dace.map[0:MB]:
+        for i in range(1, NB):
+            x[i, j] = x[i, j] + x[i - 1, j]
+
+
+@dace.program
+def time_loop_row_recurrence(x: dace.float64[NB, MB], steps: dace.int64):
+    for t in range(steps):
+        for i in dace.map[0:NB]:
+            for j in range(1, MB):
+                x[i, j] = 0.5 * (x[i, j] + x[i, j - 1])
+
+
+@dace.program
+def body_with_local_array(x: dace.float64[NB, MB]):
+    out = np.zeros((NB, MB), dtype=np.float64)
+    for i in dace.map[0:NB]:
+        tmp = np.zeros((MB, ), dtype=np.float64)
+        for j in range(MB):
+            tmp[j] = x[i, j] * x[i, j]
+        for k in range(MB):
+            out[i, k] = tmp[MB - 1 - k]
+    return out
+
+
+@dace.program
+def symbolic_body_from_zero(x: dace.float64[S, T]):
+    out = np.zeros_like(x)
+    for i in dace.map[0:x.shape[0]]:
+        acc = 0.0
+        for j in range(x.shape[1]):
+            acc += x[i, j]
+            out[i, j] = acc
+    return out
+
+
+@dace.program
+def running_max_rows(x: dace.float64[NB, MB]):
+    out = np.zeros((NB, MB), dtype=np.float64)
+    for i in dace.map[0:NB]:
+        m = x[i, 0]
+        for j in range(MB):
+            if x[i, j] > m:
+                m = x[i, j]
+            out[i, j] = m
+    return out
+
+
+@dace.program
+def while_per_row(x: dace.float64[NB, MB]):
+    count = np.zeros((NB, ), dtype=np.int64)
+    for i in dace.map[0:NB]:
+        j = 0
+        s = 0.0
+        while j < MB and s < 3.0:
+            s += x[i, j]
+            j += 1
+        count[i] = j
+    return count
+
+
+@dace.program
+def two_outputs_body(x: dace.float64[NB, MB], lo: dace.float64[NB], hi: dace.float64[NB]):
+    for i in dace.map[0:NB]:
+        a = x[i, 0]
+        b = x[i, 0]
+        for j in range(1, MB):
+            a = min(a, x[i, j])
+            b = max(b, x[i, j])
+        lo[i] = a
+        hi[i] = b
+
+
+@dace.program
+def lower_triangular_solve_rows(L: dace.float64[MB, MB], B: dace.float64[NB, MB]):
+    X = np.zeros((NB, MB), dtype=np.float64)
+    for r in dace.map[0:NB]:
+        for i in range(MB):
+            s = B[r, i]
+            for k in range(i):
+                s -= L[i, k] * X[r, k]
+            X[r, i] = s / L[i, i]
+    return X
+
+
+def body_programs():
+    """name -> (program, inputs(rng)): the fourth batch."""
+    return {
+        "branch_per_element": (branch_per_element, lambda r: dict(x=r.random((NB, MB)), y=np.zeros((NB, MB)))),
+        "newton_sqrt": (newton_sqrt, lambda r: dict(a=r.random((NB, MB)) * 4.0)),
+        "halo_rows_in_body": (halo_rows_in_body, lambda r: dict(x=r.random((NB, MB)), y=np.zeros((NB, MB)))),
+        "normalize_rows_in_place": (normalize_rows_in_place, lambda r: dict(x=r.random((NB, MB)) + 0.1)),
+        "bubble_sort_rows": (bubble_sort_rows, lambda r: dict(x=r.random((NB, MB)))),
+        "matmul_inner_loop": (matmul_inner_loop, lambda r: dict(A=r.random((NB, KB)), B=r.random((KB, MB)))),
+        "column_prefix_sums": (column_prefix_sums, lambda r: dict(x=r.random((NB, MB)))),
+        "time_loop_row_recurrence": (time_loop_row_recurrence, lambda r: dict(x=r.random((NB, MB)), steps=3)),
+        "body_with_local_array": (body_with_local_array, lambda r: dict(x=r.random((NB, MB)))),
+        "symbolic_body_from_zero": (symbolic_body_from_zero, lambda r: dict(x=r.random((20, 9)))),
+        "running_max_rows": (running_max_rows, lambda r: dict(x=r.random((NB, MB)))),
+        "while_per_row": (while_per_row, lambda r: dict(x=r.random((NB, MB)))),
+        "two_outputs_body": (two_outputs_body, lambda r: dict(x=r.random((NB, MB)), lo=np.zeros(NB), hi=np.zeros(NB))),
+        "lower_triangular_solve_rows": (lower_triangular_solve_rows,
+                                        lambda r: dict(L=np.tril(r.random((MB, MB))) + 2.0 * np.eye(MB), B=r.random((NB, MB)))),
     }
 
 

@@ -1,7 +1,7 @@
 """Programs we did not write for the suites: lowered, run on P ranks and compared with NumPy / PyTorch.
 
     python benchmarks/fresh_programs.py [--ranks 2,3] [--device cpu|gpu-emulated] [--schedule auto|split]
-                                        [--set numpy,science,torch,layers] [--only NAME,...]
+                                        [--set numpy,science,bodies,torch,layers] [--only NAME,...]
 
 The programs (``_fresh_programs.py``) are in the styles users write and in none of our test suites nor in
 NPBench: statistics, distances, iterations with ``for`` and ``while``, integer arithmetic, transposes,
@@ -9,8 +9,8 @@ products, symbolic sizes, and PyTorch modules (LayerNorm + GELU, Conv2d + BatchN
 TransformerEncoderLayer, Embedding). ``--set layers``: 49 single ``torch.nn`` layers past the basics
 (activations, GroupNorm, pooling, padding, upsampling, recurrent layers). ``--set science``: scientific
 NumPy code (PDE time steps, conjugate gradients, N-body, a tridiagonal solve per row, counting, a dynamic
-programming table). The NumPy test suite checks what
-we thought of; this checks what a new user might write first.
+programming table). ``--set bodies``: maps whose bodies hold loops, branches and ``while`` loops. The
+NumPy test suite checks what we thought of; this checks what a new user might write first.
 
 ``--schedule auto``: ``lower(sdfg, ranks=P)`` (the cost model may keep a small program on rank 0).
 ``--schedule split``: every map whose first extent is at least 2P (or symbolic) split over P ranks along
@@ -156,6 +156,8 @@ def main():
         cases += [("numpy", n, c) for n, c in fp.numpy_programs().items()]
     if "science" in opts.set:
         cases += [("science", n, c) for n, c in fp.science_programs().items()]
+    if "bodies" in opts.set:
+        cases += [("bodies", n, c) for n, c in fp.body_programs().items()]
     if "torch" in opts.set:
         cases += [("torch", n, c) for n, c in fp.torch_modules().items()]
     if "layers" in opts.set:
@@ -170,7 +172,7 @@ def main():
                 continue
             t0 = time.time()
             try:
-                if kind in ("numpy", "science"):
+                if kind in ("numpy", "science", "bodies"):
                     res = _numpy_case(name, *case, P, opts, np.random.default_rng(0))
                 else:
                     res = _torch_case(name, *case, P, opts)

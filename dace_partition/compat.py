@@ -24,6 +24,8 @@ The rest of the package calls these helpers instead of asking which DaCe it runs
   (``cache_distaware``); the package builds on one rank only and the others load that folder.
 * :func:`rebase_nested_argument`, :func:`shift_accesses`: DaCe 2's frontend passes a map body's nested
   SDFG whole arrays (1.0.2's passed the elements); a rank-local block then needs the inner indices shifted.
+  :func:`restride_narrowed_argument`: 1.0.2's narrowed arguments keep the global array's strides, which a
+  rank-local block split along an inner dimension does not have.
 * :func:`whole_array_map_bodies`: DaCe 2's map bodies take whole arrays through one connector for what they
   read and write, with element reads on interstate edges whose bounding box DaCe computes unsoundly; the
   reads get a connector of their own and a sound memlet.
@@ -178,12 +180,15 @@ def misplaced_nested_arguments(sdfg):
 
 
 def _same_extents(a, b) -> bool:
-    """Whether two shapes are equal once their dimensions of one element are dropped; unknown is equal."""
+    """Whether two shapes are equal once their dimensions of one element are dropped; unknown is equal.
+    Shapes that differ in their number of such dimensions are not compared: the frontend declares a
+    nominal ``(M, 1)`` array where a loop's range depends on another loop (``for k in range(i)``) and
+    indexes it by absolute indices, which is right."""
     def squeezed(shape):
         return [x for x in shape if dace.symbolic.simplify(x - 1) != 0]
     a, b = squeezed(a), squeezed(b)
     if len(a) != len(b):
-        return False
+        return True
     try:
         return all(dace.symbolic.simplify(x - y) == 0 for x, y in zip(a, b))
     except TypeError:
@@ -473,6 +478,40 @@ def rebase_nested_argument(node, conn: str, global_shape, local_desc, begin) -> 
     return True
 
 
+def restride_narrowed_argument(node, conn: str, global_desc, local_desc) -> bool:
+    """Gives a narrowed argument of a map body (DaCe 1.0.2: ``x[1:24, j]`` arrives as a ``(23,)`` array) the
+    strides of the rank-local buffer it now points into; returns whether any changed.
+
+    The frontend declares such an array with the strides of the global array it came from, and the body
+    indexes it with them. A buffer that holds a block split along an inner dimension has shorter rows (a
+    column split of a ``(24, 16)`` array: rows of 8), so the global strides ran past it and corrupted the
+    heap. Each stride is matched to the global dimension that has it, and arrays handed on to SDFGs nested
+    deeper follow."""
+    sym = dace.symbolic.pystr_to_symbolic
+    by_global = {}
+    for g, loc in zip(global_desc.strides, local_desc.strides):
+        by_global.setdefault(sym(g), []).append(sym(loc))
+    moved = {g: ls[0] for g, ls in by_global.items() if len(ls) == 1 and dace.symbolic.simplify(ls[0] - g) != 0}
+    return bool(moved) and _restride(node, conn, moved)
+
+
+def _restride(node, conn: str, moved) -> bool:
+    inner = node.sdfg.arrays.get(conn)
+    if not isinstance(inner, dace.data.Array) or isinstance(inner, dace.data.View):
+        return False
+    strides = [moved.get(dace.symbolic.pystr_to_symbolic(x), x) for x in inner.strides]
+    if all(a is b for a, b in zip(strides, inner.strides)):
+        return False
+    inner.set_shape(inner.shape, strides=strides)
+    for st in all_states(node.sdfg):
+        for n in st.nodes():
+            if isinstance(n, nodes.NestedSDFG):
+                for e in list(st.in_edges(n)) + list(st.out_edges(n)):
+                    if e.data.data == conn:
+                        _restride(n, e.dst_conn if e.dst is n else e.src_conn, moved)
+    return True
+
+
 def shift_accesses(sdfg, name: str, begin) -> None:
     """Subtracts ``begin`` from every index of array ``name`` in ``sdfg`` (not in SDFGs nested deeper):
     its memlets and the reads of it on interstate edges (DaCe 2 promotes element reads there)."""
@@ -657,7 +696,8 @@ def propagate_memlets_state(sdfg, state) -> None:
 def whole_array_map_bodies(sdfg) -> int:
     """Makes the nested SDFGs inside maps that take whole arrays (DaCe 2's frontend, see
     :func:`rebase_nested_argument`) analysable like 1.0.2's element connectors; returns how many
-    connectors it changed (none on 1.0.2, whose map bodies take elements and read none on interstate edges).
+    connectors it changed. 1.0.2 passes a whole array too where an index follows a variable of the body
+    (``x[i, j]`` with ``j`` counted by a ``while`` loop), and reads its elements on interstate edges.
 
     1. An array the body reads and writes through one connector, with a read box other than its write box
        (``A[i] = 3 * A[i] + A[0] - A[n - 1]``: reads the whole array, writes ``A[i]``), gets a connector of
@@ -667,7 +707,8 @@ def whole_array_map_bodies(sdfg) -> int:
     2. A whole-array connector whose elements are read on interstate edges (``A_index_1 = A[10]``, from
        DaCe 2's ``ScalarToSymbolPromotion``) gets a memlet that covers its reads for every value of the symbols:
        DaCe's union makes ``A[0:i + 1]`` of ``A[i], A[0], A[10]`` (it takes ``max(i, 10) = i``), and the
-       ranks' buffers would lack ``A[10]``."""
+       ranks' buffers would lack ``A[10]``. Where that memlet does not start at the origin, the body's
+       indices are made relative to its start (:func:`_narrow_to_box`)."""
     import copy as _copy
     from dace.sdfg import nodes as _nodes
     changed = 0
@@ -709,6 +750,9 @@ def whole_array_map_bodies(sdfg) -> int:
                         or not _interstate_reads(body, conn):
                     continue  # 1.0.2's element connectors index their own one-element arrays
                 box = _sound_box(_boxes(body, conn, True), body.arrays[conn].shape, _assigned_symbols(body))
+                begin = [b for b, _, _ in box]
+                if conn not in written and any(dace.symbolic.pystr_to_symbolic(b) != 0 for b in begin):
+                    _narrow_to_box(body, conn, box)
                 mapping = {dace.symbolic.symbol(k): dace.symbolic.pystr_to_symbolic(v)
                            for k, v in n.symbol_mapping.items() if str(k) != str(v)}
                 if mapping:
@@ -718,6 +762,18 @@ def whole_array_map_bodies(sdfg) -> int:
                     e.data.volume = box.num_elements()
                     changed += 1
     return changed
+
+
+def _narrow_to_box(body, conn: str, box) -> None:
+    """Makes the body's whole-array argument ``conn`` the block ``box`` (in the body's symbols): its indices,
+    in memlets and on interstate edges, become relative to the box's origin and its descriptor takes the
+    box's extent (the strides stay the array's). DaCe hands a nested SDFG a pointer to the first element of
+    the memlet outside, so once that memlet is the box (``x[i, 0:16]`` where the body reads ``x[i, j]``,
+    ``j`` a variable of its own ``while`` loop), global indices inside would read row ``2 * i``."""
+    begin = [b for b, _, _ in box]
+    shift_accesses(body, conn, begin)
+    desc = body.arrays[conn]
+    desc.set_shape(list(box.size()), strides=list(desc.strides), total_size=desc.total_size, offset=list(desc.offset))
 
 
 def _rename_interstate_reads(sdfg, name: str, new: str) -> None:

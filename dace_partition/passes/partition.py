@@ -31,7 +31,7 @@ from ..analysis.constraints import Direction, KernelPlan, known_sizes, plan_nest
 from ..plan import KernelMoves, LoweringPlan, Site, plan_lowering, role, scatters
 from ..solvers.node import DistributedMemlet
 from ..runtime.environment import ENVIRONMENT
-from ..compat import is_one_element_scalar, rebase_nested_argument, shift_interstate_reads
+from ..compat import is_one_element_scalar, rebase_nested_argument, restride_narrowed_argument, shift_interstate_reads
 from ..errors import UnsupportedPattern
 from ..ir import Device, Distribution, IoMode, Move, MoveKind, ProgramRecord, Role, attach
 from .contractions import ContractionsToBlas
@@ -580,7 +580,8 @@ def _rewire(sdfg: SDFG, plan: KernelPlan, locals_, buffers):
         for n, conn in ((e.dst, e.dst_conn), (e.src, e.src_conn)):  # DaCe 2: whole arrays into map bodies
             if isinstance(n, nodes.NestedSDFG) and conn and (n, conn) not in rebased:
                 rebased.add((n, conn))
-                rebase_nested_argument(n, conn, sdfg.arrays[arr].shape, sdfg.arrays[local], begin)
+                if not rebase_nested_argument(n, conn, sdfg.arrays[arr].shape, sdfg.arrays[local], begin):
+                    restride_narrowed_argument(n, conn, sdfg.arrays[arr], sdfg.arrays[local])
 
 
 def _tile_body(plan: KernelPlan):

@@ -820,6 +820,8 @@ def _ops_in_body(body, consts=None) -> float:
     total = 0.0
     for st in body.states():
         t = trips(body, st)
+        if t is None:  # a loop whose trips depend on data (a while loop): priced at the default size
+            t = DEFAULT_SIZE
         try:
             t = int(sympy.sympify(t).subs({f: consts[str(f)] for f in sympy.sympify(t).free_symbols
                                           if str(f) in (consts or {})}))

@@ -177,6 +177,54 @@ def test_a_recurrence_along_rows_in_place_runs_like_numpy(rng, ranks):
 
 
 @dace.program
+def running_sums_down_columns(x: dace.float64[10, 12]):
+    """A recurrence down each column: the map body gets ``x[1:10, j]`` as an array of 9 elements whose
+    stride is a row of the array."""
+    for j in dace.map[0:12]:
+        for i in range(1, 10):
+            x[i, j] = x[i, j] + x[i - 1, j]
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_a_recurrence_down_columns_split_along_the_columns_runs_like_numpy(rng, ranks):
+    """Split along the columns, a rank's buffer has rows of 12 / P elements: the body's arrays take the
+    buffer's row stride, not the global array's (with it, the body ran past the buffer and corrupted the
+    heap: SIGABRT)."""
+    sdfg = running_sums_down_columns.to_sdfg()
+    sdfg.name = f"running_sums_down_columns_{ranks}"
+    dp.lower(sdfg, {m.name: (ranks, ) for m in dp.maps(sdfg)})
+    x = rng.random((10, 12))
+    np.testing.assert_allclose(dp.run(sdfg, ranks, x=x)["x"], np.cumsum(x, axis=0), rtol=1e-14, atol=0)
+
+
+@dace.program
+def elements_until_sum_reaches(x: dace.float64[14, 9], count: dace.int64[14]):
+    """How many elements of each row add up to 2: a ``while`` loop per row, whose counter indexes the row
+    (DaCe passes the body the whole array and reads it on interstate edges)."""
+    for i in dace.map[0:14]:
+        j = 0
+        s = 0.0
+        while j < 9 and s < 2.0:
+            s += x[i, j]
+            j += 1
+        count[i] = j
+
+
+@pytest.mark.parametrize("grid", [1, 2])
+def test_a_while_loop_per_row_runs_like_numpy(rng, grid):
+    """On one rank and split over two: the body's reads of ``x[i, j]`` are relative to the row it is given
+    (they read row ``2 * i`` before, even with nothing split)."""
+    sdfg = elements_until_sum_reaches.to_sdfg()
+    sdfg.name = f"elements_until_sum_reaches_{grid}"
+    dp.lower(sdfg, {m.name: (grid, ) for m in dp.maps(sdfg)})
+    x = rng.random((14, 9))
+    expected = np.minimum(np.argmax(np.cumsum(x, axis=1) >= 2.0, axis=1) + 1, 9)
+    expected[np.cumsum(x, axis=1)[:, -1] < 2.0] = 9
+    got = dp.run(sdfg, 2, x=x, count=np.zeros(14, dtype=np.int64))["count"]
+    np.testing.assert_array_equal(got, expected)
+
+
+@dace.program
 def strided_read(x: dace.int64[128], out: dace.int64[64]):
     for i in dace.map[0:64]:
         out[i] = x[2 * i]

@@ -157,3 +157,24 @@ def test_with_distributed_io_the_search_keeps_each_argument_off_rank_0_or_wholly
     dp.lower(work, schedule, io="distributed")
     args = set(sdfg.arglist())
     assert not [t for t in dp.report(work).traffic if t.array in args and "rank 0" in (t.source, t.destination)]
+
+
+@dace.program
+def sum_until_per_row(x: dace.float64[N, M], count: dace.int64[N]):
+    for i in dace.map[0:N]:
+        j = 0
+        s = 0.0
+        while j < M and s < 2.0:
+            s += x[i, j]
+            j += 1
+        count[i] = j
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_a_while_loop_in_a_map_body_is_priced_and_lowered(ranks):
+    """A ``while`` loop's trips depend on data: the search prices the body at its default trip count (it
+    raised AttributeError on the unknown count), and the schedule it chooses lowers."""
+    sdfg = sum_until_per_row.to_sdfg()
+    schedule = dp.auto_schedule(sdfg, ranks, machine=SLOW, sizes=dict(N=4096, M=64))
+    assert "sum_until_per_row" in schedule.explain()
+    dp.lower(sdfg, schedule)
