@@ -159,6 +159,7 @@ DACE2_TESTS := tests/unit/test_compat.py tests/mpi/test_loops.py tests/mpi/test_
 	"tests/mpi/test_general.py::test_spmv" "tests/mpi/test_general.py::test_stencil_symbolic_size" \
 	"tests/mpi/test_general.py::test_strided_reads_and_writes_split_along_an_axis_run_like_numpy" \
 	"tests/mpi/test_general.py::test_a_recurrence_along_rows_in_place_runs_like_numpy" \
+	"tests/mpi/test_general.py::test_a_while_loop_per_row_runs_like_numpy" \
 	tests/mpi/test_fusion.py::test_megatron_mlp_one_allreduce \
 	tests/mpi/test_fusion.py::test_different_grids_redistribute_directly \
 	tests/mpi/test_distributed_io.py \

@@ -751,7 +751,8 @@ def whole_array_map_bodies(sdfg) -> int:
                     continue  # 1.0.2's element connectors index their own one-element arrays
                 box = _sound_box(_boxes(body, conn, True), body.arrays[conn].shape, _assigned_symbols(body))
                 begin = [b for b, _, _ in box]
-                if conn not in written and any(dace.symbolic.pystr_to_symbolic(b) != 0 for b in begin):
+                if DACE_MAJOR < 2 and conn not in written and \
+                        any(dace.symbolic.pystr_to_symbolic(b) != 0 for b in begin):
                     _narrow_to_box(body, conn, box)
                 mapping = {dace.symbolic.symbol(k): dace.symbolic.pystr_to_symbolic(v)
                            for k, v in n.symbol_mapping.items() if str(k) != str(v)}
@@ -767,9 +768,10 @@ def whole_array_map_bodies(sdfg) -> int:
 def _narrow_to_box(body, conn: str, box) -> None:
     """Makes the body's whole-array argument ``conn`` the block ``box`` (in the body's symbols): its indices,
     in memlets and on interstate edges, become relative to the box's origin and its descriptor takes the
-    box's extent (the strides stay the array's). DaCe hands a nested SDFG a pointer to the first element of
-    the memlet outside, so once that memlet is the box (``x[i, 0:16]`` where the body reads ``x[i, j]``,
-    ``j`` a variable of its own ``while`` loop), global indices inside would read row ``2 * i``."""
+    box's extent (the strides stay the array's). DaCe 1.0.2 hands a nested SDFG a pointer to the first
+    element of the memlet outside, so once that memlet is the box (``x[i, 0:16]`` where the body reads
+    ``x[i, j]``, ``j`` a variable of its own ``while`` loop), global indices inside would read row ``2 * i``.
+    DaCe 2 requires the body's descriptor to be the whole array's and hands it the array itself: not there."""
     begin = [b for b, _, _ in box]
     shift_accesses(body, conn, begin)
     desc = body.arrays[conn]
