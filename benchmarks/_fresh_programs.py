@@ -4,7 +4,8 @@ in NPBench: NumPy programs with fixed and symbolic sizes, and PyTorch modules. A
 results, complex numbers, nested programs, ``np.einsum``/``np.outer``/``np.argmax``, boolean masks,
 batched products, and modules with GroupNorm, LeakyReLU, Hardswish, Conv1d and hand-written attention. A third
 batch (``science_programs``) is scientific code: PDE time steps, iterations, recurrences per row, counting;
-a fourth (``body_programs``) puts loops, branches and ``while`` loops inside maps.
+a fourth (``body_programs``) puts loops, branches and ``while`` loops inside maps; a fifth
+(``app_programs``) is kernels from finance, imaging, signal processing, graphs, physics and learning.
 Each entry: the program (a ``@dace.program``, or a module and its example input) and a function of a
 generator that gives its inputs."""
 import dace
@@ -860,3 +861,250 @@ def torch_layers():
             with torch.no_grad():
                 prm.add_(torch.rand(prm.shape, generator=g) * 0.5)
     return {k: (m.eval(), (x, )) for k, (m, x) in layers.items()}
+
+
+# ---------------------------------------------------------------- fifth batch: applications
+# Kernels from finance (Black-Scholes, binomial trees), imaging (Sobel, separable blur, 3 x 3 filters by
+# offsets), signal processing (FIR, autocorrelation), graphs (PageRank), physics (Lennard-Jones, Ising,
+# advection-diffusion, Burgers, a 3-D Jacobi), statistics and learning in NumPy (Welford, softmax regression,
+# layer norm, attention, Gram-Schmidt, a Viterbi table, Horner, a matrix exponential by its series).
+LG = 16
+@dace.program
+def black_scholes(s: dace.float64[N], k: dace.float64[N], t: dace.float64[N], r: dace.float64, sigma: dace.float64):
+    d1 = (np.log(s / k) + (r + 0.5 * sigma * sigma) * t) / (sigma * np.sqrt(t))
+    d2 = d1 - sigma * np.sqrt(t)
+    # normal CDF by the logistic approximation users write when erf is missing
+    n1 = 1.0 / (1.0 + np.exp(-1.702 * d1))
+    n2 = 1.0 / (1.0 + np.exp(-1.702 * d2))
+    return s * n1 - k * np.exp(-r * t) * n2
+
+
+@dace.program
+def binomial_options(v: dace.float64[N, LG + 1], p: dace.float64, disc: dace.float64):
+    for i in range(LG):
+        v[:, 0:LG - i] = disc * (p * v[:, 1:LG - i + 1] + (1.0 - p) * v[:, 0:LG - i])
+    return v[:, 0]
+
+
+@dace.program
+def sobel_magnitude(img: dace.float64[N, M]):
+    gx = (img[0:N - 2, 2:M] + 2.0 * img[1:N - 1, 2:M] + img[2:N, 2:M]
+          - img[0:N - 2, 0:M - 2] - 2.0 * img[1:N - 1, 0:M - 2] - img[2:N, 0:M - 2])
+    gy = (img[2:N, 0:M - 2] + 2.0 * img[2:N, 1:M - 1] + img[2:N, 2:M]
+          - img[0:N - 2, 0:M - 2] - 2.0 * img[0:N - 2, 1:M - 1] - img[0:N - 2, 2:M])
+    return np.sqrt(gx * gx + gy * gy)
+
+
+@dace.program
+def separable_blur(img: dace.float64[N, M], w: dace.float64[5], steps: dace.int64):
+    tmp = np.zeros((N, M), dtype=np.float64)
+    for s in range(steps):
+        tmp[:, 2:M - 2] = (w[0] * img[:, 0:M - 4] + w[1] * img[:, 1:M - 3] + w[2] * img[:, 2:M - 2]
+                           + w[3] * img[:, 3:M - 1] + w[4] * img[:, 4:M])
+        img[2:N - 2, :] = (w[0] * tmp[0:N - 4, :] + w[1] * tmp[1:N - 3, :] + w[2] * tmp[2:N - 2, :]
+                           + w[3] * tmp[3:N - 1, :] + w[4] * tmp[4:N, :])
+
+
+@dace.program
+def fir_filter(x: dace.float64[N + LG], h: dace.float64[LG]):
+    y = np.zeros(N, dtype=np.float64)
+    for k in range(LG):
+        y += h[k] * x[k:k + N]
+    return y
+
+
+@dace.program
+def autocorrelation(x: dace.float64[N]):
+    r = np.zeros(LG, dtype=np.float64)
+    for lag in range(LG):
+        r[lag] = np.sum(x[0:N - lag] * x[lag:N])
+    return r
+
+
+@dace.program
+def pagerank(A: dace.float64[N, N], r: dace.float64[N], d: dace.float64, iters: dace.int64):
+    for it in range(iters):
+        r[:] = d * (A @ r) + (1.0 - d) / N
+
+
+@dace.program
+def lennard_jones(px: dace.float64[N], py: dace.float64[N]):
+    dx = px[:, np.newaxis] - px[np.newaxis, :]
+    dy = py[:, np.newaxis] - py[np.newaxis, :]
+    r2 = dx * dx + dy * dy + np.eye(N) + 0.5
+    inv6 = 1.0 / (r2 * r2 * r2)
+    f = (48.0 * inv6 * inv6 - 24.0 * inv6) / r2
+    fx = np.sum(f * dx, axis=1)
+    fy = np.sum(f * dy, axis=1)
+    return fx, fy
+
+
+@dace.program
+def ising_energy(s: dace.int32[N, M]):
+    e = s[1:N - 1, 1:M - 1] * (s[0:N - 2, 1:M - 1] + s[2:N, 1:M - 1] + s[1:N - 1, 0:M - 2] + s[1:N - 1, 2:M])
+    return -np.sum(e)
+
+
+@dace.program
+def viterbi(logA: dace.float64[K, K], logB: dace.float64[K, LG], obs: dace.int64[M], start: dace.float64[K]):
+    delta = np.zeros((M, K), dtype=np.float64)
+    delta[0, :] = start + logB[:, obs[0]]
+    for t in range(1, M):
+        cand = delta[t - 1, :, np.newaxis] + logA
+        delta[t, :] = np.max(cand, axis=0) + logB[:, obs[t]]
+    return delta
+
+
+@dace.program
+def welford_columns(X: dace.float64[N, M]):
+    mean = np.zeros(M, dtype=np.float64)
+    m2 = np.zeros(M, dtype=np.float64)
+    for i in range(N):
+        delta = X[i, :] - mean
+        mean[:] = mean + delta / (i + 1)
+        m2[:] = m2 + delta * (X[i, :] - mean)
+    return mean, m2 / (N - 1)
+
+
+@dace.program
+def softmax_regression(X: dace.float64[N, K], Y: dace.float64[N, LG], W: dace.float64[K, LG], lr: dace.float64,
+                       steps: dace.int64):
+    for s in range(steps):
+        z = X @ W
+        z = z - np.max(z, axis=1)[:, np.newaxis]
+        e = np.exp(z)
+        p = e / np.sum(e, axis=1)[:, np.newaxis]
+        W[:] = W - lr * (X.T @ (p - Y)) / N
+
+
+@dace.program
+def layernorm_numpy(x: dace.float32[N, M], g: dace.float32[M], b: dace.float32[M]):
+    mu = np.mean(x, axis=1)
+    xc = x - mu[:, np.newaxis]
+    var = np.mean(xc * xc, axis=1)
+    return xc / np.sqrt(var[:, np.newaxis] + np.float32(1e-5)) * g + b
+
+
+@dace.program
+def attention_numpy(q: dace.float64[N, K], k: dace.float64[M, K], v: dace.float64[M, K]):
+    sc = (q @ k.T) / np.sqrt(np.float64(K))
+    sc = sc - np.max(sc, axis=1)[:, np.newaxis]
+    e = np.exp(sc)
+    return (e / np.sum(e, axis=1)[:, np.newaxis]) @ v
+
+
+@dace.program
+def conv2d_offsets(x: dace.float64[N + 2, M + 2], w: dace.float64[3, 3]):
+    out = np.zeros((N, M), dtype=np.float64)
+    for a in range(3):
+        for b in range(3):
+            out += w[a, b] * x[a:a + N, b:b + M]
+    return out
+
+
+@dace.program
+def advection_diffusion(u: dace.float64[N, M], cx: dace.float64, nu: dace.float64, steps: dace.int64):
+    for s in range(steps):
+        u[1:N - 1, 1:M - 1] = (u[1:N - 1, 1:M - 1] - cx * (u[1:N - 1, 1:M - 1] - u[1:N - 1, 0:M - 2])
+                               + nu * (u[0:N - 2, 1:M - 1] + u[2:N, 1:M - 1] + u[1:N - 1, 0:M - 2]
+                                       + u[1:N - 1, 2:M] - 4.0 * u[1:N - 1, 1:M - 1]))
+        u[0, :] = u[1, :]
+        u[N - 1, :] = u[N - 2, :]
+
+
+@dace.program
+def burgers_1d(u: dace.float64[S], c: dace.float64, nu: dace.float64, steps: dace.int64):
+    for s in range(steps):
+        un = u.copy()
+        u[1:-1] = (un[1:-1] - c * un[1:-1] * (un[1:-1] - un[:-2])
+                   + nu * (un[2:] - 2.0 * un[1:-1] + un[:-2]))
+
+
+@dace.program
+def matrix_exponential(A: dace.float64[K, K]):
+    E = np.eye(K)
+    term = np.eye(K)
+    for k in range(1, 12):
+        term[:] = (term @ A) / k
+        E += term
+    return E
+
+
+@dace.program
+def horner_poly(x: dace.float64[N, M], c: dace.float64[8]):
+    y = np.zeros((N, M), dtype=np.float64)
+    for k in range(8):
+        y[:] = y * x + c[k]
+    return y
+
+
+@dace.program
+def level_histogram(x: dace.float64[N, M]):
+    h = np.zeros(8, dtype=np.int64)
+    for b in range(8):
+        h[b] = np.sum(((x >= b) & (x < b + 1)).astype(np.int64))
+    return h
+
+
+@dace.program
+def jacobi_3d(u: dace.float64[16, 24, 20], steps: dace.int64):
+    v = np.copy(u)
+    for s in range(steps):
+        v[1:15, 1:23, 1:19] = (u[0:14, 1:23, 1:19] + u[2:16, 1:23, 1:19] + u[1:15, 0:22, 1:19]
+                               + u[1:15, 2:24, 1:19] + u[1:15, 1:23, 0:18] + u[1:15, 1:23, 2:20]) / 6.0
+        u[:] = v
+
+
+@dace.program
+def minmod_flux(u: dace.float64[S]):
+    a = u[1:-1] - u[:-2]
+    b = u[2:] - u[1:-1]
+    return np.where(a * b > 0.0, np.where(np.abs(a) < np.abs(b), a, b), 0.0)
+
+
+@dace.program
+def column_l2_normalize(x: dace.float64[N, M]):
+    return x / np.sqrt(np.sum(x * x, axis=0))
+
+
+@dace.program
+def gram_schmidt_loop(A: dace.float64[N, K]):
+    Q = np.zeros((N, K), dtype=np.float64)
+    for j in range(K):
+        v = np.zeros(N, dtype=np.float64)
+        v[:] = A[:, j]
+        for i in range(j):
+            v -= np.dot(Q[:, i], A[:, j]) * Q[:, i]
+        Q[:, j] = v / np.sqrt(np.dot(v, v))
+    return Q
+
+
+def app_programs():
+    """name -> (program, inputs(rng)): the fifth batch."""
+    s = 50
+    return {
+        "black_scholes": (black_scholes, lambda r: dict(s=r.random(N) + 50, k=r.random(N) + 50, t=r.random(N) + 0.5, r=0.03, sigma=0.2)),
+        "binomial_options": (binomial_options, lambda r: dict(v=r.random((N, LG + 1)), p=0.55, disc=0.99)),
+        "sobel_magnitude": (sobel_magnitude, lambda r: dict(img=r.random((N, M)))),
+        "separable_blur": (separable_blur, lambda r: dict(img=r.random((N, M)), w=r.random(5), steps=3)),
+        "fir_filter": (fir_filter, lambda r: dict(x=r.random(N + LG), h=r.random(LG))),
+        "autocorrelation": (autocorrelation, lambda r: dict(x=r.random(N))),
+        "pagerank": (pagerank, lambda r: (lambda A: dict(A=A / A.sum(axis=0), r=np.full(N, 1.0 / N), d=0.85, iters=5))(r.random((N, N)))),
+        "lennard_jones": (lennard_jones, lambda r: dict(px=r.random(N) * 5, py=r.random(N) * 5)),
+        "ising_energy": (ising_energy, lambda r: dict(s=(r.integers(0, 2, (N, M)) * 2 - 1).astype(np.int32))),
+        "viterbi": (viterbi, lambda r: dict(logA=np.log(r.random((K, K))), logB=np.log(r.random((K, LG))), obs=r.integers(0, LG, M), start=np.log(r.random(K)))),
+        "welford_columns": (welford_columns, lambda r: dict(X=r.random((N, M)))),
+        "softmax_regression": (softmax_regression, lambda r: dict(X=r.random((N, K)), Y=np.eye(LG)[r.integers(0, LG, N)], W=np.zeros((K, LG)), lr=0.5, steps=3)),
+        "layernorm_numpy": (layernorm_numpy, lambda r: dict(x=r.random((N, M), dtype=np.float32), g=r.random(M, dtype=np.float32), b=r.random(M, dtype=np.float32))),
+        "attention_numpy": (attention_numpy, lambda r: dict(q=r.random((N, K)), k=r.random((M, K)), v=r.random((M, K)))),
+        "conv2d_offsets": (conv2d_offsets, lambda r: dict(x=r.random((N + 2, M + 2)), w=r.random((3, 3)))),
+        "advection_diffusion": (advection_diffusion, lambda r: dict(u=r.random((N, M)), cx=0.3, nu=0.1, steps=4)),
+        "burgers_1d": (burgers_1d, lambda r: dict(u=r.random(s), c=0.2, nu=0.1, steps=5)),
+        "matrix_exponential": (matrix_exponential, lambda r: dict(A=r.random((K, K)) * 0.05)),
+        "horner_poly": (horner_poly, lambda r: dict(x=r.random((N, M)), c=r.random(8))),
+        "level_histogram": (level_histogram, lambda r: dict(x=r.random((N, M)) * 8)),
+        "jacobi_3d": (jacobi_3d, lambda r: dict(u=r.random((16, 24, 20)), steps=3)),
+        "minmod_flux": (minmod_flux, lambda r: dict(u=r.random(s))),
+        "column_l2_normalize": (column_l2_normalize, lambda r: dict(x=r.random((N, M)))),
+        "gram_schmidt_loop": (gram_schmidt_loop, lambda r: dict(A=r.random((N, K)))),
+    }

@@ -1,7 +1,7 @@
 """Programs we did not write for the suites: lowered, run on P ranks and compared with NumPy / PyTorch.
 
     python benchmarks/fresh_programs.py [--ranks 2,3] [--device cpu|gpu-emulated] [--schedule auto|split]
-                                        [--set numpy,science,bodies,torch,layers] [--only NAME,...]
+                                        [--set numpy,science,bodies,apps,torch,layers] [--only NAME,...]
 
 The programs (``_fresh_programs.py``) are in the styles users write and in none of our test suites nor in
 NPBench: statistics, distances, iterations with ``for`` and ``while``, integer arithmetic, transposes,
@@ -9,7 +9,8 @@ products, symbolic sizes, and PyTorch modules (LayerNorm + GELU, Conv2d + BatchN
 TransformerEncoderLayer, Embedding). ``--set layers``: 49 single ``torch.nn`` layers past the basics
 (activations, GroupNorm, pooling, padding, upsampling, recurrent layers). ``--set science``: scientific
 NumPy code (PDE time steps, conjugate gradients, N-body, a tridiagonal solve per row, counting, a dynamic
-programming table). ``--set bodies``: maps whose bodies hold loops, branches and ``while`` loops. The
+programming table). ``--set bodies``: maps whose bodies hold loops, branches and ``while`` loops.
+``--set apps``: kernels from finance, imaging, signal processing, graphs, physics and learning. The
 NumPy test suite checks what we thought of; this checks what a new user might write first.
 
 ``--schedule auto``: ``lower(sdfg, ranks=P)`` (the cost model may keep a small program on rank 0).
@@ -93,7 +94,7 @@ def _numpy_case(name, prog, inputs, P, opts, rng):
     try:
         sdfg = prog.to_sdfg()
     except Exception as e:  # noqa: BLE001 - DaCe's frontend: not ours
-        return {"outcome": "dace_fails", "why": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+        return {"outcome": "dace_fails", "why": f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"}
     ret = sdfg.arrays.get("__return")
     dace_dtype = ret.dtype.as_numpy_dtype() if ret is not None else None
     dace_ndim = len(ret.shape) if ret is not None else None
@@ -158,6 +159,8 @@ def main():
         cases += [("science", n, c) for n, c in fp.science_programs().items()]
     if "bodies" in opts.set:
         cases += [("bodies", n, c) for n, c in fp.body_programs().items()]
+    if "apps" in opts.set:
+        cases += [("apps", n, c) for n, c in fp.app_programs().items()]
     if "torch" in opts.set:
         cases += [("torch", n, c) for n, c in fp.torch_modules().items()]
     if "layers" in opts.set:
@@ -172,7 +175,7 @@ def main():
                 continue
             t0 = time.time()
             try:
-                if kind in ("numpy", "science", "bodies"):
+                if kind in ("numpy", "science", "bodies", "apps"):
                     res = _numpy_case(name, *case, P, opts, np.random.default_rng(0))
                 else:
                     res = _torch_case(name, *case, P, opts)

@@ -119,6 +119,16 @@ def concat(out: str, out_shape: Shape, dtype, parts: Sequence[Tuple[str, Shape]]
     return lines
 
 
+def shifted(out: str, out_shape: Shape, dtype, reads: Sequence[Tuple[str, str]], expr: str) -> List[str]:
+    """A map over ``out``'s axes (parameters ``_i0, _i1, ...``) reading ``reads`` (``(array, subscript)``, affine
+    in the parameters) into ``in0, in1, ...`` and writing ``expr``: a window along one axis read as point
+    reads, e.g. the channels around ``_i1`` of a local response norm."""
+    params = [f"_i{k}" for k in range(len(out_shape))]
+    lines = [f"{out} = np.empty({shape_code(out_shape)}, dtype={np_dtype(dtype)})"] + _map_head(params, out_shape)
+    lines += [f"        _in{k} << {name}[{idx}]" for k, (name, idx) in enumerate(reads)]
+    return lines + [f"        _o >> {out}[{', '.join(params)}]", f"        _o = {_connectors(expr)}"]
+
+
 def place(out: str, out_shape: Shape, dtype, x: str, shape: Shape, at: Callable[[List[str]], List[str]]) -> List[str]:
     """Zeros of ``out_shape`` with ``x`` written where ``at`` (the map's parameters over ``shape`` to the
     output's subscripts) puts each element: the gradient of taking a slice or an index."""

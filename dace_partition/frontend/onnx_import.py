@@ -20,6 +20,7 @@ import numpy as np
 import dace
 
 from ..errors import FrontendError
+from ..ir.record import notes
 from . import numpy_ops as ops
 from .codegen import ProgramBuilder
 
@@ -59,6 +60,7 @@ class _Importer:
         self.materialized: Dict[str, str] = {}
         self.node = None
         self.onnx = onnx
+        self.inputs: Dict[str, str] = {}  # graph input -> its argument
 
     # -- values --------------------------------------------------------------------------------------
 
@@ -111,6 +113,7 @@ class _Importer:
                 continue
             shape, dtype = self.static_type(vi)
             self.values[vi.name] = Tensor(self.b.argument(vi.name, shape or (1, ), dtype), shape, dtype)
+            self.inputs[vi.name] = self.values[vi.name].ident
         for node in g.node:
             self.node = node
             self.translate(node)
@@ -161,7 +164,10 @@ class _Importer:
         elif handler is None:
             raise self.error(f"operator '{node.op_type}' is not supported")
         else:
-            outs = handler(node, inputs, self.attrs(node))
+            at = self.attrs(node)
+            if self.opset < 7 and at.get("broadcast") and len(inputs) == 2 and inputs[1] is not None:
+                inputs[1] = self._aligned(inputs[1], int(at.get("axis", -1)), len(inputs[0].shape))
+            outs = handler(node, inputs, at)
         for name, v in zip(node.output, outs):
             if name:
                 self.values[name] = v
@@ -183,6 +189,20 @@ class _Importer:
         names = [n for n in node.output if n]
         it = iter(Const(np.asarray(r), n) for r, n in zip(res, names))
         return [next(it) if n else None for n in node.output]
+
+    def _aligned(self, v, axis: int, rank: int):
+        """``v`` with trailing unit axes, so that NumPy broadcasting lines its first axis up with axis ``axis`` of
+        a rank-``rank`` tensor: the ``broadcast``/``axis`` attributes of binary operators before opset 7
+        (``axis`` -1: trailing axes, as NumPy)."""
+        axis = axis % rank if axis >= 0 else rank - len(v.shape)
+        if axis + len(v.shape) > rank:
+            raise self.error(f"operand of shape {v.shape} does not fit axis {axis} of a rank-{rank} tensor")
+        shape = tuple(v.shape) + (1, ) * (rank - axis - len(v.shape))
+        if shape == tuple(v.shape):
+            return v
+        if isinstance(v, Const):
+            return Const(v.value.reshape(shape), self.b.fresh(f"{v.name}_aligned"))
+        return self._view(v, shape)
 
     # -- elementwise ---------------------------------------------------------------------------------
 
@@ -249,6 +269,58 @@ class _Importer:
 
     def op_Min(self, node, inputs, at):
         return [self._map(inputs, self._fold_expr(len(inputs), "min"))]
+
+    def op_Sum(self, node, inputs, at):
+        return [self._map(inputs, " + ".join(f"in{k}" for k in range(len(inputs))))] if len(inputs) > 1 else inputs
+
+    def op_Mean(self, node, inputs, at):
+        if not np.issubdtype(inputs[0].dtype, np.floating):
+            raise self.error(f"Mean of {inputs[0].dtype} tensors is not supported")
+        return [self._map(inputs, f"({' + '.join(f'in{k}' for k in range(len(inputs)))}) / {float(len(inputs))!r}")]
+
+    def op_Sign(self, node, inputs, at):
+        return [self._map(inputs, "(1 if in0 > 0 else (-1 if in0 < 0 else 0))")]
+
+    def op_Shrink(self, node, inputs, at):
+        lambd, bias = float(at.get("lambd", 0.5)), float(at.get("bias", 0.0))
+        return [self._map(inputs, f"(in0 - {bias!r} if in0 > {lambd!r} else (in0 + {bias!r} if in0 < {-lambd!r} else 0))")]
+
+    def op_ThresholdedRelu(self, node, inputs, at):
+        return [self._map(inputs, f"(in0 if in0 > {float(at.get('alpha', 1.0))!r} else 0)")]
+
+    def op_Softsign(self, node, inputs, at):
+        return [self._map(inputs, "in0 / (1.0 + abs(in0))")]
+
+    def _float_map(self, node, inputs, expr):
+        if not np.issubdtype(inputs[0].dtype, np.floating):
+            raise self.error(f"{node.op_type} of {inputs[0].dtype} tensors is not supported")
+        return [self._map(inputs, expr)]
+
+    def op_Floor(self, node, inputs, at):
+        return self._float_map(node, inputs, "floor(in0)")
+
+    def op_Ceil(self, node, inputs, at):
+        return self._float_map(node, inputs, "ceil(in0)")
+
+    def op_Sin(self, node, inputs, at):
+        return self._float_map(node, inputs, "sin(in0)")
+
+    def op_Cos(self, node, inputs, at):
+        return self._float_map(node, inputs, "cos(in0)")
+
+    def _logical(self, inputs, op):
+        if any(v.dtype != np.bool_ for v in inputs):
+            raise self.error(f"operands of types {[str(v.dtype) for v in inputs]}: ONNX's logical operators take bool")
+        return [self._map(inputs, op, np.bool_)]
+
+    def op_And(self, node, inputs, at):
+        return self._logical(inputs, "in0 and in1")
+
+    def op_Or(self, node, inputs, at):
+        return self._logical(inputs, "in0 or in1")
+
+    def op_Xor(self, node, inputs, at):
+        return self._logical(inputs, "in0 != in1")
 
     @staticmethod
     def _fold_expr(n, fn):
@@ -320,8 +392,18 @@ class _Importer:
         return [self._map(inputs[:1], f"(in0 if in0 > 0 else {float(at.get('alpha', 0.01))!r} * in0)")]
 
     def op_PRelu(self, node, inputs, at):
-        x = inputs[0]
-        return [self._map(inputs[:2], "(in0 if in0 > 0 else in1 * in0)", x.dtype, x.shape)]
+        """nn.PReLU: before opset 7 a slope of one value per channel applies along axis 1 (PyTorch's older
+        exports); from opset 7 on it broadcasts as in NumPy, from the trailing axes."""
+        x, slope = inputs[:2]
+        if self.opset < 7 and len(x.shape) > 1 and len(slope.shape) == 1 and slope.shape[0] == x.shape[1] > 1:
+            slope = self._aligned(slope, 1, len(x.shape))
+        try:
+            fits = np.broadcast_shapes(x.shape, slope.shape) == tuple(x.shape)
+        except ValueError:
+            fits = False
+        if not fits:
+            raise self.error(f"slope of shape {slope.shape} does not broadcast to the input's shape {x.shape}")
+        return [self._map([x, slope], "(in0 if in0 > 0 else in1 * in0)", x.dtype, x.shape)]
 
     def op_Elu(self, node, inputs, at):
         return [self._map(inputs[:1], f"(in0 if in0 > 0 else {float(at.get('alpha', 1.0))!r} * (exp(in0) - 1.0))")]
@@ -389,11 +471,12 @@ class _Importer:
         return [inputs[0]]
 
     def op_Dropout(self, node, inputs, at):
-        if len(node.output) > 1 and node.output[1]:
-            raise self.error("Dropout's mask output is not supported")
+        """Inference, as onnxruntime runs it (also an old ``is_test=0``): the identity, and a mask of all true
+        (a constant, a program input only where used). Training mode as an input is refused."""
         if len(node.input) > 2 and node.input[2] and bool(self.const(node.input[2], "training_mode")):
             raise self.error("Dropout in training mode is not supported")
-        return [inputs[0]]
+        x = inputs[0]
+        return [x, Const(np.ones(x.shape, np.bool_), self.b.fresh("dropout_mask"))]
 
     def op_Constant(self, node, inputs, at):
         from onnx import numpy_helper
@@ -643,12 +726,20 @@ class _Importer:
 
     def op_Slice(self, node, inputs, at):
         x = inputs[0]
+        if self.opset < 10:  # starts, ends and axes were attributes
+            starts, ends = np.asarray(at["starts"]), np.asarray(at["ends"])
+            axes = np.asarray(at.get("axes", range(len(starts))))
+            steps = np.ones(len(starts), np.int64)
+            return [self._sliced(x, starts, ends, axes, steps)]
         starts = self.const(node.input[1], "starts").reshape(-1)
         ends = self.const(node.input[2], "ends").reshape(-1)
         axes = self.const(node.input[3], "axes").reshape(-1) if len(node.input) > 3 and node.input[3] \
             else np.arange(len(starts))
         steps = self.const(node.input[4], "steps").reshape(-1) if len(node.input) > 4 and node.input[4] \
             else np.ones(len(starts), np.int64)
+        return [self._sliced(x, starts, ends, axes, steps)]
+
+    def _sliced(self, x, starts, ends, axes, steps) -> Tensor:
         first, step, shape = [0] * len(x.shape), [1] * len(x.shape), list(x.shape)
         for s, e, a, st in zip(starts, ends, axes, steps):
             a = int(a) % len(x.shape)
@@ -658,7 +749,7 @@ class _Importer:
             first[a], step[a], shape[a] = r.start, r.step, len(r)
         out = self.new("slice", shape, x.dtype)
         self._lines(ops.copy_slice(out.ident, shape, x.dtype, self.data(x), first, step))
-        return [out]
+        return out
 
     def op_Concat(self, node, inputs, at):
         axis = at["axis"] % len(inputs[0].shape)
@@ -933,13 +1024,15 @@ class _Importer:
                                      bool(at.get("ceil_mode", 0)))
         if min(osz) < 1:
             raise self.error(f"{node.op_type} output of input {x.shape} would be empty")
-        if int(np.prod(kernel)) > 64:
-            raise self.error(f"{node.op_type} kernel {kernel} is too large (at most 64 elements are supported)")
         return kernel, strides, dil, before, after, osz, given_after
 
-    def _pool(self, x, xp, kernel, strides, dil, osz, hint, combine, divisor=None) -> Tensor:
+    _POINT_TAPS = 64  # windows up to this size: one point read per tap; larger ones: an accumulating map
+
+    def _pool(self, x, xp, kernel, strides, dil, osz, hint, combine, divisor=None, init="0") -> Tensor:
         """:func:`.numpy_ops.pool` over the padded input ``xp``; ``divisor`` (an array of the output's spatial
-        shape) divides the result, as a literal where all its elements are equal."""
+        shape) divides the result, as a literal where all its elements are equal. A window of more than
+        ``_POINT_TAPS`` elements (a 60 x 80 max pool) is one map over the output and the window instead,
+        folding each tap into its output element with ``combine`` from ``init``."""
         shape = tuple(x.shape[:2]) + tuple(osz)
         out = self.new(hint, shape, x.dtype)
         lit = counts = ""
@@ -947,7 +1040,22 @@ class _Importer:
             lit = repr(float(divisor.flat[0]))
         elif divisor is not None:
             counts = self.data(Const(divisor.astype(x.dtype), self.b.fresh(f"{hint}_count")))
-        self._lines(ops.pool(out.ident, shape, x.dtype, xp, kernel, strides, dil, combine, lit, counts))
+        if int(np.prod(kernel)) <= self._POINT_TAPS:
+            self._lines(ops.pool(out.ident, shape, x.dtype, xp, kernel, strides, dil, combine, lit, counts))
+            return out
+        ys, ks, pos = ops.conv_terms(len(kernel), strides, dil)
+        loops = [("n", shape[0]), ("c", shape[1])] + list(zip(ys, osz)) + list(zip(ks, kernel))
+        acc = self.new(f"{hint}_acc", shape, x.dtype) if divisor is not None else out
+        self._lines(ops.accumulate(acc.ident, shape, x.dtype, loops, [(xp, ", ".join(["_i_n", "_i_c"] + pos))],
+                                   ", ".join(["_i_n", "_i_c"] + [f"_i_{y}" for y in ys]), "in0", init,
+                                   combine("a", "b")))
+        self.contractions += 1
+        if divisor is None:
+            return out
+        spatial = [f"_i{k}" for k in range(2, len(shape))]
+        reads = [(acc.ident, ", ".join(f"_i{k}" for k in range(len(shape))))] + \
+            ([(counts, ", ".join(spatial))] if counts else [])
+        self._lines(ops.shifted(out.ident, shape, x.dtype, reads, f"in0 / {lit or 'in1'}"))
         return out
 
     def op_MaxPool(self, node, inputs, at):
@@ -960,7 +1068,53 @@ class _Importer:
         lowest = repr(float(np.finfo(x.dtype).min)) if np.issubdtype(x.dtype, np.floating) else \
             str(int(np.iinfo(x.dtype).min))
         xp, _ = self._padded(x, before, after, lowest)
-        return [self._pool(x, xp, kernel, strides, dil, osz, "maxpool", lambda a, b: f"max({a}, {b})")]
+        return [self._pool(x, xp, kernel, strides, dil, osz, "maxpool", lambda a, b: f"max({a}, {b})", init=lowest)]
+
+    def op_GlobalMaxPool(self, node, inputs, at):
+        x = inputs[0]
+        axes = list(range(2, len(x.shape)))
+        out = self.new("gmp", ops.keep_shape(x.shape, axes), x.dtype)
+        self._lines(ops.reduce(self.b.fresh, out.ident, self.data(x), x.shape, axes, True, "max", x.dtype))
+        return [out]
+
+    def op_LRN(self, node, inputs, at):
+        """nn.LocalResponseNorm (AlexNet, GoogLeNet): each element over ``(bias + alpha / size * s) ** beta``,
+        where ``s`` sums the squares of the ``size`` channels around it; the squares are padded with zeros
+        along the channels, so every window is ``size`` point reads."""
+        x = inputs[0]
+        if not np.issubdtype(x.dtype, np.floating) or len(x.shape) < 3:
+            raise self.error(f"LRN of a {x.dtype} tensor of shape {x.shape} is not supported")
+        size = int(at["size"])
+        alpha, beta, bias = float(at.get("alpha", 1e-4)), float(at.get("beta", 0.75)), float(at.get("bias", 1.0))
+        lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+        sq = self._map([x], "in0 * in0")
+        padded = self.b.fresh("lrn_pad")
+        zeros = [0] * (len(x.shape) - 2)
+        self._lines(ops.pad(padded, sq.ident, x.shape, 1, [lo] + zeros, [hi] + zeros, "0.0", x.dtype))
+        rest = "".join(f", _i{k}" for k in range(2, len(x.shape)))
+        reads = [(self.data(x), f"_i0, _i1{rest}")] + [(padded, f"_i0, _i1 + {k}{rest}") for k in range(size)]
+        total = " + ".join(f"in{k}" for k in range(1, size + 1))
+        out = self.new("lrn", x.shape, x.dtype)
+        self._lines(ops.shifted(out.ident, x.shape, x.dtype, reads,
+                                f"in0 / (({bias!r} + {alpha / size!r} * ({total})) ** {beta!r})"))
+        return [out]
+
+    def op_Tile(self, node, inputs, at):
+        """``np.tile`` with the repeats known at import time: a map over the input and the repeats writing
+        each copy (affine subscripts on both sides)."""
+        x = inputs[0]
+        reps = [int(r) for r in self.const(node.input[1], "repeats").reshape(-1)]
+        if len(reps) != len(x.shape) or min(reps, default=1) < 1:
+            raise self.error(f"repeats {reps} do not fit input of shape {x.shape}")
+        shape = tuple(s * r for s, r in zip(x.shape, reps))
+        if shape == tuple(x.shape):
+            return [x]
+        loops = [(f"a{k}", s) for k, s in enumerate(x.shape)] + [(f"r{k}", r) for k, r in enumerate(reps)]
+        read = ", ".join(f"_i_a{k}" for k in range(len(x.shape)))
+        write = ", ".join(f"_i_r{k} * {s} + _i_a{k}" for k, s in enumerate(x.shape))
+        out = self.new("tile", shape, x.dtype)
+        self._lines(ops.spread(out.ident, shape, x.dtype, self.data(x), loops, read, write))
+        return [out]
 
     def op_AveragePool(self, node, inputs, at):
         """nn.AvgPool1d/2d/3d and nn.AdaptiveAvgPool with even windows: the window's sum over the number of
@@ -1122,13 +1276,20 @@ def from_onnx(model_or_path, name: Optional[str] = None) -> dace.SDFG:
     """Translates an ONNX model (``ModelProto``, file path, serialized bytes or ``torch.onnx.ONNXProgram``)
     with static shapes into an SDFG whose arguments are the graph inputs and the initializers that feed
     computation (bound to their values with :func:`dace_partition.runtime.launch.bind`, so callers pass only the
-    graph inputs). Raises :class:`~dace_partition.errors.FrontendError` for unsupported operators and
-    dynamic shapes."""
+    graph inputs). A graph input or weight whose ONNX name is not a Python identifier (``0``,
+    ``onnx::MatMul_7``) becomes an argument with a readable identifier (``t_0``, ``onnx__MatMul_7``);
+    :func:`~dace_partition.run` and compiled programs accept the ONNX name too, as onnxruntime does.
+    Raises :class:`~dace_partition.errors.FrontendError` for unsupported operators and dynamic shapes."""
     model = _load(model_or_path)
     name = name or model.graph.name or "onnx_model"
     imp = _Importer(model, name)
     imp.run()
     sdfg = imp.b.to_sdfg()
+    # graph inputs and weights whose names are not identifiers ('0', 'onnx::MatMul_7') keep their ONNX names
+    # for callers: dp.run and compiled programs accept either
+    inits = {t.name for t in model.graph.initializer}
+    named = {**imp.inputs, **{k: v for k, v in imp.materialized.items() if k in inits}}
+    notes(sdfg).aliases = {k: v for k, v in named.items() if k != v}
     if ops.nest_contractions(sdfg) != imp.contractions:
         raise FrontendError(f"internal error: not every einsum of '{name}' could be nested")
     sdfg.validate()

@@ -3,14 +3,16 @@ place where the package keeps what it knows about an SDFG object.
 
 Ranks needed, io mode and argument layouts are decided by ``lower``; the record is saved as JSON beside
 the build (``dace_partition.json`` in the build folder), so a program loaded from its folder on any rank
-knows them without the SDFG's Python object. :func:`notes` holds the record, the lowering's report, a
-training step's names, whether discovery has converted its loops, the values bound to its arguments
-(``bind``) and its last build; it is one attribute of the SDFG, so it travels with the object (also
-through ``copy.deepcopy``) and nothing is kept in module-level tables.
+knows them without the SDFG's Python object, and so do the names a caller may use for arguments that a
+front end renamed (an ONNX graph input named ``0`` is the argument ``t_0``). :func:`notes` holds the
+record, the lowering's report, a training step's names, whether discovery has converted its loops, the
+values bound to its arguments (``bind``), the renamed arguments and its last build; it is one attribute
+of the SDFG, so it travels with the object (also through ``copy.deepcopy``) and nothing is kept in
+module-level tables.
 """
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, Optional, Tuple
 
 from .kinds import IoMode
@@ -29,18 +31,20 @@ class ProgramRecord:
     # device="gpu": argument -> its device twin, the argument the runtime passes in GPU memory (the
     # caller's device array, or a buffer it keeps for NumPy callers; runtime/device_arrays.py)
     device_twins: Dict[str, str] = field(default_factory=dict, hash=False)
+    # a caller's name -> the argument it names, where a front end had to rename (ONNX input '0': 't_0')
+    aliases: Dict[str, str] = field(default_factory=dict, hash=False)
 
     def to_json(self) -> str:
         return json.dumps({"program": self.program, "ranks_needed": self.ranks_needed, "io": str(self.io),
                            "layouts": {k: v.to_json() for k, v in self.layouts.items()},
-                           "device_twins": dict(self.device_twins)}, indent=1)
+                           "device_twins": dict(self.device_twins), "aliases": dict(self.aliases)}, indent=1)
 
     @staticmethod
     def from_json(text: str) -> "ProgramRecord":
         d = json.loads(text)
         return ProgramRecord(d["program"], int(d["ranks_needed"]), IoMode(d["io"]),
                              {k: Layout.from_json(v) for k, v in d["layouts"].items()},
-                             dict(d.get("device_twins", {})))
+                             dict(d.get("device_twins", {})), dict(d.get("aliases", {})))
 
 
 @dataclass
@@ -51,6 +55,7 @@ class Notes:
     train: Optional[dict] = None  # from_torch_train_step: {"outputs": [...], "arguments": {...}}
     normalised: bool = False  # schedule.normalise rewrote it (loops to maps, DaCe 2's regions inlined)
     bound: Dict[str, object] = field(default_factory=dict)  # runtime.bind: argument -> its value (an array)
+    aliases: Dict[str, str] = field(default_factory=dict)  # from_onnx: a graph input's name -> its argument
     build: Optional[Tuple[str, str]] = None  # runtime.build: (digest of the lowered SDFG, its build folder)
 
 
@@ -64,7 +69,11 @@ def notes(sdfg) -> Notes:
 
 
 def attach(sdfg, record: ProgramRecord):
-    notes(sdfg).record = record
+    """Keeps ``record`` with the SDFG; the names its front end renamed go into it, to be saved beside the build."""
+    found = notes(sdfg)
+    if found.aliases and not record.aliases:
+        record = replace(record, aliases=dict(found.aliases))
+    found.record = record
 
 
 def record_of(sdfg) -> Optional[ProgramRecord]:

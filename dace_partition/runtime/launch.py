@@ -18,6 +18,7 @@ from dace.sdfg import SDFG
 
 from ..errors import ScheduleError
 from ..ir import ranks_needed
+from ..ir.record import notes
 from . import mps
 from ._plain_worker import WRITTEN  # the prefix of the written arguments saved beside a return value
 from ._world_check import RUN_DIR
@@ -26,8 +27,8 @@ from .build import _BOUND_FILE, bind, bound_values, build
 from .launchers import (WORLD_CHECK, FirstToEnd, LaunchCommand, Launcher, MPIFlavour, RunError, _flavour_of, _mpiexec, _srun,
                         _stop, _tied_to, choose_launcher, dead_ranks, launch_command, launcher_kind,
                         library_flavour, mpi_environment, mpiexec_command)
-from .program import (CallSignature, Program, _syms, _with_bound, as_array, check_layout, compile, conform,
-                      describe_inputs, load, sizing_dimensions, written_arguments)
+from .program import (CallSignature, Program, _syms, _with_bound, as_array, by_argument_name, check_layout, compile,
+                      conform, describe_inputs, load, sizing_dimensions, written_arguments)
 
 # The runtime's API, for ``from dace_partition.runtime.launch import ...``: building is .build, starting
 # ranks .launchers, a job's program .program; this module runs a program from one process (``run``).
@@ -137,7 +138,9 @@ def launch(sdfg: SDFG, ranks: int, timeout: float, inputs, worker: str = WORKER,
         raise ScheduleError(f"'{sdfg.name}' needs {need} MPI ranks (its largest process grid), but {caller} was "
                             f"asked for {ranks}")
     lc = choose_launcher(launcher)
-    inputs = {k: as_array(v) for k, v in inputs.items()}
+    aliases = notes(sdfg).aliases
+    inputs = {k: as_array(v) for k, v in by_argument_name(aliases, inputs).items()}
+    update = by_argument_name(aliases, update) if update else update
     given = {k: np.shape(v) for k, v in inputs.items() if isinstance(v, np.ndarray)}
     checked, needed = _check_run_inputs(sdfg, _with_bound(bound_values(sdfg), inputs))
     inputs = {k: checked[k] for k in checked if k in inputs or k in needed}  # with symbols read off the shapes

@@ -29,6 +29,20 @@ def as_array(value):
     return value
 
 
+def by_argument_name(aliases, kwargs):
+    """``kwargs`` with a caller's name for an argument that the front end renamed (``aliases``: an ONNX
+    graph input ``0`` is the argument ``t_0``) replaced by the argument's own name."""
+    if not aliases:
+        return kwargs
+    out, given_as = {}, {}
+    for k, v in kwargs.items():
+        name = aliases.get(k, k)
+        if name in out:
+            raise ValueError(f"argument '{name}' is given twice: as '{given_as[name]}' and as '{k}'")
+        out[name], given_as[name] = v, k
+    return out
+
+
 def _with_bound(bound, kwargs):
     merged = {k: v for k, v in bound.items() if k not in kwargs}
     merged.update({k: as_array(v) for k, v in kwargs.items()})
@@ -322,6 +336,7 @@ class Program:
         self.layouts = dict(record.layouts) if record else {}  # argument tiles for io="distributed" (else empty)
 
     def __call__(self, **kwargs):
+        kwargs = by_argument_name(self.record.aliases if self.record else {}, kwargs)
         if self.layouts:
             return self._call_distributed(kwargs)
         comm, flag = self.comm, self._flag

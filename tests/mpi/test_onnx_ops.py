@@ -337,3 +337,78 @@ def test_conv_pool_batchnorm_unsupported_variants_are_refused(r):
         model = make_model([n], inputs, {o: F for o in n.output}, inits)
         with pytest.raises(FrontendError, match=msg):
             dp.from_onnx(model)
+
+
+def test_variadic_sign_rounding_trigonometric_and_logical_ops(r):
+    """Sum and Mean of three inputs, Sign, Shrink, ThresholdedRelu, Softsign, Floor, Ceil, Sin, Cos and the
+    logical And, Or, Xor, in one graph (one compile)."""
+    ins = dict(a=f32(r, 3, 4) * 3, b=f32(r, 4), c=f32(r, 3, 1), p=r.random((3, 4)) > 0.5, q=r.random((3, 4)) > 0.5)
+    ins["a"][0, :2] = 0.0  # Sign of zero
+    nodes = [
+        node("Sum", ["a", "b", "c"], ["sum"]), node("Mean", ["a", "b", "c"], ["mean"]), node("Sum", ["a"], ["sum1"]),
+        node("Sign", ["a"], ["sign"]), node("Shrink", ["a"], ["shrink"], lambd=1.2, bias=0.3),
+        node("ThresholdedRelu", ["a"], ["trelu"], alpha=0.4), node("Softsign", ["a"], ["softsign"]),
+        node("Floor", ["a"], ["floor"]), node("Ceil", ["a"], ["ceil"]), node("Sin", ["a"], ["sin"]),
+        node("Cos", ["a"], ["cos"]), node("And", ["p", "q"], ["and"]), node("Or", ["p", "q"], ["or"]),
+        node("Xor", ["p", "q"], ["xor"]),
+    ]
+    outs = {n.output[0]: (B if n.op_type in ("And", "Or", "Xor") else F) for n in nodes}
+    check("variadic_sign", nodes, ins, outs)
+
+
+def test_tile_local_response_norm_global_max_pool_and_pools_past_the_point_read_limit(r):
+    """Tile (torch.repeat), LRN (AlexNet, GoogLeNet) with windows of 5 and 3 channels, GlobalMaxPool, and max
+    and average pools of more than 64 taps, which accumulate over the window (a dilated 9 x 8 max pool,
+    and a padded 9 x 9 average pool whose border windows count fewer elements)."""
+    ins = dict(x=f32(r, 2, 5, 6, 7), big=f32(r, 1, 2, 30, 28))
+    nodes = [
+        node("Tile", ["x", "reps"], ["tile"]),
+        node("LRN", ["x"], ["lrn5"], size=5, alpha=2e-3, beta=0.75, bias=1.5),
+        node("LRN", ["x"], ["lrn3"], size=3),
+        node("GlobalMaxPool", ["x"], ["gmp"]),
+        node("MaxPool", ["big"], ["bigmax"], kernel_shape=[9, 8], strides=[3, 2], dilations=[2, 1], pads=[2, 1, 2, 3]),
+        node("AveragePool", ["big"], ["bigavg"], kernel_shape=[9, 9], strides=[4, 4], pads=[3, 3, 3, 3]),
+    ]
+    check("tile_lrn_pools", nodes, ins, {n.output[0]: F for n in nodes}, dict(reps=np.array([1, 2, 1, 3])), opset=19)
+
+
+def test_opset_6_models_as_older_pytorch_exported_them(r):
+    """Opset 6 spellings: Slice with its bounds as attributes, a per-channel PRelu slope of shape [C], and
+    Add/Mul with ``broadcast=1, axis=1``. onnxruntime runs opset 7 on, so NumPy gives the expected values."""
+    x, slope, bias = f32(r, 2, 3, 4, 5), f32(r, 3), f32(r, 3, 4)
+    nodes = [node("Slice", ["x"], ["sl"], starts=[1, 2], ends=[3, 100], axes=[1, 3]),
+             node("PRelu", ["x", "slope"], ["pr"]),
+             node("Add", ["x", "bias"], ["add"], broadcast=1, axis=1),
+             node("Mul", ["x", "slope"], ["mul"], broadcast=1, axis=1)]
+    model = make_model(nodes, dict(x=x), dict(sl=F, pr=F, add=F, mul=F), dict(slope=slope, bias=bias), opset=6)
+    sdfg = dp.from_onnx(model, name="opset6")
+    sl, pr, add, mul = sdfg(**_with_bound(bound_values(sdfg), dict(x=x)))
+    per_channel = slope[None, :, None, None]
+    np.testing.assert_array_equal(sl, x[:, 1:3, :, 2:])
+    np.testing.assert_allclose(pr, np.where(x > 0, x, per_channel * x), rtol=1e-6)
+    np.testing.assert_allclose(add, x + bias[None, :, :, None], rtol=1e-6)
+    np.testing.assert_allclose(mul, x * per_channel, rtol=1e-6)
+
+
+def test_a_slope_that_does_not_broadcast_is_refused_in_words(r):
+    model = make_model([node("PRelu", ["x", "s"], ["y"], name="pr")], dict(x=f32(r, 2, 3, 4)), dict(y=F),
+                       dict(s=f32(r, 3)))
+    with pytest.raises(FrontendError, match=r"slope of shape \(3,\) does not broadcast to.*\(2, 3, 4\).*'pr'"):
+        dp.from_onnx(model)
+
+
+def test_graph_inputs_named_as_pytorch_exports_them_are_passed_by_their_onnx_names(r):
+    """PyTorch's exporter names inputs '0', '1' and weights 'onnx::MatMul_3': not identifiers, so the arguments
+    are 't_0', ...; dp.run takes the ONNX names on 2 ranks, and refuses a name given twice."""
+    x, w = f32(r, 8, 6), f32(r, 6, 4)
+    model = make_model([node("MatMul", ["0", "onnx::MatMul_3"], ["mm"]), node("Relu", ["mm"], ["2"])],
+                       {"0": x}, {"2": F}, {"onnx::MatMul_3": w})
+    sdfg = dp.from_onnx(model, name="onnx_names")
+    assert {"t_0", "onnx__MatMul_3"} <= set(sdfg.arglist())
+    dp.lower(sdfg, ranks=2)
+    np.testing.assert_allclose(dp.run(sdfg, 2, **{"0": x}), np.maximum(x @ w, 0), rtol=1e-5, atol=1e-6)
+    w2 = f32(r, 6, 4)  # a weight given by its ONNX name overrides the bound one
+    np.testing.assert_allclose(dp.run(sdfg, 2, **{"0": x, "onnx::MatMul_3": w2}), np.maximum(x @ w2, 0),
+                               rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"'t_0' is given twice: as '0' and as 't_0'"):
+        dp.run(sdfg, 2, **{"0": x, "t_0": x})

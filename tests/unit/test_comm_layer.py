@@ -175,6 +175,22 @@ def test_layouts_round_trip_through_the_record():
     assert back.layouts["w"] == lay and back.layouts["w"].block(3) == (slice(0, 16), slice(9, 12))
 
 
+def test_renamed_arguments_reach_the_record_and_a_call_by_either_name():
+    """An ONNX input '0' is the argument 't_0': the name travels from the SDFG's notes into the record
+    saved beside the build, and a call naming it either way reaches the argument (twice is an error)."""
+    from dace_partition.ir.record import attach, notes
+    from dace_partition.runtime.program import by_argument_name
+    sdfg = dace.SDFG("renamed")
+    notes(sdfg).aliases = {"0": "t_0"}
+    attach(sdfg, ProgramRecord("renamed", 2))
+    back = ProgramRecord.from_json(record_of(sdfg).to_json())
+    assert back.aliases == {"0": "t_0"}
+    assert by_argument_name(back.aliases, {"0": 1, "n": 2}) == {"t_0": 1, "n": 2}
+    assert by_argument_name(back.aliases, {"t_0": 1}) == {"t_0": 1}
+    with pytest.raises(ValueError, match="'t_0' is given twice"):
+        by_argument_name(back.aliases, {"0": 1, "t_0": 1})
+
+
 def test_uneven_layout_blocks_evaluate_on_every_rank():
     """510 interior rows over 8 ranks: the written bounds hold DaCe's int_ceil, which every rank evaluates."""
     r = "__dp0_r0"
