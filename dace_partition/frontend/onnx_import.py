@@ -26,6 +26,11 @@ from .codegen import ProgramBuilder
 
 Shape = Tuple[int, ...]
 
+# Element types DaCe's generated C++ computes with. float16 and bfloat16 have no arithmetic there on the CPU
+# (a compile error), and float8, int4/int2 and strings no type at all.
+_DTYPES = frozenset(np.dtype(t) for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+                                          np.uint32, np.uint64, np.float32, np.float64, np.complex64, np.complex128))
+
 
 def _text(at, key: str, default: Optional[str] = None) -> str:
     """A string attribute of a node: onnx.helper gives them as bytes."""
@@ -86,6 +91,7 @@ class _Importer:
         if isinstance(v, Tensor):
             return v.ident
         if v.name not in self.materialized:
+            self.check_dtype(v.dtype, f"constant '{v.name}'")
             shape = v.shape or (1, )
             self.materialized[v.name] = self.b.argument(v.name, shape, v.dtype, v.value.reshape(shape))
         return self.materialized[v.name]
@@ -95,7 +101,16 @@ class _Importer:
         return v.shape or (1, )
 
     def new(self, hint: str, shape, dtype, view=False) -> Tensor:
+        self.check_dtype(dtype, "its result")
         return Tensor(self.b.fresh(hint), shape, dtype, view)
+
+    def check_dtype(self, dtype, what: str):
+        """Refuses an element type the generated code cannot hold, before DaCe fails on it."""
+        dtype = np.dtype(dtype)
+        if dtype not in _DTYPES:
+            raise self.error(f"{what} has element type {dtype.name}, which the generated code does not support "
+                             f"(supported: bool, int8 to int64, uint8 to uint64, float32, float64, complex64, "
+                             f"complex128)")
 
     def attrs(self, node) -> dict:
         return {a.name: self.onnx.helper.get_attribute_value(a) for a in node.attribute}
@@ -136,7 +151,9 @@ class _Importer:
                 raise FrontendError(f"graph input '{vi.name}' has a dynamic dimension "
                                     f"'{d.dim_param or '?'}'; only static shapes are supported")
             dims.append(int(d.dim_value))
-        return tuple(dims), np.dtype(self.onnx.helper.tensor_dtype_to_np_dtype(t.elem_type))
+        dtype = np.dtype(self.onnx.helper.tensor_dtype_to_np_dtype(t.elem_type))
+        self.check_dtype(dtype, f"graph input '{vi.name}'")
+        return tuple(dims), dtype
 
     def output(self, v, earlier: List[str]) -> str:
         """Identifier of a graph output; views, arguments, constants and tensors returned twice are copied,
@@ -283,7 +300,8 @@ class _Importer:
 
     def op_Shrink(self, node, inputs, at):
         lambd, bias = float(at.get("lambd", 0.5)), float(at.get("bias", 0.0))
-        return [self._map(inputs, f"(in0 - {bias!r} if in0 > {lambd!r} else (in0 + {bias!r} if in0 < {-lambd!r} else 0))")]
+        return [self._map(inputs, f"(in0 - {bias!r} if in0 > {lambd!r} else "
+                                  f"(in0 + {bias!r} if in0 < {-lambd!r} else 0))")]
 
     def op_ThresholdedRelu(self, node, inputs, at):
         return [self._map(inputs, f"(in0 if in0 > {float(at.get('alpha', 1.0))!r} else 0)")]
@@ -551,6 +569,9 @@ class _Importer:
         for t, v in zip(terms, inputs):
             if len(t) != len(v.shape):
                 raise self.error(f"einsum term '{t}' does not match operand shape {v.shape}")
+            if not t or len(set(t)) != len(t):
+                raise self.error(f"einsum '{eq}': a term that " + ("repeats an index (a diagonal or a trace)" if t else
+                                                                 "is a scalar") + " is not supported")
             for c, n in zip(t, v.shape):
                 sizes[c] = max(sizes.get(c, 1), n)
         return [self._contract(terms, inputs, rhs, sizes)]
@@ -874,8 +895,11 @@ class _Importer:
         if tuple(kernel) != tuple(w.shape[2:]) or w.shape[0] != x.shape[1] or len(x.shape) != n + 2:
             raise self.error(f"ConvTranspose weight of shape {w.shape} does not fit input {x.shape}")
         auto = _text(at, "auto_pad", "NOTSET")
-        if auto not in ("NOTSET", "VALID") or at.get("output_shape") is not None:
-            raise self.error(f"ConvTranspose with auto_pad '{auto}' or output_shape is not supported (give pads)")
+        if auto not in ("NOTSET", "VALID"):
+            raise self.error(f"ConvTranspose with auto_pad '{auto}' is not supported (give pads)")
+        if at.get("output_shape") is not None:
+            raise self.error(f"ConvTranspose with output_shape {list(at['output_shape'])} is not supported (give pads "
+                             f"and output_padding)")
         strides, dil = list(at.get("strides", [1] * n)), list(at.get("dilations", [1] * n))
         pads = [0] * (2 * n) if auto == "VALID" else list(at.get("pads", [0] * (2 * n)))
         extra = list(at.get("output_padding", [0] * n))

@@ -412,3 +412,23 @@ def test_graph_inputs_named_as_pytorch_exports_them_are_passed_by_their_onnx_nam
                                rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match=r"'t_0' is given twice: as '0' and as 't_0'"):
         dp.run(sdfg, 2, **{"0": x, "t_0": x})
+
+
+def test_element_types_the_generated_code_cannot_hold_are_refused_in_words(r):
+    """float16 (no CPU arithmetic in DaCe's C++: a compile error), bfloat16 and strings (no type: a KeyError
+    deep in DaCe), as a graph input, a Cast's target and a constant; and einsum terms that repeat an index."""
+    x = f32(r, 2, 3)
+    cases = [
+        (make_model([node("Relu", ["h"], ["y"], name="act")], dict(h=x.astype(np.float16)),
+                    dict(y=TensorProto.FLOAT16)),
+         r"graph input 'h' has element type float16, which the generated code does not support"),
+        (make_model([node("Cast", ["x"], ["y"], to=TensorProto.BFLOAT16, name="down")], dict(x=x),
+                    dict(y=TensorProto.BFLOAT16)), r"its result has element type bfloat16.*'down' \(Cast\)"),
+        (make_model([node("Add", ["x", "c"], ["y"], name="plus")], dict(x=x), dict(y=F), dict(c=x.astype(np.float16))),
+         r"element type float16.*'plus' \(Add\)"),
+        (make_model([node("Einsum", ["s"], ["y"], equation="bii->bi", name="diag")],
+                    dict(s=f32(r, 2, 3, 3)), dict(y=F)), r"repeats an index \(a diagonal or a trace\).*'diag'"),
+    ]
+    for model, msg in cases:
+        with pytest.raises(FrontendError, match=msg):
+            dp.from_onnx(model)
