@@ -12,8 +12,10 @@ ZFNet-512 and DenseNet-121 as ``onnx/backend/test/data/light`` holds them: the a
 with every weight a constant (``ConstantOfShape``). Constant weights make every output the same, which
 would hide errors, so each weight becomes a seeded random tensor (He-scaled for filters and matrices,
 uniform in [0.5, 1.5] for per-channel vectors) and the result is compared with onnxruntime's on the same
-model, within rtol 1e-3 and atol 1e-6 (ONNX's own runner uses rtol 1e-3 for these). The final softmax
-is left out: random weights make it one-hot, where the logits before it show every difference.
+model, within rtol 1e-3 plus 1e-5 of the largest logit (ONNX's own runner uses rtol 1e-3 for these; float32
+sums over up to 9216 products leave logits near zero with larger relative differences, in onnxruntime as
+in DaCe). The final softmax is left out: random weights make it one-hot, where the logits show every
+difference.
 
 ``--set nodes``: ONNX's node tests (``onnx.backend.test.case.node``, the operator specification's own
 examples with their expected outputs) whose operators ``from_onnx`` has, each compiled and run in one
@@ -146,11 +148,11 @@ def run_node_case(name, model, inputs, expected, rtol, atol):
     return {"outcome": "correct" if ok else "wrong", "detail": detail}
 
 
-def _compare(got, expected, rtol, atol, exact_dtypes=False):
+def _compare(got, expected, rtol, atol, exact_dtypes=False, of_largest=False):
     got = got if isinstance(got, tuple) else (got, )
     if len(got) != len(expected):
         return False, f"{len(got)} outputs, expected {len(expected)}"
-    worst = 0.0
+    worst = scale = 0.0
     for g, e in zip(got, expected):
         g = np.asarray(g)
         if g.size != e.size:
@@ -162,21 +164,24 @@ def _compare(got, expected, rtol, atol, exact_dtypes=False):
             if not np.array_equal(g, e):
                 return False, f"{int(np.sum(g != e))} of {e.size} elements differ"
             continue
+        if of_largest and e.size:  # atol as a fraction of the largest magnitude
+            atol = atol * float(np.nanmax(np.abs(e)))
         if not np.allclose(g, e, rtol=rtol, atol=atol, equal_nan=True):
             return False, f"max |difference| {float(np.nanmax(np.abs(g - e))):.3g}"
         if e.size and np.issubdtype(e.dtype, np.floating):
             worst = max(worst, float(np.nanmax(np.abs(g - e), initial=0.0)))
-    return True, f"max |difference| {worst:.3g}"
+            scale = max(scale, float(np.nanmax(np.abs(e), initial=0.0)))
+    return True, f"max |difference| {worst:.3g}" + (f" (largest |value| {scale:.3g})" if of_largest else "")
 
 
-def run_case(name, model, inputs, expected, P, rtol, atol):
+def run_case(name, model, inputs, expected, P, rtol, atol, of_largest=False):
     import dace_partition as dp
     t0 = time.time()
     sdfg = dp.from_onnx(model, name=f"onnx_{name}_p{P}")
     dp.lower(sdfg, ranks=P)
     t1 = time.time()
     got = dp.run(sdfg, P, timeout=1800, **inputs)
-    ok, detail = _compare(got, expected, rtol, atol)
+    ok, detail = _compare(got, expected, rtol, atol, of_largest=of_largest)
     return {"outcome": "correct" if ok else "wrong", "detail": detail, "import_lower_s": round(t1 - t0, 1),
             "build_run_s": round(time.time() - t1, 1)}
 
@@ -199,7 +204,7 @@ def main():
     if "backend" in opts.set:
         todo += [("backend", n, lambda c=c: c, 1e-4, 1e-5) for n, c in backend_cases().items()]
     if "zoo" in opts.set:
-        todo += [("zoo", n, lambda n=n: zoo_case(n, np.random.default_rng(0)), 1e-3, 1e-6) for n in ZOO]
+        todo += [("zoo", n, lambda n=n: zoo_case(n, np.random.default_rng(0)), 1e-3, 1e-5) for n in ZOO]
     if "nodes" in opts.set:
         todo += [("nodes", n, lambda c=c: c[:3], c[3], c[4]) for n, c in node_cases().items()]
     for P in [int(p) for p in opts.ranks.split(",")]:
@@ -212,7 +217,7 @@ def main():
                 if kind == "nodes":
                     res = run_node_case(name, model, inputs, expected, rtol, atol)
                 else:
-                    res = run_case(name, model, inputs, expected, P, rtol, atol)
+                    res = run_case(name, model, inputs, expected, P, rtol, atol, of_largest=kind == "zoo")
             except (FrontendError, ScheduleError, UnsupportedPattern) as e:
                 res = {"outcome": "refused", "why": str(e)[:300]}
             except Exception as e:  # noqa: BLE001 - recorded, the next model runs
