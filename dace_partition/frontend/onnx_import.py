@@ -291,9 +291,8 @@ class _Importer:
         return [self._map(inputs, " + ".join(f"in{k}" for k in range(len(inputs))))] if len(inputs) > 1 else inputs
 
     def op_Mean(self, node, inputs, at):
-        if not np.issubdtype(inputs[0].dtype, np.floating):
-            raise self.error(f"Mean of {inputs[0].dtype} tensors is not supported")
-        return [self._map(inputs, f"({' + '.join(f'in{k}' for k in range(len(inputs)))}) / {float(len(inputs))!r}")]
+        return self._float_map(node, inputs, f"({' + '.join(f'in{k}' for k in range(len(inputs)))}) / "
+                                             f"{float(len(inputs))!r}")
 
     def op_Sign(self, node, inputs, at):
         return [self._map(inputs, "(1 if in0 > 0 else (-1 if in0 < 0 else 0))")]
