@@ -23,6 +23,21 @@ GELU = f"0.5 * in0 * (1.0 + erf(in0 * {1 / math.sqrt(2.0)!r}))"
 GELU_TANH = f"0.5 * in0 * (1.0 + tanh({math.sqrt(2.0 / math.pi)!r} * (in0 + 0.044715 * in0 * in0 * in0)))"
 SOFTPLUS = "((in0 + log(1.0 + exp(-in0))) if in0 > 0 else log(1.0 + exp(in0)))"  # log(1 + e^x), no overflow
 
+# Generated code is compiled with -ffast-math, under which the compiler may assume no NaN or infinity:
+# `x != x` and std::isnan fold to false. These read the bits instead (host and device code alike).
+FLOAT_CLASS_HELPERS = """
+#include <cstdint>
+#include <cstring>
+DACE_HDFI bool __dp_isnan(float x) { uint32_t u; memcpy(&u, &x, 4); return (u & 0x7fffffffu) > 0x7f800000u; }
+DACE_HDFI bool __dp_isnan(double x) {
+    uint64_t u; memcpy(&u, &x, 8); return (u & 0x7fffffffffffffffull) > 0x7ff0000000000000ull; }
+DACE_HDFI int __dp_infsign(float x) {
+    uint32_t u; memcpy(&u, &x, 4); return (u & 0x7fffffffu) != 0x7f800000u ? 0 : (u >> 31 ? -1 : 1); }
+DACE_HDFI int __dp_infsign(double x) {
+    uint64_t u; memcpy(&u, &x, 8);
+    return (u & 0x7fffffffffffffffull) != 0x7ff0000000000000ull ? 0 : (u >> 63 ? -1 : 1); }
+"""
+
 
 def hard_sigmoid(alpha: float, beta: float) -> str:
     """``max(0, min(1, alpha * x + beta))`` over ``in0``."""

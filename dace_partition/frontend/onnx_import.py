@@ -61,6 +61,7 @@ class _Importer:
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
         self.b = ProgramBuilder(name)
         self.contractions = 0
+        self.float_class = False  # IsNaN/IsInf read bits through ops.FLOAT_CLASS_HELPERS
         self.values: Dict[str, Union[Const, Tensor]] = {}
         self.materialized: Dict[str, str] = {}
         self.node = None
@@ -190,10 +191,18 @@ class _Importer:
                 self.values[name] = v
 
     def fold(self, node, inputs) -> List[Const]:
-        """Evaluates a node on constant inputs with ONNX's reference implementation."""
+        """Evaluates a node on constant inputs with ONNX's reference implementation (GatherElements with
+        NumPy's own: the reference one picks with ``np.choose``, which NumPy 1 limits to 32 choices, and
+        GPT-J gathers its rotary table along an axis of 32 positions or more)."""
         from onnx import helper
         from onnx.reference import ReferenceEvaluator
         feeds = {n: v.value for n, v in zip(node.input, inputs) if n}
+        if node.op_type == "GatherElements":
+            data, idx = (np.asarray(v.value) for v in inputs)
+            axis = int(self.attrs(node).get("axis", 0)) % max(data.ndim, 1)
+            if data.ndim != idx.ndim or ((idx < -data.shape[axis]) | (idx >= data.shape[axis])).any():
+                raise self.error(f"indices of shape {idx.shape} do not fit data of shape {data.shape} on axis {axis}")
+            return [Const(np.take_along_axis(data, idx % data.shape[axis], axis), node.output[0])]
         vin = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
                for n, a in feeds.items()]
         vout = [helper.make_empty_tensor_value_info(n) for n in node.output if n]
@@ -308,10 +317,20 @@ class _Importer:
     def op_Softsign(self, node, inputs, at):
         return [self._map(inputs, "in0 / (1.0 + abs(in0))")]
 
-    def _float_map(self, node, inputs, expr):
+    def _float_map(self, node, inputs, expr, dtype=None):
         if not np.issubdtype(inputs[0].dtype, np.floating):
             raise self.error(f"{node.op_type} of {inputs[0].dtype} tensors is not supported")
-        return [self._map(inputs, expr)]
+        return [self._map(inputs, expr, dtype)]
+
+    def op_IsNaN(self, node, inputs, at):
+        self.float_class = True
+        return self._float_map(node, inputs, "__dp_isnan(in0)", np.bool_)
+
+    def op_IsInf(self, node, inputs, at):
+        self.float_class = True
+        pos, neg = int(at.get("detect_positive", 1)), int(at.get("detect_negative", 1))
+        test = {(1, 1): "!= 0", (1, 0): "== 1", (0, 1): "== -1"}.get((pos, neg))
+        return self._float_map(node, inputs, f"__dp_infsign(in0) {test}" if test else "False", np.bool_)
 
     def op_Floor(self, node, inputs, at):
         return self._float_map(node, inputs, "floor(in0)")
@@ -795,7 +814,30 @@ class _Importer:
             self._lines(ops.gather(out.ident, shape, x.dtype, self.data(x), self.dshape(x), axis, self.data(ind),
                                    ind.shape))
             return [out]
+        return [self._gather_const(x, axis, self.const(node.input[1], "indices").astype(np.int64))]
+
+    def op_GatherND(self, node, inputs, at):
+        """``GatherND`` with constant indices (Falcon picks its query, key and value out of one fused
+        projection this way): each index tuple names a sub-block of the leading axes, so the leading axes
+        are merged into one and the tuples become positions along it, a constant ``Gather``."""
+        x = inputs[0]
+        if int(at.get("batch_dims", 0)):
+            raise self.error("GatherND with batch_dims is not supported")
         idx = self.const(node.input[1], "indices").astype(np.int64)
+        k = idx.shape[-1] if idx.ndim else 0
+        if not 1 <= k <= len(x.shape):
+            raise self.error(f"index tuples of length {k} do not fit input of shape {x.shape}")
+        lead = x.shape[:k]
+        tuples = idx.reshape(-1, k)
+        if ((tuples < -np.array(lead)) | (tuples >= np.array(lead))).any():
+            raise self.error(f"indices out of range for the leading axes {lead} of '{node.input[0]}'")
+        flat = np.ravel_multi_index(tuple((tuples % np.array(lead)).T), lead).reshape(idx.shape[:-1])
+        merged = x if k == 1 else self._view(x, (int(np.prod(lead)), ) + x.shape[k:])
+        return [self._gather_const(merged, 0, flat)]
+
+    def _gather_const(self, x, axis: int, idx: np.ndarray) -> Tensor:
+        """``np.take(x, idx, axis)`` for indices known at import: one slice for a run of consecutive
+        indices, else the picked slices concatenated."""
         n = x.shape[axis]
         flat = [int(i) % n for i in idx.reshape(-1)]
         shape = x.shape[:axis] + idx.shape + x.shape[axis + 1:]
@@ -808,7 +850,7 @@ class _Importer:
             cat_shape = list(x.shape)
             cat_shape[axis] = len(flat)
             part = self._concat([(p.ident, p.shape) for p in parts], axis, cat_shape, x.dtype, "gather")
-        return [self._view(part, shape)]
+        return self._view(part, shape)
 
     # -- convolution, pooling, batch normalisation -----------------------------------------------------
 
@@ -1122,6 +1164,30 @@ class _Importer:
                                 f"in0 / (({bias!r} + {alpha / size!r} * ({total})) ** {beta!r})"))
         return [out]
 
+    def op_CumSum(self, node, inputs, at):
+        """A running sum along an axis known at import time, as an accumulating map over the output and the
+        source position: ``y[.., i, ..] += x[.., j, ..]`` where ``j <= i`` (``<`` when exclusive; ``>=``,
+        ``>`` when reversed). Quadratic in that axis's length, which in the models that use it (positions
+        counted from a padding mask) is a sequence length; every axis stays a map parameter a schedule can
+        split."""
+        x = inputs[0]
+        rank = len(x.shape)
+        axis = int(self.const(node.input[1], "axis").reshape(-1)[0])
+        if not x.shape or not -rank <= axis < rank:
+            raise self.error(f"axis {axis} does not fit input of shape {x.shape}")
+        if x.dtype == np.bool_:
+            raise self.error("CumSum of bool tensors is not supported (ONNX takes numbers)")
+        axis %= rank
+        cond = {(0, 0): "<=", (1, 0): "<", (0, 1): ">=", (1, 1): ">"}[(int(at.get("exclusive", 0)),
+                                                                          int(at.get("reverse", 0)))]
+        loops = [(f"a{k}", n) for k, n in enumerate(x.shape)] + [("s", x.shape[axis])]
+        read = ", ".join("_i_s" if k == axis else f"_i_a{k}" for k in range(rank))
+        out = self.new("cumsum", x.shape, x.dtype)
+        self._lines(ops.accumulate(out.ident, x.shape, x.dtype, loops, [(self.data(x), read)],
+                                   ", ".join(f"_i_a{k}" for k in range(rank)), f"(in0 if _i_s {cond} _i_a{axis} else 0)"))
+        self.contractions += 1
+        return [out]
+
     def op_Tile(self, node, inputs, at):
         """``np.tile`` with the repeats known at import time: a map over the input and the repeats writing
         each copy (affine subscripts on both sides)."""
@@ -1308,6 +1374,9 @@ def from_onnx(model_or_path, name: Optional[str] = None) -> dace.SDFG:
     imp = _Importer(model, name)
     imp.run()
     sdfg = imp.b.to_sdfg()
+    if imp.float_class:
+        for where in ("frame", "cuda"):
+            sdfg.append_global_code(ops.FLOAT_CLASS_HELPERS, where)
     # graph inputs and weights whose names are not identifiers ('0', 'onnx::MatMul_7') keep their ONNX names
     # for callers: dp.run and compiled programs accept either
     inits = {t.name for t in model.graph.initializer}

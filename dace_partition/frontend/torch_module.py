@@ -8,6 +8,7 @@ import contextlib
 import io
 import logging
 import os
+import re
 import warnings
 from typing import Optional
 
@@ -40,7 +41,8 @@ def export(module, example_inputs):
             warnings.simplefilter("ignore")
             program = torch.onnx.export(module, args, dynamo=True, verbose=False, report=False)
     except Exception as e:
-        raise FrontendError(f"torch.onnx.export of {type(module).__name__} failed: {e}") from e
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))  # the exporter colours its report for a terminal
+        raise FrontendError(f"torch.onnx.export of {type(module).__name__} failed: {text}") from e
     finally:
         for l, lev in zip(loggers, levels):
             l.setLevel(lev)

@@ -372,6 +372,24 @@ def test_gpu_write_conflicts_are_atomic_for_every_reduction_and_type(tmp_path):
     assert atoms[("Logical_And", "bool")] == ["atom.cas.b32"]  # on the 32-bit word around the byte
 
 
+@needs_nvcc
+def test_nan_and_infinity_tests_compile_for_the_gpu_under_fast_math(tmp_path):
+    """The IsNaN and IsInf helpers (bit tests, since --use_fast_math lets the compiler assume no NaN) are
+    host-and-device functions: nvcc compiles them into a kernel for float and double, and the kernel tests
+    bits (an integer comparison of the exponent) rather than a floating-point comparison it could fold."""
+    from dace_partition.frontend.numpy_ops import FLOAT_CLASS_HELPERS
+    src, out = tmp_path / "float_class.cu", tmp_path / "float_class.ptx"
+    src.write_text("#include <dace/dace.h>\n" + FLOAT_CLASS_HELPERS + "\n".join(
+        f'extern "C" __global__ void k_{t}(const {t} *x, int *o) '
+        f"{{ o[0] = __dp_isnan(x[0]); o[1] = __dp_infsign(x[1]); }}" for t in ("float", "double")))
+    res = _nvcc_with_dace("-DDACE_PARTITION_CUDA_H", "-include", cuda_build.CUDA_HEADER, "--use_fast_math", "-ptx",
+                          str(src), "-o", str(out))
+    assert res.returncode == 0, res.stderr[-3000:]
+    ptx = out.read_text()
+    assert "0x7F800000" in ptx.upper() or "2139095040" in ptx, "float exponent mask not in the kernel"
+    assert not re.search(r"setp\.(nan|num)\.f", ptx)
+
+
 # ---------------------------------------------------------------- CUDA builds (nvcc, no GPU needed)
 
 DEFAULT_BUILDS = ("softmax", )  # each nvcc build costs ~15-30 s: the rest (bcast_add too) run under -m slow

@@ -372,6 +372,42 @@ def test_tile_local_response_norm_global_max_pool_and_pools_past_the_point_read_
     check("tile_lrn_pools", nodes, ins, {n.output[0]: F for n in nodes}, dict(reps=np.array([1, 2, 1, 3])), opset=19)
 
 
+def test_nan_and_infinity_tests_and_running_sums(r):
+    """IsNaN and IsInf (each sign) on NaN and infinite inputs, which the generated code, compiled with
+    -ffast-math, must not assume away; CumSum along each axis, exclusive and reversed, on integers (exact)
+    and floats (onnxruntime's order of summation, within rounding)."""
+    x = f32(r, 5, 6)
+    x[0, 1] = x[4, 5] = np.nan
+    x[2, 3], x[3, 0] = np.inf, -np.inf
+    ids = r.integers(-3, 9, (5, 6))
+    nodes = [node("IsNaN", ["x"], ["nan"]), node("IsInf", ["x"], ["inf"]),
+             node("IsInf", ["x"], ["pinf"], detect_negative=0), node("IsInf", ["x"], ["ninf"], detect_positive=0),
+             node("Where", ["nan", "zero", "x"], ["clean"]),
+             node("CumSum", ["ids", "one"], ["c"]), node("CumSum", ["ids", "zero_i32"], ["c_excl"], exclusive=1),
+             node("CumSum", ["ids", "last"], ["c_rev"], reverse=1),
+             node("CumSum", ["ids", "one"], ["c_rev_excl"], reverse=1, exclusive=1),
+             node("CumSum", ["y", "one"], ["fc"])]
+    outs = dict(nan=B, inf=B, pinf=B, ninf=B, clean=F, c=I64, c_excl=I64, c_rev=I64, c_rev_excl=I64, fc=F)
+    inits = dict(zero=np.float32(0), one=np.int64(1), zero_i32=np.int32(0), last=np.array([-1]))
+    sdfg = check("isnan_cumsum", nodes, dict(x=x, ids=ids, y=f32(r, 3, 7)), outs, inits)
+    assert all("__dp_isnan" in sdfg.global_code[k].as_string for k in ("frame", "cuda"))
+
+
+def test_gathers_with_constant_indices(r):
+    """GatherND with constant index tuples (Falcon's pick of query, key and value: ``[[-2]]`` on the leading
+    axis; pairs over two axes), and a GatherElements on constants along 40 positions (GPT-J's rotary table),
+    folded at import, added to an input."""
+    x, y = f32(r, 6, 4, 3), f32(r, 5, 40)
+    nodes = [node("GatherND", ["x", "pick"], ["nd1"]), node("GatherND", ["x", "pairs"], ["nd2"]),
+             node("GatherElements", ["table", "positions"], ["rot"], axis=1), node("Add", ["rot", "y"], ["ge"])]
+    inits = dict(pick=np.array([[-2]]), pairs=np.array([[[0, 3], [5, -1]], [[2, 2], [1, 0]]]),
+                 table=f32(r, 5, 40), positions=r.integers(-40, 40, (5, 40)))
+    check("gather_nd_elements", nodes, dict(x=x, y=y), dict(nd1=F, nd2=F, ge=F), inits)
+    bad = make_model([node("GatherND", ["x", "far"], ["o"])], dict(x=x), dict(o=F), dict(far=np.array([[6]])))
+    with pytest.raises(FrontendError, match=r"out of range for the leading axes \(6,\) of 'x'"):
+        dp.from_onnx(bad)
+
+
 def test_opset_6_models_as_older_pytorch_exported_them(r):
     """Opset 6 spellings: Slice with its bounds as attributes, a per-channel PRelu slope of shape [C], and
     Add/Mul with ``broadcast=1, axis=1``. onnxruntime runs opset 7 on, so NumPy gives the expected values."""

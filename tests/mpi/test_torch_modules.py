@@ -171,3 +171,55 @@ def test_torch_transformer_encoder_layer_single_process():
     args = {k: np.array(v) for k, v in bound_values(sdfg).items()}
     out = sdfg(src=x.numpy().copy(), **args)
     np.testing.assert_allclose(out, eager(layer, x.numpy()), **TOL)
+
+
+# -- a padded-batch encoder, as Hugging Face's models write it -------------------------------------------
+
+
+class PaddedEncoder(nn.Module):
+    """Token and position embeddings with the positions counted from the padding (RoBERTa's
+    ``cumsum(ids != pad) * (ids != pad)``: ONNX CumSum), then one attention head whose keys are masked by
+    the padding through ``scaled_dot_product_attention``'s boolean mask, which the exporter writes as
+    ``Where(IsNaN(softmax), 0, softmax)`` (LLaMA, GPT-2 and Mistral export the same)."""
+
+    def __init__(self, vocab=12, width=8, pad=0):
+        super().__init__()
+        self.pad = pad
+        self.tokens, self.positions = nn.Embedding(vocab, width), nn.Embedding(vocab, width)
+        self.qkv = nn.Linear(width, 3 * width)
+
+    def forward(self, ids):
+        keep = ids != self.pad
+        positions = torch.cumsum(keep.int(), dim=1) * keep.int()
+        h = self.tokens(ids) + self.positions(positions)
+        q, k, v = self.qkv(h).unsqueeze(1).chunk(3, dim=-1)
+        out = nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep[:, None, None, :])
+        return out.squeeze(1) + h
+
+
+def test_padded_encoder_with_counted_positions_and_a_fully_padded_row_on_2_ranks():
+    torch.manual_seed(3)
+    module = PaddedEncoder().eval()
+    ids = torch.randint(1, 12, (4, 7), generator=torch.Generator().manual_seed(4))
+    ids[1, 4:] = 0
+    ids[2, 0] = ids[2, 3] = 0
+    ids[3, 1:] = 0
+    sdfg = dp.from_torch(module, (ids, ), name="torch_padded_encoder")
+    dp.lower(sdfg, ranks=2)
+    out = dp.run(sdfg, 2, timeout=240, ids=ids.numpy())
+    ref = eager(module, ids.numpy())
+    assert out.shape == ref.shape
+    np.testing.assert_allclose(out, ref, **TOL)
+
+
+class DataDependent(nn.Module):
+    """A branch on a value (Mixtral's expert routing is the same kind): torch.export cannot trace it."""
+
+    def forward(self, x):
+        return x * 2 if x.sum() > 0 else x - 1
+
+
+def test_a_module_the_exporter_cannot_trace_is_refused_in_plain_words():
+    with pytest.raises(dp.FrontendError, match="torch.onnx.export of DataDependent failed") as e:
+        dp.from_torch(DataDependent(), (torch.randn(3, 4), ))
+    assert "\x1b" not in str(e.value)  # the exporter's terminal colours are taken out
