@@ -4,18 +4,25 @@ element by element with eager PyTorch.
 
     pip install transformers==4.57.6      # not a dependency of the package; or --path a --target folder
     python benchmarks/hf_models.py [--ranks 2] [--set text,decoder,seq2seq,vision,audio] [--only NAME,...]
+                                   [--device cpu|gpu-emulated] [--schedule auto|split]
 
 The model hub is not reachable from where this runs, and downloaded weights would not change what is
 tested: the architectures' forward code is. Each model is its library's own class with 2 layers, width 32
 and 4 heads (or the family's nearest small shape), on a batch of 4: token ids of length 8 from a
 vocabulary of 96, or 32 x 32 images, or audio. The program returns the model's ``last_hidden_state`` (or
-``logits`` for the heads), compared within rtol 1e-4, atol 1e-4. ``*_mask`` cases pass an attention mask
-with padded positions; ``t5`` and ``bart`` pass decoder ids too.
+``logits`` for the heads), compared within rtol 1e-4 plus 1e-5 of the largest value; where that fails,
+with eager PyTorch in float64, and correct if ours is within twice eager float32's own distance from it. Convolutions get
+He-scaled filters and batch norms the running statistics of one pass over the input (with the library's
+initialisation a deep CNN's activations vanish). ``*_mask`` cases pass an attention mask
+with padded positions; ``t5`` and ``bart`` pass decoder ids too. ``--schedule split`` splits every map
+whose first extent is the batch (as ``fresh_programs.py`` does) instead of ``lower(sdfg, ranks=P)``;
+``--device gpu-emulated`` lowers for the GPU and runs that lowering's kernels on the host (its copies,
+residency and staging as on a GPU).
 
 Outcomes: correct, wrong, refused (a FrontendError, ScheduleError or UnsupportedPattern before any rank
 ran; the reason is recorded), error (anything else, a failed rank included), and ``torch_fails`` where
 ``torch.onnx.export`` itself cannot trace the model. Writes ``benchmarks/results/hf_models.json``, merged by
-(P, name).
+(P, variant, name).
 """
 import argparse
 import json
@@ -124,7 +131,7 @@ def cases():
         "mobilenet_v2": ("vision", lambda: T.MobileNetV2Model(T.MobileNetV2Config(image_size=32, depth_multiplier=0.25)),
                          h, img),
         "efficientnet": ("vision", lambda: T.EfficientNetModel(T.EfficientNetConfig(
-            image_size=32, width_coefficient=0.25, depth_coefficient=0.25, hidden_dim=64)), h, img),
+            image_size=32, width_coefficient=0.25, depth_coefficient=0.25, hidden_dim=320)), h, img),
         "segformer": ("vision", lambda: T.SegformerModel(T.SegformerConfig(
             num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[8, 16], patch_sizes=[7, 3],
             strides=[4, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2])), h, img),
@@ -158,23 +165,61 @@ def _module(torch, model, attribute, second):
     return Wrapped().eval()
 
 
-def run_case(name, case, P):
+def _calibrated(torch, model, args):
+    """``model`` in eval mode with He-scaled convolution filters and its batch norms' running statistics
+    those of one pass over ``args``. With the library's initialisation (filters of standard deviation 0.02,
+    statistics mean 0 and variance 1) a deep CNN's activations shrink layer by layer: MobileNetV2's output
+    was 1e-26, EfficientNet's 1e-34, where a comparison says nothing."""
+    for m in model.modules():
+        if isinstance(m, torch.nn.modules.conv._ConvNd):
+            torch.nn.init.kaiming_normal_(m.weight, nonlinearity="relu")
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if norms:
+        for m in norms:
+            m.reset_running_stats()
+            m.momentum = None  # a cumulative average: after one pass, that pass's statistics
+        model.train()
+        with torch.no_grad():
+            model(args[0])
+    return model.eval()
+
+
+def run_case(name, case, P, opts):
     import torch
     import dace_partition as dp
+    from fresh_programs import _lower
     _, build, attribute, names, second = case
     torch.manual_seed(0)
     data = _inputs(torch)
     args = tuple(data[n] for n in names)
-    module = _module(torch, build().eval(), attribute, second)
+    module = _module(torch, _calibrated(torch, build(), args), attribute, second)
     with torch.no_grad():
         ref = module(*args).numpy()
-    sdfg = dp.from_torch(module, args, name=f"hf_{name}_{P}")
-    dp.lower(sdfg, ranks=P)
+    scale = float(np.max(np.abs(ref)))
+    if not scale > 0:
+        return {"outcome": "error", "why": "the model's output is all zeros: nothing to compare"}
+    sdfg = dp.from_torch(module, args, name=f"hf_{name}_{opts.device.replace('-', '_')}_{opts.schedule}_{P}")
+    _lower(sdfg, P, opts, batch=BATCH)
+    kernels = dp.report(sdfg).kernels
+    split = sum(1 for k in kernels if k.grid and int(np.prod(k.grid)) > 1)
     got = dp.run(sdfg, P, timeout=600, **dict(zip("xy", (a.numpy() for a in args))))
-    ok = got.shape == ref.shape and np.allclose(got, ref, rtol=1e-4, atol=1e-4)
+    ok = got.shape == ref.shape and np.allclose(got, ref, rtol=1e-4, atol=1e-5 * scale)
     err = float(np.max(np.abs(got - ref))) if got.shape == ref.shape else None
-    return {"outcome": "correct" if ok else "wrong", "detail": f"max abs difference {err:.1e}, shape "
-            f"{tuple(got.shape)}" if err is not None else f"shape {got.shape} where PyTorch gives {ref.shape}"}
+    extra = {}
+    if not ok and err is not None:
+        # float32 itself may be this far off: a deep CNN with batch norms of tiny variance amplifies
+        # rounding (eager MobileNetV2 in float32 and in float64 differ by 3e-4 of the largest value)
+        import copy
+        with torch.no_grad():
+            ref64 = _module(torch, copy.deepcopy(module.model).double(), attribute, second)(
+                *(a.double() if a.is_floating_point() else a for a in args)).numpy()
+        own, ours = float(np.max(np.abs(ref - ref64))), float(np.max(np.abs(got - ref64)))
+        ok = ours <= 2 * own + 1e-5 * scale
+        extra = {"float64": f"eager float32 is {own:.1e} from eager float64, ours {ours:.1e}"}
+    return {"outcome": "correct" if ok else "wrong", "kernels": len(kernels), "split_kernels": split, **extra,
+            "detail": f"max abs difference {err:.1e} of largest "
+            f"{scale:.1e}, shape {tuple(got.shape)}, {split} of {len(kernels)} kernels split" if err is not None else
+            f"shape {got.shape} where PyTorch gives {ref.shape}"}
 
 
 def main():
@@ -183,6 +228,8 @@ def main():
     ap.add_argument("--set", default="text,decoder,seq2seq,vision,audio")
     ap.add_argument("--only", default="")
     ap.add_argument("--path", default="", help="a folder holding transformers (pip install --target)")
+    ap.add_argument("--device", choices=["cpu", "gpu-emulated"], default="cpu")
+    ap.add_argument("--schedule", choices=["auto", "split"], default="auto")
     opts = ap.parse_args()
     if opts.path:
         sys.path.insert(0, opts.path)
@@ -206,22 +253,24 @@ def main():
                 continue
             t0 = time.time()
             try:
-                res = run_case(name, case, P)
+                res = run_case(name, case, P, opts)
             except (FrontendError, ScheduleError, UnsupportedPattern) as e:
                 exporter = isinstance(e, FrontendError) and str(e).startswith("torch.onnx.export of")
                 res = {"outcome": "torch_fails" if exporter else "refused", "why": str(e)[:300]}
             except Exception as e:  # noqa: BLE001 - recorded, the next model runs
                 res = {"outcome": "error", "why": f"{type(e).__name__}: {str(e)[:300]}"}
             res.update(set=case[0], seconds=round(time.time() - t0, 1), transformers=transformers.__version__)
-            results[f"P{P}/{name}"] = res
-            print(f"P={P} {case[0]:8s} {name:16s} {res['outcome']:8s} {res['seconds']:6.1f}s "
-                  f"{res.get('detail') or res.get('why', '')}", flush=True)
+            variant = "" if (opts.device, opts.schedule) == ("cpu", "auto") else f"{opts.device}-{opts.schedule}/"
+            results[f"P{P}/{variant}{name}"] = res
+            print(f"P={P} {variant}{case[0]:8s} {name:16s} {res['outcome']:8s} {res['seconds']:6.1f}s "
+                  f"{res.get('detail') or res.get('why', '')} {res.get('float64', '')}", flush=True)
             with open(OUT, "w") as f:
                 json.dump(dict(sorted(results.items())), f, indent=1)
     counts = {}
     for key, v in results.items():
-        counts.setdefault(key.split("/")[0], {}).setdefault(v["outcome"], 0)
-        counts[key.split("/")[0]][v["outcome"]] += 1
+        group = key.rsplit("/", 1)[0]
+        counts.setdefault(group, {}).setdefault(v["outcome"], 0)
+        counts[group][v["outcome"]] += 1
     print("all recorded runs:", json.dumps(counts))
     return 0
 
