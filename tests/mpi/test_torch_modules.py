@@ -1,5 +1,6 @@
 """``from_torch`` models lowered and run under a real mpiexec, compared element by element with eager
-PyTorch: a data-parallel MLP and a Megatron-style (head-parallel) transformer encoder block."""
+PyTorch: a data-parallel MLP, a Megatron-style (head-parallel) transformer encoder block, and a padded-batch
+encoder written as Hugging Face's models write it (positions counted from the padding, masked keys)."""
 import functools
 import math
 
@@ -197,7 +198,7 @@ class PaddedEncoder(nn.Module):
         return out.squeeze(1) + h
 
 
-def test_padded_encoder_with_counted_positions_and_a_fully_padded_row_on_2_ranks():
+def test_padded_encoder_with_counted_positions_and_masked_keys_on_2_ranks():
     torch.manual_seed(3)
     module = PaddedEncoder().eval()
     ids = torch.randint(1, 12, (4, 7), generator=torch.Generator().manual_seed(4))
