@@ -241,6 +241,7 @@ def main():
         print("transformers is not installed: pip install transformers==4.57.6 (or --path FOLDER)")
         return 2
     from dace_partition.errors import FrontendError, ScheduleError, UnsupportedPattern
+    from onnx_models import save, tally
     only = set(filter(None, opts.only.split(",")))
     sets = set(opts.set.split(","))
     results = {}
@@ -264,14 +265,8 @@ def main():
             results[f"P{P}/{variant}{name}"] = res
             print(f"P={P} {variant}{case[0]:8s} {name:16s} {res['outcome']:8s} {res['seconds']:6.1f}s "
                   f"{res.get('detail') or res.get('why', '')} {res.get('float64', '')}", flush=True)
-            with open(OUT, "w") as f:
-                json.dump(dict(sorted(results.items())), f, indent=1)
-    counts = {}
-    for key, v in results.items():
-        group = key.rsplit("/", 1)[0]
-        counts.setdefault(group, {}).setdefault(v["outcome"], 0)
-        counts[group][v["outcome"]] += 1
-    print("all recorded runs:", json.dumps(counts))
+            save(results, OUT)
+    tally(results)
     return 0
 
 

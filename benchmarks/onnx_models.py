@@ -186,6 +186,22 @@ def run_case(name, model, inputs, expected, P, rtol, atol, of_largest=False):
             "build_run_s": round(time.time() - t1, 1)}
 
 
+def save(results, path):
+    """The outcomes so far, by key, after every model (a long run stopped early keeps what it measured)."""
+    with open(path, "w") as f:
+        json.dump(dict(sorted(results.items())), f, indent=1)
+
+
+def tally(results):
+    """Prints how many runs of each group (the key up to its last ``/``) had each outcome."""
+    counts = {}
+    for key, v in results.items():
+        group = key.rsplit("/", 1)[0]
+        counts.setdefault(group, {}).setdefault(v["outcome"], 0)
+        counts[group][v["outcome"]] += 1
+    print("all recorded runs:", json.dumps(counts))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", default="2")
@@ -227,14 +243,8 @@ def main():
             results[f"P{ranks}/{kind}/{name}"] = res
             print(f"P={ranks} {kind:7s} {name:45s} {res['outcome']:8s} {res['seconds']:6.1f}s "
                   f"{res.get('detail') or res.get('why', '')}", flush=True)
-            with open(OUT, "w") as f:
-                json.dump(dict(sorted(results.items())), f, indent=1)
-    counts = {}
-    for key, v in results.items():
-        group = key.rsplit("/", 1)[0]
-        counts.setdefault(group, {}).setdefault(v["outcome"], 0)
-        counts[group][v["outcome"]] += 1
-    print("all recorded runs:", json.dumps(counts))
+            save(results, OUT)
+    tally(results)
 
 
 if __name__ == "__main__":
