@@ -22,8 +22,8 @@ from dace.sdfg import SDFG
 
 from .analysis.boolean_sums import boolean_sums
 from .analysis.python_calls import python_calls
-from .compat import (DACE_MAJOR, DACE_VERSION, loops_sharing_a_variable, misplaced_nested_arguments, stepped_elements,
-                     with_line_info_from_frames)
+from .compat import (DACE_MAJOR, DACE_VERSION, indices_below_zero, loops_sharing_a_variable, misplaced_nested_arguments,
+                     stepped_elements, unordered_aliased_accesses, with_line_info_from_frames)
 from .errors import ScheduleError, UnsupportedPattern
 from .ir import Device, IoMode, Layout, is_lowered, layouts_of, notes, ranks_needed
 from .passes.local_optimize import LocalOptimize, LocalStep, steps_of
@@ -106,6 +106,22 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
                                  "even in one process. Give the arrays' sizes as numbers (dace.float64[1000, 64]), "
                                  "or loop over the rows with 'for i in range(...)' instead of dace.map (which keeps "
                                  "them on one rank)")
+    for array, subset, body, index, var, value in indices_below_zero(sdfg):
+        raise UnsupportedPattern(array, subset, f"in '{body}', the index {index} goes down as its loop over '{var}' "
+                                 f"goes on ({value} on the loop's second iteration): DaCe {DACE_VERSION}'s frontend "
+                                 "counts a map body's indices from the element its loop touches first, so the body "
+                                 "reads or writes below the array (a wrong result even in one process). Index "
+                                 "upwards in the loop: reverse the array in a map of its own first "
+                                 "('for k in dace.map[0:K]: wr[k] = w[K - 1 - k]'), or make the loop a dace.map")
+    for array, subset, st, read, written in unordered_aliased_accesses(sdfg):
+        raise UnsupportedPattern(array, subset, f"in state '{st}', one statement reads [{read}] and another writes "
+                                 f"[{written}] of it with nothing ordering them: DaCe's simplification merged "
+                                 "the statements without seeing that they touch one array, so a swap through "
+                                 "a temporary loses an element even in one process. " + (
+                                     "Copy the row into an array of the body's own, work on that, and write it "
+                                     "back ('row = np.empty(M); row[:] = x[i, :]; ...; x[i, :] = row')"
+                                     if DACE_MAJOR < 2 else "No spelling is known to be right under DaCe 2; DaCe "
+                                     "1.0.2 gets it right with the row in an array of the body's own"))
     for summed in boolean_sums(sdfg):
         raise UnsupportedPattern(summed.array, summed.subset, summed.reason())
     for call in python_calls(sdfg):

@@ -49,6 +49,7 @@ import sys
 from typing import Dict
 
 import dace
+import sympy
 from dace import nodes, subsets
 from dace.properties import CodeBlock
 
@@ -193,6 +194,104 @@ def _same_extents(a, b) -> bool:
         return all(dace.symbolic.simplify(x - y) == 0 for x, y in zip(a, b))
     except TypeError:
         return True
+
+
+def indices_below_zero(sdfg):
+    """(outer array, outer subset, body, index, loop variable, its value) for each access of a map body's or
+    nested program's argument whose index is negative on its loop's second iteration. DaCe 1.0.2's frontend
+    counts a body's indices from the element its loop touches first; where the index goes down as the loop
+    goes on (``x[i, M - 1 - q]`` for ``q`` in ``range(M)``, ``w[K - 1 - k]`` in a convolution, ``x[i, q]``
+    for ``q`` in ``range(M - 1, -1, -1)``), the body reads or writes below its array, even in one process (a
+    wrong result or a corrupted heap). DaCe 2 gets them right."""
+    if DACE_MAJOR >= 2:
+        return []
+    from .schedule.loops import find_loops
+    out = []
+    for sd in sdfg.all_sdfgs_recursive():
+        node = sd.parent_nsdfg_node
+        if node is None:
+            continue
+        for lp in find_loops(sd):
+            found = lp.for_range(sd)
+            trips = lp.trips(sd)
+            if not found or (trips is not None and sympy.sympify(trips).is_number and trips < 2):
+                continue
+            var, (start, _, step) = found
+            second = dace.symbolic.pystr_to_symbolic(start) + dace.symbolic.pystr_to_symbolic(step)
+            for st in lp.body:
+                for e in st.edges():
+                    desc = sd.arrays.get(e.data.data) if e.data.data else None
+                    if desc is None or desc.transient or e.data.subset is None:
+                        continue
+                    for x in e.data.subset.min_element():
+                        x = dace.symbolic.pystr_to_symbolic(x)
+                        at = {f: second for f in x.free_symbols if str(f) == var}
+                        value = dace.symbolic.simplify(x.subs(at)) if at else None
+                        if value is not None and value.is_number and value < 0:
+                            outer = _outer_memlet(sd.parent, node, e.data.data)
+                            if outer is not None:
+                                out.append((outer.data, str(outer.subset), node.label, str(x), var, int(value)))
+                            break
+    return out
+
+
+def unordered_aliased_accesses(sdfg):
+    """(array, subset, state, read, written) for each read and write, in one state, of the same elements of an
+    array with nothing ordering them (the read does not feed the writer, and the written node does not come
+    before the read one): the generated code then runs them in either
+    order. Two names of a map body or nested program bound to the same elements outside count as one array.
+    The frontend gives each statement's access its own name (DaCe 1.0.2) or its own access node (DaCe 2),
+    and simplification merges consecutive statements into one state without seeing that they touch one
+    array: ``tmp = x[i, q]; x[i, q] = x[i, q + 1]; x[i, q + 1] = tmp`` becomes two unordered copies and
+    loses an element, even in one process. DaCe 1.0.2's code copies out of an access node into another
+    before the state's tasklets run (a swap through scalars in plain loops is right there, wrong in DaCe 2),
+    so under 1.0.2 only reads by tasklets, maps and nested programs count."""
+    import networkx as nx
+    out = []
+    for sd in sdfg.all_sdfgs_recursive():
+        node = sd.parent_nsdfg_node
+        bound = {}  # inner name -> (outer array, outer subset)
+        if node is not None:
+            for e in sd.parent.in_edges(node):
+                if e.dst_conn and e.data.data and e.data.subset is not None:
+                    bound[e.dst_conn] = (e.data.data, str(e.data.subset))
+            for e in sd.parent.out_edges(node):
+                if e.src_conn and e.data.data and e.data.subset is not None:
+                    bound[e.src_conn] = (e.data.data, str(e.data.subset))
+        for st in all_states(sd):
+            reads, writes = {}, {}
+            for n in st.data_nodes():
+                key = bound.get(n.data, (n.data, None))
+                for e in st.out_edges(n):
+                    if DACE_MAJOR < 2 and isinstance(e.dst, nodes.AccessNode):
+                        continue  # 1.0.2 copies out of a node before the state's tasklets run
+                    reads.setdefault(key, []).append((e, e.data.get_src_subset(e, st)))
+                for e in st.in_edges(n):
+                    writes.setdefault(key, []).append((e, e.data.get_dst_subset(e, st)))
+            for key in reads.keys() & writes.keys():
+                for re, rs in reads[key]:
+                    for we, ws in writes[key]:
+                        if re.src is we.dst or not _surely_overlap(rs, ws):
+                            continue
+                        # Ordered: the read feeds the writer, or the written node comes before the read one.
+                        if re.dst is we.src or nx.has_path(st.nx, re.dst, we.src) or nx.has_path(st.nx, we.dst, re.src):
+                            continue
+                        array, subset = key[0], key[1] if key[1] is not None else str(rs)
+                        out.append((array, subset, st.label, str(rs), str(ws)))
+    return out
+
+
+def _surely_overlap(a, b) -> bool:
+    """Whether two subsets of one array provably share an element (False where it cannot tell)."""
+    if a is None or b is None or a.dims() != b.dims():
+        return False
+    for (b1, e1, _), (b2, e2, _) in zip(a.ndrange(), b.ndrange()):
+        # Through strings: two memlets may spell one symbol with different assumptions (q - q != 0).
+        for d in (dace.symbolic.pystr_to_symbolic(f"({e1}) - ({b2})"), dace.symbolic.pystr_to_symbolic(f"({e2}) - ({b1})")):
+            d = dace.symbolic.simplify(d)
+            if not (getattr(d, "is_number", False) and d >= 0):
+                return False
+    return True
 
 
 def _indexed_arguments(sd, var: str, loops) -> list:

@@ -156,6 +156,8 @@ def map_accesses(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, rng: subse
             dynamic.add(arr)  # each rank's block starts from its prior values, conflicts resolved in the block
         if op is None and arr in dynamic:
             _refuse_interleaved_blocks(arr, subset, positions)
+        if op is None:
+            _refuse_rank_dependent_copies(arr, subset, positions, rng, params, state, entry)
         out.append(Access(arr, Direction.OUT, subset, op, accumulates=op is not None))
         if op is None:
             _one_buffer_for_own_writes(out, state, entry, arr, positions)
@@ -241,6 +243,35 @@ def _refuse_interleaved_blocks(array, subset, positions: Dict[str, int]):
                                      "outermost part of the written index, or a triangular write's box grows), and "
                                      "each block is written back whole, so one rank would overwrite values another "
                                      "computed; split the map along the parameter that indexes the outermost part")
+
+
+def _refuse_rank_dependent_copies(array, subset, positions: Dict[str, int], rng: subsets.Range, params,
+                                  state: SDFGState, entry: nodes.MapEntry):
+    """A write without a conflict resolution whose box does not follow a split grid coordinate is held
+    whole by every rank along it and written back by one, which is right only where every rank writes the
+    same values. Where the map body uses the parameter that coordinate splits (``out[perm[i]] = x[i]``: an
+    index computed from data, so the box is the whole array), the ranks write different elements or
+    values, and the one written back would drop the others'. Refused, naming the parameter."""
+    used_in_box = {str(f) for b, e, _ in as_range(subset).ranges
+                   for f in sympy.sympify(b).free_symbols | sympy.sympify(e).free_symbols}
+    split = [c for c, size in positions.items() if size > 1 and c not in used_in_box]
+    if not split:
+        return
+    body = state.scope_subgraph(entry)  # with the entry's and exit's edges: the memlets into the body
+    used = set()
+    for e in body.edges():
+        used |= {str(f) for f in e.data.free_symbols}
+    for n in body.nodes():
+        used |= {str(f) for f in n.free_symbols}
+    for c in split:
+        for p, (b, e, _) in zip(params, rng):
+            if c in {str(f) for f in sympy.sympify(b).free_symbols | sympy.sympify(e).free_symbols} and p in used:
+                raise UnsupportedPattern(array, subset, f"the map is split along '{p}' (grid coordinate {c}), but the "
+                                         f"written box does not follow '{p}' although the body uses it (an index "
+                                         "computed from data, such as out[perm[i]], makes the box the whole array), "
+                                         "so the ranks write different elements and the one copy written back "
+                                         f"would drop the others'; leave '{p}' unsplit (lower(sdfg, ranks=P) does), "
+                                         f"or write along '{p}'")
 
 
 def _refuse_split_conflicts(array, subset, op: RankLocal, positions: Dict[str, int]):
@@ -592,21 +623,32 @@ def refuse_views(sdfg: SDFG, accesses: List[Access], label: str):
 
 def _nested_write_op(state: SDFGState, edge, array) -> Union[None, ReduceOp, RankLocal]:
     """Write-conflict resolution applied inside a nested SDFG to one of its outputs (DaCe's frontend keeps
-    ``+=`` inside the nested SDFG and leaves the outer memlet without one)."""
+    ``+=`` inside the nested SDFG and leaves the outer memlet without one), at any depth: a sparse product's
+    ``C[i, crd[pk]] += ...`` sits in a body nested in a map nested in the outer map's body."""
     src = state.memlet_path(edge)[0]
     if not isinstance(src.src, nodes.NestedSDFG):
         return None
-    conn = src.src_conn
-    ops = set()
-    for st in src.src.sdfg.states():
-        for n in st.data_nodes():
-            if n.data == conn:
-                for ie in st.in_edges(n):
-                    ops.add(wcr_op(ie.data))
+    ops = _inner_write_ops(src.src, src.src_conn)
     ops.discard(None)
     if len(ops) > 1:
         raise UnsupportedPattern(array, edge.data.subset, f"written with different conflict resolutions {ops}")
     return ops.pop() if ops else None
+
+
+def _inner_write_ops(nested: nodes.NestedSDFG, conn: str) -> set:
+    """The write-conflict resolutions of the writes to ``conn`` inside ``nested`` and the bodies it nests."""
+    from ..compat import all_states
+    ops = set()
+    for st in all_states(nested.sdfg):
+        for n in st.data_nodes():
+            if n.data != conn:
+                continue
+            for ie in st.in_edges(n):
+                ops.add(wcr_op(ie.data))
+                first = st.memlet_path(ie)[0]
+                if isinstance(first.src, nodes.NestedSDFG) and first.src_conn:
+                    ops |= _inner_write_ops(first.src, first.src_conn)
+    return ops
 
 
 def _range(subset, array) -> subsets.Range:
@@ -800,8 +842,9 @@ def plan_nested_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, .
             if len(ops) > 1:
                 raise UnsupportedPattern(arr, canonical[conn], f"written with different conflict resolutions {ops}")
             op = ops.pop() if ops else None
-            # A kernel that also takes the array as input accumulates onto its prior value.
-            accumulates = op is not None and (Direction.IN, arr) in kernel.connectors
+            # A kernel that also takes the array as input accumulates onto its prior value; so does a body
+            # none of whose maps initializes it (a Reduce without an identity adds the values to the output's).
+            accumulates = op is not None and ((Direction.IN, arr) in kernel.connectors or None not in writes[conn])
             plan.accesses.append(Access(arr, Direction.OUT, subset, op, accumulates))
     refuse_views(sdfg, plan.accesses, kernel.label)
     refuse_growing_blocks(plan, kernel.label)

@@ -168,6 +168,107 @@ def test_a_sum_of_a_boolean_array_is_refused_and_its_integer_form_runs_like_nump
     assert np.asarray(dp.run(sdfg, 2, x=x, t=0.5, NT=11, MT=6)).item() == np.sum(x > 0.5)
 
 
+NK = 5
+
+
+@dace.program
+def convolve_with_reversed_taps(x: dace.float64[20], w: dace.float64[NK], y: dace.float64[16]):
+    for i in dace.map[0:16]:
+        acc = 0.0
+        for k in range(NK):
+            acc += x[i + k] * w[NK - 1 - k]
+        y[i] = acc
+
+
+@dace.program
+def convolve_with_taps_reversed_first(x: dace.float64[20], w: dace.float64[NK], y: dace.float64[16]):
+    wr = np.empty((NK, ), dtype=np.float64)
+    for k in dace.map[0:NK]:
+        wr[k] = w[NK - 1 - k]
+    for i in dace.map[0:16]:
+        acc = 0.0
+        for k in range(NK):
+            acc += x[i + k] * wr[k]
+        y[i] = acc
+
+
+@pytest.mark.skipif(dace.__version__.startswith("2"), reason="DaCe 2 counts the index right (its result is right)")
+def test_an_index_that_goes_down_along_a_loop_of_a_map_body_is_refused():
+    """``w[K - 1 - k]`` in a loop of a map body: DaCe 1.0.2 counts the body's array from the element the
+    loop touches first and reads ``w[-k]``, below the array, even in one process (a convolution in its
+    textbook form). ``lower`` refuses it naming the array and the index; the advice taken (the taps reversed
+    by a map of their own) runs on 2 ranks like ``np.convolve``."""
+    rng = np.random.default_rng(3)
+    x, w = rng.random(20), rng.random(NK)
+    sdfg = convolve_with_reversed_taps.to_sdfg()
+    single = copy.deepcopy(sdfg)
+    single.name = "t_bad_reversed_taps_single"
+    y = np.zeros(16)
+    single(x=x, w=w, y=y)
+    assert not np.allclose(y, np.convolve(x, w, "valid"))  # the premise: DaCe's own wrong result
+    with pytest.raises(dp.UnsupportedPattern, match=r"'w' .*index -k goes down .*'k'.*reverse the array in a map"):
+        dp.lower(sdfg, ranks=2)
+    assert not is_lowered(sdfg)
+    sdfg = convolve_with_taps_reversed_first.to_sdfg()
+    sdfg.name = "t_bad_taps_reversed_first"
+    dp.lower(sdfg, {m.name: (2, ) for m in dp.maps(sdfg) if str(m.shape[0]) == "16"})
+    np.testing.assert_allclose(dp.run(sdfg, 2, x=x, w=w, y=np.zeros(16))["y"], np.convolve(x, w, "valid"),
+                               rtol=1e-12)
+
+
+NS, MS = 6, 7
+
+
+@dace.program
+def sort_rows_by_swaps(x: dace.float64[NS, MS]):
+    for i in dace.map[0:NS]:
+        for p in range(MS - 1):
+            for q in range(MS - 1 - p):
+                if x[i, q] > x[i, q + 1]:
+                    tmp = x[i, q]
+                    x[i, q] = x[i, q + 1]
+                    x[i, q + 1] = tmp
+
+
+@dace.program
+def sort_rows_by_swaps_in_a_row_of_its_own(x: dace.float64[NS, MS]):
+    for i in dace.map[0:NS]:
+        row = np.empty((MS, ), dtype=np.float64)
+        row[:] = x[i, :]
+        for p in range(MS - 1):
+            for q in range(MS - 1 - p):
+                if row[q] > row[q + 1]:
+                    tmp = row[q]
+                    row[q] = row[q + 1]
+                    row[q + 1] = tmp
+        x[i, :] = row
+
+
+def test_a_swap_through_a_temporary_that_dace_leaves_unordered_is_refused():
+    """A bubble sort per row, as written: DaCe's simplification puts the swap's read and writes of ``x``
+    in one state with nothing ordering them (1.0.2: under two names of the body's argument; 2: on two
+    access nodes), so an element is lost even in one process. ``lower`` refuses it naming the array and
+    both accesses; under 1.0.2 the advice taken (the row in an array of the body's own) runs on 2 ranks
+    like ``np.sort``."""
+    x = np.random.default_rng(4).random((NS, MS))
+    sdfg = sort_rows_by_swaps.to_sdfg()
+    single = copy.deepcopy(sdfg)
+    single.name = "t_bad_swaps_single"
+    y = x.copy()
+    single(x=y)
+    assert not np.array_equal(y, np.sort(x, axis=1))  # the premise: DaCe's own wrong result
+    with pytest.raises(dp.UnsupportedPattern, match=r"'x' .*reads \[.*q.*\] and another writes \[.*q.*\].*nothing "
+                       "ordering them"):
+        dp.lower(sdfg, ranks=2)
+    assert not is_lowered(sdfg)
+    if dace.__version__.startswith("2"):
+        return  # DaCe 2 loses the element in the row of the body's own too (also refused)
+    sdfg = sort_rows_by_swaps_in_a_row_of_its_own.to_sdfg()
+    sdfg.name = "t_bad_swaps_in_own_row"
+    dp.lower(sdfg, {m.name: (2, ) for m in dp.maps(sdfg) if len(m.params) == 1})
+    np.testing.assert_array_equal(dp.run(sdfg, 2, x=x.copy())["x"], np.sort(x, axis=1))
+
+
 NO = dace.symbol("NO")
 
 

@@ -1,4 +1,6 @@
 """General constraints (issue 4): uneven tiles, halos, symbolic sizes, indirect access, solver choice."""
+import copy
+
 import dace
 import numpy as np
 import pytest
@@ -58,6 +60,91 @@ def test_count_inside_on_three_ranks(rng):
     px, py, c = rng.random(999), rng.random(999), np.array([7], np.int64)
     res = dp.run(sdfg, 3, px=px, py=py, count=c)
     assert res["count"][0] == 7 + np.sum(px * px + py * py <= 1.0)
+
+
+NX = dace.symbol("NX")
+
+
+@dace.program
+def max_onto_prior(x: dace.float64[NX], out: dace.float64[1]):
+    dace.reduce(lambda a, b: max(a, b), x, out)
+
+
+@dace.program
+def sum_onto_prior(x: dace.float64[NX], out: dace.float64[1]):
+    dace.reduce(lambda a, b: a + b, x, out)
+
+
+@pytest.mark.parametrize("program,combine", [(max_onto_prior, max), (sum_onto_prior, lambda a, b: a + b)])
+def test_a_reduction_without_an_identity_keeps_the_outputs_prior_value_once(rng, program, combine):
+    """``dace.reduce`` without ``identity=`` combines the values with what the output holds. Split over the
+    ranks, every rank's partial result must start from the operator's identity and the prior value count
+    once; it once started from an uninitialized buffer (a maximum of 8e18 for values below 2)."""
+    sdfg = lowered(program, ((0, (3, )), ))
+    x = rng.random(10) + 0.5
+    for prior in (0.25, 5.0):  # below and above every value
+        res = dp.run(sdfg, 3, x=x, out=np.array([prior]))
+        expected = combine(prior, float(x.max() if program is max_onto_prior else x.sum()))
+        np.testing.assert_allclose(res["out"], [expected], rtol=1e-12)
+
+
+SR, SA, SC, SB, SK = (dace.symbol(n) for n in ("SR", "SA", "SC", "SB", "SK"))
+
+
+@dace.program
+def sparse_times_sparse(ap: dace.int32[SR + 1], ac: dace.int32[SA], av: dace.float64[SA], bp: dace.int32[SC + 1],
+                        bc: dace.int32[SB], bv: dace.float64[SB], out: dace.float64[SR, SK]):
+    for r in dace.map[0:SR]:
+        for a in dace.map[ap[r]:ap[r + 1]]:
+            for b in dace.map[bp[ac[a]]:bp[ac[a] + 1]]:
+                out[r, bc[b]] += av[a] * bv[b]
+
+
+def _csr(dense):
+    rows, cols = np.nonzero(dense)
+    pos = np.searchsorted(rows, np.arange(dense.shape[0] + 1)).astype(np.int32)
+    return pos, cols.astype(np.int32), dense[rows, cols]
+
+
+def test_a_sum_two_bodies_deep_is_combined_across_ranks(rng):
+    """A sparse times sparse product: ``+=`` sits in a body nested in a map nested in the split map's body
+    (the row ranges come from data), and the memlets outside carry no conflict resolution. Split over the
+    rows, every rank holds the whole output; the sum must be found at that depth so the ranks' results are
+    added (once it was taken as one rank's copy, and the rows of the others were lost)."""
+    a = rng.random((9, 7)) * (rng.random((9, 7)) < 0.4)
+    b = rng.random((7, 5)) * (rng.random((7, 5)) < 0.5)
+    sdfg = lowered(sparse_times_sparse, ((0, (3, )), ))
+    ap, ac, av = _csr(a)
+    bp, bc, bv = _csr(b)
+    prior = rng.random((9, 5))
+    res = dp.run(sdfg, 3, ap=ap, ac=ac, av=av, bp=bp, bc=bc, bv=bv, out=prior.copy(), SC=7)
+    np.testing.assert_allclose(res["out"], prior + a @ b, rtol=1e-12)
+    assert "MPI_Reduce(MPI_SUM, grid dims (0,))" in dp.report(sdfg).calls("out")
+
+
+NP_ = dace.symbol("NP_")
+
+
+@dace.program
+def scatter_by_permutation(x: dace.float64[NP_], perm: dace.int64[NP_], out: dace.float64[NP_]):
+    for i in dace.map[0:NP_]:
+        out[perm[i]] = x[i]
+
+
+def test_a_write_at_indices_from_data_is_refused_where_split_and_runs_unsplit(rng):
+    """``out[perm[i]] = x[i]``: the written box is the whole array, so split along ``i`` every rank would hold
+    the whole output and one copy would be written back, dropping the elements the others wrote (garbage
+    there, once). A split is refused naming the array and the parameter; ``lower(sdfg, ranks=2)`` keeps
+    ``i`` whole and runs like NumPy."""
+    sdfg = scatter_by_permutation.to_sdfg()
+    with pytest.raises(dp.UnsupportedPattern, match=r"'out' .*split along 'i' .*does not follow 'i'"):
+        dp.lower(copy.deepcopy(sdfg), {m.name: (2, ) for m in dp.maps(sdfg)})
+    sdfg.name = "t_scatter_by_permutation_auto"
+    dp.lower(sdfg, ranks=2)
+    x, perm = rng.random(10), rng.permutation(10).astype(np.int64)
+    expected = np.zeros(10)
+    expected[perm] = x
+    np.testing.assert_array_equal(dp.run(sdfg, 2, x=x, perm=perm, out=np.zeros(10))["out"], expected)
 
 
 NR = dace.symbol("NR")
