@@ -119,6 +119,17 @@ def _stepped_view_side(sdfg, state, edge):
     return []
 
 
+def _body_for_loops(sdfg):
+    """(body, its nested-SDFG node, [(loop, (variable, (start, end, step)))]) for each map body or nested
+    program of ``sdfg``: the for-loops DaCe recognises among its own states."""
+    from .schedule.loops import find_loops
+    for sd in sdfg.all_sdfgs_recursive():
+        node = sd.parent_nsdfg_node
+        if node is None:
+            continue
+        yield sd, node, [(lp, found) for lp in find_loops(sd) for found in (lp.for_range(sd), ) if found]
+
+
 def loops_sharing_a_variable(sdfg):
     """(outer array, outer subset, loop variable, the loops' ranges) for each argument of a map body or nested
     program that two of its for-loops with different ranges index by one variable name. DaCe 1.0.2's
@@ -128,17 +139,11 @@ def loops_sharing_a_variable(sdfg):
     shifted elements, even in one process. DaCe 2 keeps loops as regions and gets them right."""
     if DACE_MAJOR >= 2:
         return []
-    from .schedule.loops import find_loops
     out = []
-    for sd in sdfg.all_sdfgs_recursive():
-        node = sd.parent_nsdfg_node
-        if node is None:
-            continue
+    for sd, node, loops_found in _body_for_loops(sdfg):
         ranges = {}
-        for lp in find_loops(sd):
-            found = lp.for_range(sd)
-            if found:
-                ranges.setdefault(found[0], []).append((tuple(map(str, found[1])), lp))
+        for lp, (var, rng) in loops_found:
+            ranges.setdefault(var, []).append((tuple(map(str, rng)), lp))
         for var, loops in ranges.items():
             if len({r for r, _ in loops}) < 2:
                 continue
@@ -205,18 +210,12 @@ def indices_below_zero(sdfg):
     wrong result or a corrupted heap). DaCe 2 gets them right."""
     if DACE_MAJOR >= 2:
         return []
-    from .schedule.loops import find_loops
     out = []
-    for sd in sdfg.all_sdfgs_recursive():
-        node = sd.parent_nsdfg_node
-        if node is None:
-            continue
-        for lp in find_loops(sd):
-            found = lp.for_range(sd)
+    for sd, node, loops_found in _body_for_loops(sdfg):
+        for lp, (var, (start, _, step)) in loops_found:
             trips = lp.trips(sd)
-            if not found or (trips is not None and sympy.sympify(trips).is_number and trips < 2):
+            if trips is not None and sympy.sympify(trips).is_number and trips < 2:
                 continue
-            var, (start, _, step) = found
             second = dace.symbolic.pystr_to_symbolic(start) + dace.symbolic.pystr_to_symbolic(step)
             for st in lp.body:
                 for e in st.edges():

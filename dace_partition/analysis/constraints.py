@@ -245,6 +245,11 @@ def _refuse_interleaved_blocks(array, subset, positions: Dict[str, int]):
                                      "computed; split the map along the parameter that indexes the outermost part")
 
 
+def _names_in(ranges) -> set:
+    """Names of the symbols in the begins and ends of ``(begin, end, step)`` ranges (a box's dimensions)."""
+    return {str(f) for b, e, _ in ranges for f in sympy.sympify(b).free_symbols | sympy.sympify(e).free_symbols}
+
+
 def _refuse_rank_dependent_copies(array, subset, positions: Dict[str, int], rng: subsets.Range, params,
                                   state: SDFGState, entry: nodes.MapEntry):
     """A write without a conflict resolution whose box does not follow a split grid coordinate is held
@@ -252,8 +257,7 @@ def _refuse_rank_dependent_copies(array, subset, positions: Dict[str, int], rng:
     same values. Where the map body uses the parameter that coordinate splits (``out[perm[i]] = x[i]``: an
     index computed from data, so the box is the whole array), the ranks write different elements or
     values, and the one written back would drop the others'. Refused, naming the parameter."""
-    used_in_box = {str(f) for b, e, _ in as_range(subset).ranges
-                   for f in sympy.sympify(b).free_symbols | sympy.sympify(e).free_symbols}
+    used_in_box = _names_in(as_range(subset).ranges)
     split = [c for c, size in positions.items() if size > 1 and c not in used_in_box]
     if not split:
         return
@@ -264,8 +268,8 @@ def _refuse_rank_dependent_copies(array, subset, positions: Dict[str, int], rng:
     for n in body.nodes():
         used |= {str(f) for f in n.free_symbols}
     for c in split:
-        for p, (b, e, _) in zip(params, rng):
-            if c in {str(f) for f in sympy.sympify(b).free_symbols | sympy.sympify(e).free_symbols} and p in used:
+        for p, bounds in zip(params, rng):
+            if c in _names_in([bounds]) and p in used:
                 raise UnsupportedPattern(array, subset, f"the map is split along '{p}' (grid coordinate {c}), but the "
                                          f"written box does not follow '{p}' although the body uses it (an index "
                                          "computed from data, such as out[perm[i]], makes the box the whole array), "
@@ -278,7 +282,7 @@ def _refuse_split_conflicts(array, subset, op: RankLocal, positions: Dict[str, i
     """A resolution MPI cannot apply is fine inside a rank; refused where the grid splits a dimension of the
     map that the written subset does not follow (ranks along it would hold partial results to combine)."""
     coords = set(positions)
-    used = {str(f) for b, e, _ in subset for f in sympy.sympify(b).free_symbols | sympy.sympify(e).free_symbols}
+    used = _names_in(subset)
     partial = sorted(coords - used)
     if partial:
         raise UnsupportedPattern(array, subset, f"write-conflict resolution {op} is not a sum, product, min or max, "
@@ -718,7 +722,7 @@ def copies_write_whole_values(plan: KernelPlan) -> List[Access]:
         if a.direction != Direction.OUT or a.op is None:
             out.append(a)
             continue
-        used = {str(f) for b, e, _ in a.subset for f in sympy.sympify(b).free_symbols | sympy.sympify(e).free_symbols}
+        used = _names_in(a.subset)
         partial = [d for d, (g, c) in enumerate(zip(plan.grid, plan.coords))
                    if g > 1 and d != plan.replica_dim and c not in used]
         if partial:
