@@ -44,6 +44,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from fresh_programs import _copy, _split  # noqa: E402 - the sibling script's helpers
 OUT = os.path.join(HERE, "results", "dace_tests.json")
 CACHE = os.path.join(os.path.expanduser("~"), ".cache", "dace_partition", "dace_tests")
 FOLDERS = ("numpy", "python_frontend")
@@ -139,10 +140,6 @@ def _inputs(prog, rng):
     return args, symbols
 
 
-def _copy(d):
-    return {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in d.items()}
-
-
 def _same(got, ref):
     got, ref = np.asarray(got), np.asarray(ref)
     if got.shape != ref.shape and got.size == ref.size:
@@ -163,11 +160,11 @@ def one(tests, case, P, schedule):
     """One program: DaCe's reference in this process, then the lowered program on ``P`` ranks."""
     import dace_partition as dp
     from dace_partition.errors import FrontendError, ScheduleError, UnsupportedPattern
-    from fresh_programs import _split
     key, name = case.split(":")
     prog = getattr(_module(tests, key), name)
-    if _unwritten(prog):
-        return {"outcome": "not_compared", "why": _unwritten(prog)}
+    unwritten = _unwritten(prog)
+    if unwritten:
+        return {"outcome": "not_compared", "why": unwritten}
     args, symbols = _inputs(prog, np.random.default_rng(0))
     tag = f"dt_{key.split('.')[1]}_{name}"[:60]
     try:
