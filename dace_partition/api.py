@@ -22,6 +22,7 @@ from dace.sdfg import SDFG
 
 from .analysis.boolean_sums import boolean_sums
 from .analysis.python_calls import python_calls
+from .analysis.unwritten_accumulators import unwritten_accumulators
 from .compat import (DACE_MAJOR, DACE_VERSION, indices_below_zero, loops_sharing_a_variable, misplaced_nested_arguments,
                      stepped_elements, unordered_aliased_accesses, with_line_info_from_frames)
 from .errors import ScheduleError, UnsupportedPattern
@@ -126,6 +127,8 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
         raise UnsupportedPattern(summed.array, summed.subset, summed.reason())
     for call in python_calls(sdfg):
         raise UnsupportedPattern(call.array, call.subset, call.reason())
+    for acc in unwritten_accumulators(sdfg):
+        raise UnsupportedPattern(acc.array, acc.subset, acc.reason())
     t0 = time.perf_counter()
     local = LocalOptimize(steps_of(local_optimize))
     auto = None

@@ -269,6 +269,72 @@ def test_a_swap_through_a_temporary_that_dace_leaves_unordered_is_refused():
     np.testing.assert_array_equal(dp.run(sdfg, 2, x=x.copy())["x"], np.sort(x, axis=1))
 
 
+NU, MU = 10, 7
+
+
+@dace.program
+def doubled_products_into_an_unwritten_transient(A: dace.float64[NU, MU], x: dace.float64[MU], y: dace.float64[NU]):
+    tmp = dace.define_local([NU], dtype=dace.float64)
+    for i, j in dace.map[0:NU, 0:MU]:
+        with dace.tasklet:
+            a << A[i, j]
+            b << x[j]
+            out >> tmp(1, lambda p, q: p + q, 0)[i]  # the legacy identity 0, which DaCe ignores
+            out = a * b
+    for i in dace.map[0:NU]:
+        with dace.tasklet:
+            t << tmp[i]
+            o >> y[i]
+            o = 2 * t
+
+
+@dace.program
+def doubled_products_onto_np_empty(A: dace.float64[NU, MU], x: dace.float64[MU], y: dace.float64[NU]):
+    tmp = np.empty([NU], dtype=np.float64)
+    for i, j in dace.map[0:NU, 0:MU]:
+        tmp[i] += A[i, j] * x[j]
+    y[:] = 2 * tmp
+
+
+@dace.program
+def doubled_products_into_a_cleared_transient(A: dace.float64[NU, MU], x: dace.float64[MU], y: dace.float64[NU]):
+    tmp = dace.define_local([NU], dtype=dace.float64)
+    for i in dace.map[0:NU]:
+        with dace.tasklet:
+            z >> tmp[i]
+            z = 0
+    for i, j in dace.map[0:NU, 0:MU]:
+        with dace.tasklet:
+            a << A[i, j]
+            b << x[j]
+            out >> tmp(1, lambda p, q: p + q)[i]
+            out = a * b
+    for i in dace.map[0:NU]:
+        with dace.tasklet:
+            t << tmp[i]
+            o >> y[i]
+            o = 2 * t
+
+
+@pytest.mark.parametrize("prog", [doubled_products_into_an_unwritten_transient, doubled_products_onto_np_empty])
+def test_an_accumulator_that_nothing_initializes_is_refused(prog):
+    """A transient written only by a write-conflict resolution adds onto memory nobody wrote, even in one
+    process (DaCe's PolyBench ``atax`` does it with ``tmp(1, lambda a, b: a + b, 0)``): refused naming the
+    transient, the write and the reason, before anything changes; cleared first by a map of its own, the
+    same products run on 2 ranks like NumPy."""
+    sdfg = prog.to_sdfg()
+    with pytest.raises(dp.UnsupportedPattern, match=r"'tmp' with subset \[i\]: .*only ever accumulated into "
+                       r"\(write-conflict resolution .*\+.*\) and nothing writes it first.*memory nobody wrote"):
+        dp.lower(sdfg, ranks=2)
+    assert not is_lowered(sdfg)
+    rng = np.random.default_rng(5)
+    A, x = rng.random((NU, MU)), rng.random(MU)
+    sdfg = doubled_products_into_a_cleared_transient.to_sdfg()
+    sdfg.name = "t_bad_cleared_accumulator"
+    dp.lower(sdfg, {m.name: (2, ) + (1, ) * (len(m.params) - 1) for m in dp.maps(sdfg)})
+    np.testing.assert_allclose(dp.run(sdfg, 2, A=A, x=x, y=np.zeros(NU))["y"], 2 * (A @ x), rtol=1e-12)
+
+
 NO = dace.symbol("NO")
 
 
