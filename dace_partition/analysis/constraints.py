@@ -6,6 +6,7 @@ nested SDFG or a library node's pure expansion, every inner map is tiled; all co
 must agree up to a renaming of grid dimensions (schedule consistency, def. 4.6.1). Inner maps that the
 schedule leaves out get the grid and renaming that make them consistent with the principal map.
 """
+import ast
 import copy
 import functools
 import itertools
@@ -103,8 +104,35 @@ def wcr_op(memlet) -> Union[None, ReduceOp, RankLocal]:
 
 @functools.lru_cache(maxsize=1024)
 def _reduction_type(wcr: str):
-    """DaCe's reading of a conflict-resolution lambda (it parses the source: slow), once per text."""
-    return detect_reduction_type(wcr)
+    """DaCe's reading of a conflict-resolution lambda (it parses the source: slow), once per text; a minimum
+    or maximum spelled as a choice (``lambda a, b: a if a < b else b``), which DaCe reads only as ``min(a, b)``
+    or ``max(a, b)``, is one too, so that MPI can combine it."""
+    red = detect_reduction_type(wcr)
+    return _chosen_extremum(wcr) or red if red == dtypes.ReductionType.Custom else red
+
+
+_LESS, _GREATER = (ast.Lt, ast.LtE), (ast.Gt, ast.GtE)
+
+
+def _chosen_extremum(wcr: str):
+    """``Min`` or ``Max`` for a lambda of two arguments whose body picks one of them by comparing the two
+    (``a if a < b else b``, ``b if a > b else a``, ...), else None."""
+    try:
+        fn = ast.parse(wcr.strip(), mode="eval").body
+    except SyntaxError:
+        return None
+    if not isinstance(fn, ast.Lambda) or len(fn.args.args) != 2 or not isinstance(fn.body, ast.IfExp):
+        return None
+    names = {a.arg for a in fn.args.args}
+    test, picked, other = fn.body.test, fn.body.body, fn.body.orelse
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], _LESS + _GREATER)):
+        return None
+    left, right = test.left, test.comparators[0]
+    if not all(isinstance(n, ast.Name) for n in (left, right, picked, other)) or \
+            {left.id, right.id} != names or {picked.id, other.id} != names:
+        return None
+    picks_smaller = (picked.id == left.id) == isinstance(test.ops[0], _LESS)
+    return dtypes.ReductionType.Min if picks_smaller else dtypes.ReductionType.Max
 
 
 def map_accesses(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, rng: subsets.Range,

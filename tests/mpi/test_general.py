@@ -88,6 +88,34 @@ def test_a_reduction_without_an_identity_keeps_the_outputs_prior_value_once(rng,
         np.testing.assert_allclose(res["out"], [expected], rtol=1e-12)
 
 
+@dace.program
+def smallest_by_choice(x: dace.float64[NX], out: dace.float64[1]):
+    dace.reduce(lambda a, b: a if a < b else b, x, out, identity=1e300)
+
+
+@dace.program
+def column_largest_by_choice(x: dace.float64[NX, 4], out: dace.float64[4]):
+    for i, j in dace.map[0:NX, 0:4]:
+        with dace.tasklet:
+            v << x[i, j]
+            o >> out(1, lambda p, q: q if p < q else p)[j]
+            o = v
+
+
+def test_a_minimum_and_maximum_spelled_as_a_choice_are_combined_across_ranks(rng):
+    """``lambda a, b: a if a < b else b`` is a minimum that DaCe does not read as one (only ``min(a, b)``):
+    it was refused where the ranks split the reduced dimension. Read as MPI's MIN and MAX, the ranks'
+    partial results are combined: the smallest value, and each column's largest onto its prior value."""
+    x = rng.random((10, 4)) - 0.5
+    sdfg = lowered(smallest_by_choice, (("Reduce.reduce_values", (3, )), ))
+    np.testing.assert_array_equal(dp.run(sdfg, 3, x=x[:, 0].copy(), out=np.zeros(1))["out"], [x[:, 0].min()])
+    assert "MPI_Reduce(MPI_MIN, grid dims (0,))" in dp.report(sdfg).calls("out")
+    sdfg = lowered(column_largest_by_choice, ((0, (3, 1)), ))
+    prior = np.array([-1.0, 0.0, 0.25, 1.0])
+    np.testing.assert_array_equal(dp.run(sdfg, 3, x=x, out=prior.copy())["out"], np.maximum(prior, x.max(axis=0)))
+    assert "MPI_Reduce(MPI_MAX, grid dims (0,))" in dp.report(sdfg).calls("out")
+
+
 SR, SA, SC, SB, SK = (dace.symbol(n) for n in ("SR", "SA", "SC", "SB", "SK"))
 
 
