@@ -65,11 +65,24 @@ def _ctype_name(desc) -> Optional[str]:
     return name if getattr(ctypes, name, None) is ctype else None
 
 
+def _generated(built, folder: str):
+    """The SDFG DaCe generated the code from (``program.sdfg``, DaCe 2: ``program.sdfgz``, in the build
+    folder), else ``built``. The C signature follows it, not the SDFG handed to ``compile``: library nodes
+    expanded during code generation can use a symbol that was only an array's size before (DaCe's
+    transformation test ``trivial_loop``: ``I`` of ``data[I, J]``), and the call written from the other
+    would pass ``J`` where ``I`` is taken."""
+    for name in ("program.sdfg", "program.sdfgz"):
+        if os.path.exists(os.path.join(folder, name)):
+            return dace.SDFG.from_file(os.path.join(folder, name))
+    return built
+
+
 def save(built, folder: str, written) -> None:
     """Writes the value-independent part of the call of ``built`` (the SDFG that was compiled) beside its
     build, or removes an older plan when this program's call cannot be written as data."""
     from ..compat import return_array_names
     path = os.path.join(folder, FILE)
+    built = _generated(built, folder)
     library = os.path.join("build", f"lib{built.name}.{dace.Config.get('compiler', 'library_extension')}")
     returns = sorted(k for k, d in built.arrays.items() if k.startswith("__return") and not d.transient)
     if returns and returns != ["__return"]:
