@@ -178,6 +178,8 @@ def map_accesses(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, rng: subse
         if len(ops) > 1:
             raise UnsupportedPattern(arr, subset, f"written with different conflict resolutions {ops}")
         op = ops.pop()
+        if isinstance(op, ReduceOp):
+            _refuse_read_back_totals(arr, subset, inner_edges, positions)
         if isinstance(op, RankLocal):
             _refuse_split_conflicts(arr, subset, op, positions)
             op = None
@@ -304,6 +306,39 @@ def _refuse_rank_dependent_copies(array, subset, positions: Dict[str, int], rng:
                                          "so the ranks write different elements and the one copy written back "
                                          f"would drop the others'; leave '{p}' unsplit (lower(sdfg, ranks=P) does), "
                                          f"or write along '{p}'")
+
+
+def _refuse_read_back_totals(array, subset, inner_edges, positions: Dict[str, int]):
+    """A tasklet that uses what its conflict write leaves (``v = o[5] = 1``: DaCe hands ``v`` the running
+    total, as DaCe's test ``writeresult`` does) depends on every earlier iteration. Where the grid splits a
+    dimension the written subset does not follow, each rank's totals would start from its own partial sum."""
+    partial = sorted(set(positions) - _names_in(subset))
+    for ie in inner_edges if partial else ():
+        t = ie.src
+        if isinstance(t, nodes.Tasklet) and t.language == dtypes.Language.Python and \
+                _reads_back(t.code.code, ie.src_conn):
+            raise UnsupportedPattern(array, subset, f"tasklet '{t.label}' uses the value its write-conflict "
+                                     f"resolution leaves in '{ie.src_conn}' (a running total, which depends on "
+                                     "every earlier iteration), and the map is split along a dimension the "
+                                     f"written subset does not follow (grid coordinates {partial}), where each "
+                                     "rank's totals would start from its own partial sum; leave that dimension "
+                                     "unsplit")
+
+
+def _reads_back(code, conn: str) -> bool:
+    """Whether Python tasklet statements ``code`` read output connector ``conn`` or assign it in a chain
+    (``v = conn[5] = 1``) rather than only write it."""
+    trees = code if isinstance(code, list) else [code]
+    stored = {id(n.value) for t in trees for n in ast.walk(t)
+              if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store)}
+    for t in trees:
+        for n in ast.walk(t):
+            if isinstance(n, ast.Assign) and len(n.targets) > 1 and \
+                    any(isinstance(m, ast.Name) and m.id == conn for tg in n.targets for m in ast.walk(tg)):
+                return True
+            if isinstance(n, ast.Name) and n.id == conn and isinstance(n.ctx, ast.Load) and id(n) not in stored:
+                return True
+    return False
 
 
 def _refuse_split_conflicts(array, subset, op: RankLocal, positions: Dict[str, int]):
