@@ -161,7 +161,11 @@ DACE2_TESTS := tests/unit/test_compat.py tests/mpi/test_loops.py tests/mpi/test_
 	"tests/mpi/test_general.py::test_a_recurrence_along_rows_in_place_runs_like_numpy" \
 	"tests/mpi/test_general.py::test_a_while_loop_per_row_runs_like_numpy" \
 	"tests/mpi/test_general.py::test_a_reduction_without_an_identity_keeps_the_outputs_prior_value_once" \
+	"tests/mpi/test_general.py::test_a_minimum_and_maximum_spelled_as_a_choice_are_combined_across_ranks" \
+	"tests/mpi/test_general.py::test_a_size_that_only_the_lowered_code_uses_is_passed_in_the_compiled_order" \
+	"tests/mpi/test_general.py::test_a_running_total_read_back_from_a_conflict_write_is_refused_where_split_and_runs_unsplit" \
 	"tests/mpi/test_bad_input.py::test_a_swap_through_a_temporary_that_dace_leaves_unordered_is_refused" \
+	"tests/mpi/test_bad_input.py::test_an_accumulator_that_nothing_initializes_is_refused" \
 	tests/mpi/test_fusion.py::test_megatron_mlp_one_allreduce \
 	tests/mpi/test_fusion.py::test_different_grids_redistribute_directly \
 	tests/mpi/test_distributed_io.py \

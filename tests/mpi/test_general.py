@@ -116,6 +116,60 @@ def test_a_minimum_and_maximum_spelled_as_a_choice_are_combined_across_ranks(rng
     assert "MPI_Reduce(MPI_MAX, grid dims (0,))" in dp.report(sdfg).calls("out")
 
 
+@dace.program
+def running_totals(total: dace.float64[4], seen: dace.float64[NX]):
+    for i in dace.map[0:NX]:
+        with dace.tasklet:
+            o >> total(-1, lambda a, b: a + b)[:]
+            v >> seen[i]
+            v = o[2] = 1  # DaCe hands v the total before this addition
+
+
+def test_a_running_total_read_back_from_a_conflict_write_is_refused_where_split_and_runs_unsplit():
+    """DaCe's ``writeresult`` test: ``v = o[2] = 1`` adds 1 to ``total[2]`` and gives ``v`` the running
+    total before it. Split along ``i``, ranks 1 and 2 counted from 0 (``seen`` of 0, 1, 2, 3 beside rank 0's
+    0.5 to 3.5, though ``total`` was right); now refused naming the tasklet, and ``lower(sdfg, ranks=3)``
+    keeps the map whole, like DaCe's own program in one process."""
+    sdfg = running_totals.to_sdfg()
+    with pytest.raises(dp.UnsupportedPattern, match=r"'total' .*uses the value its write-conflict resolution "
+                       r"leaves in 'o' \(a running total.*grid coordinates"):
+        dp.lower(sdfg, {dp.maps(sdfg)[0].name: (3, )})
+    total, seen = np.full(4, 0.5), np.zeros(12)
+    single = running_totals.to_sdfg()
+    single.name = "t_running_totals_single"
+    single(total=total, seen=seen, NX=12)
+    assert sorted(seen) == list(np.arange(12) + 0.5)  # the premise: running totals from the prior 0.5
+    sdfg = running_totals.to_sdfg()
+    sdfg.name = "t_running_totals_auto"
+    dp.lower(sdfg, ranks=3)
+    res = dp.run(sdfg, 3, total=np.full(4, 0.5), seen=np.zeros(12))
+    np.testing.assert_array_equal(res["total"], total)
+    np.testing.assert_array_equal(np.sort(res["seen"]), np.sort(seen))
+
+
+TI, TJ = dace.symbol("TI"), dace.symbol("TJ")
+
+
+@dace.program
+def second_row_plus_first(data: dace.float64[TI, TJ]):
+    for i in range(1, 2):
+        for j in dace.map[0:TJ]:
+            data[i, j] = data[i, j] + data[i - 1, j]
+
+
+def test_a_size_that_only_the_lowered_code_uses_is_passed_in_the_compiled_order(rng):
+    """``TI`` sizes ``data`` but no statement of the program uses it, so it is not in the argument list of
+    the SDFG handed to the compiler; the lowered code uses it (the rank-local blocks of ``data``), and DaCe's
+    generated signature, made after expanding that code, takes ``(data, TI, TJ)``. The call written from
+    the other list passed ``TJ`` for ``TI`` and left ``TJ`` unset: a block of ``data`` of size -1e9 (DaCe's
+    trivial-loop-elimination test program; 300 s without an answer)."""
+    sdfg = lowered(second_row_plus_first, ((0, (2, )), ))
+    x = rng.random((6, 5))
+    expected = x.copy()
+    expected[1] += expected[0]
+    np.testing.assert_array_equal(dp.run(sdfg, 2, data=x.copy())["data"], expected)
+
+
 SR, SA, SC, SB, SK = (dace.symbol(n) for n in ("SR", "SA", "SC", "SB", "SK"))
 
 
