@@ -18,6 +18,7 @@ structures, streams, device twins) gets no plan and keeps DaCe's worker.
 import ctypes
 import json
 import os
+import re
 from typing import Optional
 
 import numpy as np
@@ -65,12 +66,27 @@ def _ctype_name(desc) -> Optional[str]:
     return name if getattr(ctypes, name, None) is ctype else None
 
 
+def _c_parameters(folder: str, name: str) -> Optional[list]:
+    """The parameter names of ``__program_<name>`` in the generated header (the handle left out), None
+    where it cannot be read."""
+    try:
+        with open(os.path.join(folder, "include", f"{name}.h")) as f:
+            m = re.search(rf"__program_{re.escape(name)}\(([^)]*)\)", f.read())
+    except OSError:
+        return None
+    return [re.split(r"[\s*&]+", p.strip())[-1] for p in m.group(1).split(",")[1:]] if m else None
+
+
 def _generated(built, folder: str):
     """The SDFG DaCe generated the code from (``program.sdfg``, DaCe 2: ``program.sdfgz``, in the build
-    folder), else ``built``. The C signature follows it, not the SDFG handed to ``compile``: library nodes
+    folder), where the generated signature is not the one ``built`` gives, else ``built``. Library nodes
     expanded during code generation can use a symbol that was only an array's size before (DaCe's
-    transformation test ``trivial_loop``: ``I`` of ``data[I, J]``), and the call written from the other
-    would pass ``J`` where ``I`` is taken."""
+    transformation test ``trivial_loop``: ``I`` of ``data[I, J]``), and the call written from ``built``
+    would pass ``J`` where ``I`` is taken. Reading the SDFG back costs seconds for the largest programs,
+    so it is done only then."""
+    c = _c_parameters(folder, built.name)
+    if c is None or c == built.signature_arglist(with_types=False, arglist=built.arglist()):
+        return built
     for name in ("program.sdfg", "program.sdfgz"):
         if os.path.exists(os.path.join(folder, name)):
             return dace.SDFG.from_file(os.path.join(folder, name))
