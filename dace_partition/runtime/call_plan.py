@@ -13,7 +13,7 @@ the shapes of the return arrays. They are written down twice:
 ``_plain_worker.py`` reads the result with NumPy, mpi4py and ctypes only. The order is the one DaCe's own call
 uses (``CompiledSDFG._construct_args``: ``signature_arglist``, then the init arguments are the free symbols among
 them). A program with anything beyond plain arrays and scalars in host memory (GPU storage, callbacks,
-structures, streams, device twins) gets no plan and keeps DaCe's worker.
+structures and struct elements, streams, device twins) gets no plan and keeps DaCe's worker.
 """
 import ctypes
 import json
@@ -35,7 +35,8 @@ _HOST = (dtypes.StorageType.Default, dtypes.StorageType.CPU_Heap)
 def _refusal(sdfg) -> Optional[str]:
     """Why the program's call cannot be written as plain data (None: it can)."""
     for name, desc in sdfg.arglist().items():
-        if isinstance(desc, dt.Structure) or isinstance(desc.dtype, (dtypes.callback, dtypes.pyobject)):
+        # A struct element type would pass as raw bytes (NumPy's "V16"): DaCe's worker keeps its fields.
+        if isinstance(desc, dt.Structure) or isinstance(desc.dtype, (dtypes.callback, dtypes.pyobject, dtypes.struct)):
             return f"argument '{name}' is a {type(desc).__name__} of {desc.dtype}"
         if isinstance(desc, dt.Array):
             if type(desc) is not dt.Array or desc.storage not in _HOST:

@@ -147,6 +147,38 @@ def test_a_running_total_read_back_from_a_conflict_write_is_refused_where_split_
     np.testing.assert_array_equal(np.sort(res["seen"]), np.sort(seen))
 
 
+pair = dace.struct("pair", idx=dace.int32, val=dace.float64)
+
+
+@dace.program
+def largest_with_its_index(x: dace.float64[NX]):
+    result = np.ndarray([1], dtype=pair)
+    with dace.tasklet:
+        init >> result[0]
+        init.idx = -1
+        init.val = -1e38
+    for i in dace.map[0:NX]:
+        with dace.tasklet:
+            inp << x[i]
+            out >> result(1, lambda a, b: pair(val=max(a.val, b.val), idx=(a.idx if a.val > b.val else b.idx)))
+            out = pair(idx=i, val=inp)
+    return result
+
+
+def test_a_result_of_struct_elements_comes_back_with_its_fields(rng):
+    """DaCe's argmax test returns an array of ``pair`` structs. The call written as plain data passed it as
+    raw bytes (NumPy's ``V16``): the right bytes, no fields. It now keeps DaCe's own call for such a
+    program, and the caller gets ``idx`` and ``val`` back (the map stays whole: the resolution is not one
+    MPI can combine)."""
+    sdfg = largest_with_its_index.to_sdfg()
+    sdfg.name = "t_largest_with_its_index"
+    dp.lower(sdfg, ranks=2)
+    x = rng.random(12)
+    res = dp.run(sdfg, 2, x=x)
+    assert res.dtype.names == ("idx", "val")
+    assert (res["idx"][0], res["val"][0]) == (np.argmax(x), x.max())
+
+
 TI, TJ = dace.symbol("TI"), dace.symbol("TJ")
 
 
