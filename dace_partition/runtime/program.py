@@ -150,7 +150,7 @@ class CallSignature:
         out = {}
         for name in self.args:
             if name in self.arrays:
-                out[name] = ("array", (kwargs[name].shape, kwargs[name].dtype.str))
+                out[name] = ("array", (kwargs[name].shape, kwargs[name].dtype))  # .str drops a struct's fields
             else:
                 out[name] = ("value", _scalar(kwargs[name]))
         for name in self.free:

@@ -165,11 +165,22 @@ def largest_with_its_index(x: dace.float64[NX]):
     return result
 
 
-def test_a_result_of_struct_elements_comes_back_with_its_fields(rng):
+vec3 = dace.struct("vec3", x=dace.float32, y=dace.float32, z=dace.float32)
+
+
+@dace.program
+def shifted_vector(A: vec3[1]):
+    with dace.tasklet:
+        a >> A(1, lambda p, q: vec3(x=p.x + q.x, y=p.y + q.y, z=p.z + q.z))[0]
+        a = vec3(x=float(1.0), y=float(2.0), z=float(3.0))
+
+
+def test_arrays_of_struct_elements_go_in_and_come_back_with_their_fields(rng):
     """DaCe's argmax test returns an array of ``pair`` structs. The call written as plain data passed it as
-    raw bytes (NumPy's ``V16``): the right bytes, no fields. It now keeps DaCe's own call for such a
-    program, and the caller gets ``idx`` and ``val`` back (the map stays whole: the resolution is not one
-    MPI can combine)."""
+    raw bytes (NumPy's ``V16``): the right bytes, no fields. Such a program now keeps DaCe's own call, and
+    the caller gets ``idx`` and ``val`` back (the map stays whole: the resolution is not one MPI can
+    combine). DaCe's struct-reduction test takes a ``vec3`` array: the other ranks were told its dtype as
+    ``V12`` and refused it."""
     sdfg = largest_with_its_index.to_sdfg()
     sdfg.name = "t_largest_with_its_index"
     dp.lower(sdfg, ranks=2)
@@ -177,6 +188,12 @@ def test_a_result_of_struct_elements_comes_back_with_its_fields(rng):
     res = dp.run(sdfg, 2, x=x)
     assert res.dtype.names == ("idx", "val")
     assert (res["idx"][0], res["val"][0]) == (np.argmax(x), x.max())
+    sdfg = shifted_vector.to_sdfg()
+    sdfg.name = "t_shifted_vector"
+    dp.lower(sdfg, ranks=2)
+    v = np.array([(4.0, 5.0, 6.0)], dtype=np.dtype(vec3.as_numpy_dtype()))
+    out = dp.run(sdfg, 2, A=v.copy())["A"]
+    assert out.dtype.names == ("x", "y", "z") and tuple(out[0]) == (5.0, 7.0, 9.0)
 
 
 TI, TJ = dace.symbol("TI"), dace.symbol("TJ")
