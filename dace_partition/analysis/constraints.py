@@ -150,7 +150,10 @@ def map_accesses(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, rng: subse
     params = entry.map.params
     reads: Dict[str, list] = {}
     for e in state.in_edges(entry):
-        if e.data.data is None or e.dst_conn is None or not e.dst_conn.startswith("IN_"):
+        if e.data.data is None or e.dst_conn is None:
+            continue
+        if not e.dst_conn.startswith("IN_"):  # a range read from data (dace.map[0:num[0]]): every tile's
+            reads.setdefault(e.data.data, []).append(e.data)
             continue
         inner = [ie.data for ie in state.out_edges_by_connector(entry, "OUT_" + e.dst_conn[3:]) if ie.data.data]
         if inner:

@@ -91,6 +91,17 @@ def replicate(grid, copies: int) -> Replicated:
     return Replicated(tuple(grid), copies)
 
 
+def _read_from_data(info, ext) -> List[str]:
+    """The arrays a map's extent is read from when the map starts (``dace.map[0:num[0]]``: DaCe passes
+    ``num[0]`` into the map's entry as a symbol of its own)."""
+    names = {str(x) for x in getattr(ext, "free_symbols", ())}
+    st = info.kernel.state
+    for n in st.nodes():
+        if isinstance(n, nodes.MapEntry) and n.map is info.map:
+            return sorted({e.data.data for e in st.in_edges(n) if e.data.data and e.dst_conn in names})
+    return []
+
+
 def check_grid(info: MapInfo, grid, free: "FreeSymbols" = None) -> Tuple[int, ...]:
     """The process grid of a scheduled map: one entry per parameter (a replicated grid has one more).
     ``free``: the program's free symbols, computed once for many checks."""
@@ -115,6 +126,10 @@ def check_grid(info: MapInfo, grid, free: "FreeSymbols" = None) -> Tuple[int, ..
     grid = tuple(int(g) for g in grid)
     for p, g, ext in zip(info.params, grid, info.shape):
         if not isinstance(ext, int):
+            if g > 1 and not free.fixed(ext, info.kernel.state.sdfg) and _read_from_data(info, ext):
+                raise ScheduleError(f"map '{info.name}' has extent {ext} along '{p}', read from "
+                                    f"{_read_from_data(info, ext)} when the map starts; only extents given by the "
+                                    "program's arguments can be split (lower(sdfg, ranks=P) keeps it whole)")
             if g > 1 and not free.fixed(ext, info.kernel.state.sdfg):
                 raise ScheduleError(f"map '{info.name}' has extent {ext} along '{p}', which changes while the "
                                     "program runs (e.g. a loop variable or an outer map index); only extents "

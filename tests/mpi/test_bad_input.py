@@ -402,6 +402,35 @@ def test_extent_that_changes_at_run_time_is_refused():
         dp.lower(sdfg, {dp.maps(sdfg)[0].name: (2, )})
 
 
+NR = dace.symbol("NR")
+
+
+@dace.program
+def plus_one_up_to_a_count(x: dace.float32[NR], num: dace.int32[1], y: dace.float32[NR]):
+    @dace.map
+    def p1(i: _[0:num[0]]):  # noqa: F821 - DaCe's own syntax
+        a << x[i]
+        b >> y[i]
+        b = a + 1
+
+
+def test_an_extent_read_from_data_is_refused_where_split_and_runs_whole():
+    """DaCe's ``map_indirect_array_test``: the map's extent is ``num[0]``, which DaCe passes into the map's
+    entry as a symbol of its own. A split names the array the extent is read from; ``lower(ranks=3)`` once
+    chose a replicated grid and then stopped at the entry's read of ``num`` (no block was derived for it):
+    it is now read by every rank, and the map runs like NumPy."""
+    sdfg = plus_one_up_to_a_count.to_sdfg()
+    with pytest.raises(dp.ScheduleError, match=r"extent .* read from \['num'\] when the map starts"):
+        dp.lower(sdfg, {dp.maps(sdfg)[0].name: (3, )})
+    sdfg = plus_one_up_to_a_count.to_sdfg()
+    sdfg.name = "t_plus_one_up_to_a_count"
+    dp.lower(sdfg, ranks=3)
+    x, y = np.random.default_rng(2).random((2, 10)).astype(np.float32)
+    expected = y.copy()
+    expected[:7] = x[:7] + 1
+    np.testing.assert_array_equal(dp.run(sdfg, 3, x=x, num=np.array([7], np.int32), y=y.copy())["y"], expected)
+
+
 @dace.program
 def triangular(x: dace.float64[16, 16]):
     for i in range(1, 16):
