@@ -196,6 +196,12 @@ def _polybench_inputs(mod, prog):
     return args, size
 
 
+def _dace_run(sdfg, ins, symbols, **more):
+    """DaCe's own call of ``sdfg`` on ``ins`` (changed in place), given the symbols it takes: its returned
+    values as a list."""
+    return _values(sdfg(**ins, **more, **{s: v for s, v in symbols.items() if s in sdfg.free_symbols}))
+
+
 def _runs_with_filled_transients(prog, tag, args, symbols):
     """DaCe's own program run twice with every top-level transient array made an argument, filled with 0 and
     with 1: two (returned values, arguments after the call) pairs. Where they differ, the result is memory
@@ -212,8 +218,7 @@ def _runs_with_filled_transients(prog, tag, args, symbols):
                 shape = [int(dace.symbolic.evaluate(d, symbols)) for d in desc.shape]
                 filled[name] = np.full(shape, fill, dtype=desc.dtype.as_numpy_dtype())
         ins = _copy(args)
-        runs.append((_values(sdfg(**ins, **filled, **{s: v for s, v in symbols.items() if s in sdfg.free_symbols})),
-                     ins))
+        runs.append((_dace_run(sdfg, ins, symbols, **filled), ins))
     return runs
 
 
@@ -233,13 +238,17 @@ def _same_where_determined(got, ref, a, b, nudged):
         return None
     keep = (a == b) | (np.isnan(a) & np.isnan(b)) if ref.dtype.kind in "fc" else a == b
     if ref.dtype.kind in "fc":
-        rtol = 1e-5 if ref.dtype in (np.float32, np.complex64) else 1e-10
-        keep &= np.isclose(nudged, ref, rtol=rtol, atol=rtol, equal_nan=True)
+        keep &= np.isclose(nudged, ref, rtol=_rtol(ref.dtype), atol=_rtol(ref.dtype), equal_nan=True)
     if keep.all():
         return None
     got = np.asarray(got)
     got = got.reshape(ref.shape) if got.shape != ref.shape and got.size == ref.size else got
     return got.shape == ref.shape and _same(got[keep], ref[keep])
+
+
+def _rtol(dtype):
+    """The comparison's tolerance (relative and absolute) for 32- and 64-bit floats."""
+    return 1e-5 if dtype in (np.float32, np.complex64) else 1e-10
 
 
 def _same(got, ref):
@@ -252,8 +261,7 @@ def _same(got, ref):
         return got.dtype == ref.dtype and all(_same(got[f], ref[f]) for f in ref.dtype.names)
     if ref.dtype.kind in "biu":
         return np.array_equal(got, ref)
-    rtol = 1e-5 if ref.dtype in (np.float32, np.complex64) else 1e-10
-    return np.allclose(got, ref, rtol=rtol, atol=rtol, equal_nan=True)
+    return np.allclose(got, ref, rtol=_rtol(ref.dtype), atol=_rtol(ref.dtype), equal_nan=True)
 
 
 def _values(ret):
@@ -277,7 +285,7 @@ def one(tests, case, P, schedule):
         ref_sdfg = prog.to_sdfg()
         ref_sdfg.name = tag + "_ref"
         ref_in = _copy(args)
-        ref = _values(ref_sdfg(**ref_in, **{s: v for s, v in symbols.items() if s in ref_sdfg.free_symbols}))
+        ref = _dace_run(ref_sdfg, ref_in, symbols)
         ref = [np.array(r, copy=True) for r in ref]
         print("PHASE reference done", flush=True)
     except Exception as e:  # noqa: BLE001 - DaCe's own build or run: not ours
@@ -312,7 +320,7 @@ def one(tests, case, P, schedule):
         nudged_sdfg = prog.to_sdfg()
         nudged_sdfg.name = tag + "_nudged"
         in2 = _nudged(args)
-        r2 = _values(nudged_sdfg(**in2, **{s: v for s, v in symbols.items() if s in nudged_sdfg.free_symbols}))
+        r2 = _dace_run(nudged_sdfg, in2, symbols)
         pairs = {f"return value {i}": (g, r, r0[i], r1[i], r2[i]) for i, (g, r) in enumerate(zip(got, ref))}
         pairs.update({k: (got_in[k], v, in0[k], in1[k], in2[k]) for k, v in ref_in.items()
                       if isinstance(v, np.ndarray)})

@@ -311,11 +311,16 @@ def _refuse_rank_dependent_copies(array, subset, positions: Dict[str, int], rng:
                                          f"or write along '{p}'")
 
 
+def _unfollowed(subset, positions: Dict[str, int]) -> List[str]:
+    """The grid coordinates a written subset does not follow: ranks along them write the same elements."""
+    return sorted(set(positions) - _names_in(subset))
+
+
 def _refuse_read_back_totals(array, subset, inner_edges, positions: Dict[str, int]):
     """A tasklet that uses what its conflict write leaves (``v = o[5] = 1``: DaCe hands ``v`` the running
     total, as DaCe's test ``writeresult`` does) depends on every earlier iteration. Where the grid splits a
     dimension the written subset does not follow, each rank's totals would start from its own partial sum."""
-    partial = sorted(set(positions) - _names_in(subset))
+    partial = _unfollowed(subset, positions)
     for ie in inner_edges if partial else ():
         t = ie.src
         if isinstance(t, nodes.Tasklet) and t.language == dtypes.Language.Python and \
@@ -347,9 +352,7 @@ def _reads_back(code, conn: str) -> bool:
 def _refuse_split_conflicts(array, subset, op: RankLocal, positions: Dict[str, int]):
     """A resolution MPI cannot apply is fine inside a rank; refused where the grid splits a dimension of the
     map that the written subset does not follow (ranks along it would hold partial results to combine)."""
-    coords = set(positions)
-    used = _names_in(subset)
-    partial = sorted(coords - used)
+    partial = _unfollowed(subset, positions)
     if partial:
         raise UnsupportedPattern(array, subset, f"write-conflict resolution {op} is not a sum, product, min or max, "
                                  "so MPI cannot combine the partial results of ranks that split the map along a "

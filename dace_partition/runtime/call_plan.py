@@ -32,9 +32,10 @@ FILE = "dace_partition_call.json"  # beside the build, next to the program recor
 _HOST = (dtypes.StorageType.Default, dtypes.StorageType.CPU_Heap)
 
 
-def _refusal(sdfg) -> Optional[str]:
-    """Why the program's call cannot be written as plain data (None: it can)."""
-    for name, desc in sdfg.arglist().items():
+def _refusal(sdfg, arglist=None) -> Optional[str]:
+    """Why the program's call cannot be written as plain data (None: it can). ``arglist``: the SDFG's, where
+    the caller has it already (it walks the whole SDFG)."""
+    for name, desc in (arglist if arglist is not None else sdfg.arglist()).items():
         # A struct element type would pass as raw bytes (NumPy's "V16"): DaCe's worker keeps its fields.
         if isinstance(desc, dt.Structure) or isinstance(desc.dtype, (dtypes.callback, dtypes.pyobject, dtypes.struct)):
             return f"argument '{name}' is a {type(desc).__name__} of {desc.dtype}"
@@ -78,20 +79,28 @@ def _c_parameters(folder: str, name: str) -> Optional[list]:
     return [re.split(r"[\s*&]+", p.strip())[-1] for p in m.group(1).split(",")[1:]] if m else None
 
 
+def _signature(sdfg):
+    """(``arglist``, the argument order of the C signature) of ``sdfg``."""
+    typedict = sdfg.arglist()
+    return typedict, sdfg.signature_arglist(with_types=False, arglist=typedict)
+
+
 def _generated(built, folder: str):
     """The SDFG DaCe generated the code from (``program.sdfg``, DaCe 2: ``program.sdfgz``, in the build
-    folder), where the generated signature is not the one ``built`` gives, else ``built``. Library nodes
-    expanded during code generation can use a symbol that was only an array's size before (DaCe's
-    transformation test ``trivial_loop``: ``I`` of ``data[I, J]``), and the call written from ``built``
-    would pass ``J`` where ``I`` is taken. Reading the SDFG back costs seconds for the largest programs,
-    so it is done only then."""
+    folder) where the generated signature is not the one ``built`` gives, else ``built``; with its
+    ``_signature``. Library nodes expanded during code generation can use a symbol that was only an array's
+    size before (DaCe's transformation test ``trivial_loop``: ``I`` of ``data[I, J]``), and the call written
+    from ``built`` would pass ``J`` where ``I`` is taken. Reading the SDFG back costs seconds for the largest
+    programs, so it is done only then."""
+    signature = _signature(built)
     c = _c_parameters(folder, built.name)
-    if c is None or c == built.signature_arglist(with_types=False, arglist=built.arglist()):
-        return built
+    if c is None or c == signature[1]:
+        return built, signature
     for name in ("program.sdfg", "program.sdfgz"):
         if os.path.exists(os.path.join(folder, name)):
-            return dace.SDFG.from_file(os.path.join(folder, name))
-    return built
+            generated = dace.SDFG.from_file(os.path.join(folder, name))
+            return generated, _signature(generated)
+    return built, signature
 
 
 def save(built, folder: str, written) -> None:
@@ -99,12 +108,12 @@ def save(built, folder: str, written) -> None:
     build, or removes an older plan when this program's call cannot be written as data."""
     from ..compat import return_array_names
     path = os.path.join(folder, FILE)
-    built = _generated(built, folder)
+    built, (typedict, order) = _generated(built, folder)
     library = os.path.join("build", f"lib{built.name}.{dace.Config.get('compiler', 'library_extension')}")
     returns = sorted(k for k, d in built.arrays.items() if k.startswith("__return") and not d.transient)
     if returns and returns != ["__return"]:
         returns = return_array_names(len(returns))  # the order a call hands them back (compat)
-    reason = _refusal(built)
+    reason = _refusal(built, typedict)
     if reason is None and not os.path.exists(os.path.join(folder, library)):
         reason = f"no library at {library}"
     if reason is None and any(isinstance(built.arrays[r], dt.Stream) for r in returns):
@@ -113,8 +122,6 @@ def save(built, folder: str, written) -> None:
         if os.path.exists(path):
             os.remove(path)
         return
-    typedict = built.arglist()
-    order = built.signature_arglist(with_types=False, arglist=typedict)
     free = {str(s) for s in built.free_symbols}
     args = []
     for name in order:

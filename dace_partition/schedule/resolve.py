@@ -126,11 +126,12 @@ def check_grid(info: MapInfo, grid, free: "FreeSymbols" = None) -> Tuple[int, ..
     grid = tuple(int(g) for g in grid)
     for p, g, ext in zip(info.params, grid, info.shape):
         if not isinstance(ext, int):
-            if g > 1 and not free.fixed(ext, info.kernel.state.sdfg) and _read_from_data(info, ext):
-                raise ScheduleError(f"map '{info.name}' has extent {ext} along '{p}', read from "
-                                    f"{_read_from_data(info, ext)} when the map starts; only extents given by the "
-                                    "program's arguments can be split (lower(sdfg, ranks=P) keeps it whole)")
             if g > 1 and not free.fixed(ext, info.kernel.state.sdfg):
+                arrays = _read_from_data(info, ext)
+                if arrays:
+                    raise ScheduleError(f"map '{info.name}' has extent {ext} along '{p}', read from {arrays} when "
+                                        "the map starts; only extents given by the program's arguments can be "
+                                        "split (lower(sdfg, ranks=P) keeps it whole)")
                 raise ScheduleError(f"map '{info.name}' has extent {ext} along '{p}', which changes while the "
                                     "program runs (e.g. a loop variable or an outer map index); only extents "
                                     "given by the program's arguments can be split (DaCe's LoopToMap could not "
