@@ -28,6 +28,39 @@ def _within(path, folder) -> bool:
     return os.path.abspath(str(path)).startswith(folder + os.sep)
 
 
+#: Where a session's temporary folders go unless --basetemp says otherwise: under the checkout, beside its
+#: build folders, not in the machine's shared /tmp/pytest-of-<user>. A CI machine's /tmp is shared by
+#: other jobs (and may be smaller than the checkout's disk); a worker's folder vanishing mid-run there
+#: failed every later tmp_path of that worker ("could not create numbered dir ... after 20 tries").
+TEMP_ROOT = os.path.join(TESTS, ".pytest-tmp")
+_DAY = 24 * 3600
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """One folder per session (two sessions in one checkout never share one); a session that passed
+    removes its folder, a failed one keeps it for a day for inspection."""
+    if config.option.basetemp is not None or hasattr(config, "workerinput"):
+        return  # given by the caller, or an xdist worker (its folder is inside the controller's)
+    import shutil
+    import tempfile
+    import time
+    os.makedirs(TEMP_ROOT, exist_ok=True)
+    for old in os.listdir(TEMP_ROOT):
+        path = os.path.join(TEMP_ROOT, old)
+        if time.time() - os.path.getmtime(path) > _DAY:
+            shutil.rmtree(path, ignore_errors=True)
+    config.option.basetemp = tempfile.mkdtemp(prefix="session-", dir=TEMP_ROOT)
+    config._dp_own_basetemp = config.option.basetemp
+
+
+def pytest_sessionfinish(session, exitstatus):
+    own = getattr(session.config, "_dp_own_basetemp", None)
+    if own is not None and exitstatus in (0, 5):  # passed, or nothing ran
+        import shutil
+        shutil.rmtree(own, ignore_errors=True)
+
+
 def pytest_collection_modifyitems(config, items):
     builds = False
     for item in items:
