@@ -1,5 +1,6 @@
 """A user's schedule checked against the program: {map name: process grid}, or a ScheduleError that
 names the map and the reason before anything changes."""
+import re
 from dataclasses import dataclass
 from typing import Dict, List, Sequence, Tuple
 
@@ -92,14 +93,43 @@ def replicate(grid, copies: int) -> Replicated:
 
 
 def _read_from_data(info, ext) -> List[str]:
-    """The arrays a map's extent is read from when the map starts (``dace.map[0:num[0]]``: DaCe passes
-    ``num[0]`` into the map's entry as a symbol of its own)."""
+    """The arrays a map's extent is read from while the program runs: passed into the map's entry as a
+    symbol of its own (``dace.map`` with ``i: _[0:num[0]]``), or assigned on a state transition before it
+    (``for i in dace.map[0:num[0]]`` assigns ``__tmp0 = num[0]``), in the map's SDFG or one it is nested in."""
     names = {str(x) for x in getattr(ext, "free_symbols", ())}
     st = info.kernel.state
+    found = set()
     for n in st.nodes():
         if isinstance(n, nodes.MapEntry) and n.map is info.map:
-            return sorted({e.data.data for e in st.in_edges(n) if e.data.data and e.dst_conn in names})
-    return []
+            found |= {e.data.data for e in st.in_edges(n) if e.data.data and e.dst_conn in names}
+    sdfg, seen = st.sdfg, set()
+    while sdfg is not None and names:
+        assigned: Dict[str, List[str]] = {}
+        for e in sdfg.all_interstate_edges():
+            for k, v in e.data.assignments.items():
+                assigned.setdefault(k, []).append(str(v))
+        todo, outer = list(names), set()
+        while todo:
+            name = todo.pop()
+            if (id(sdfg), name) in seen:
+                continue
+            seen.add((id(sdfg), name))
+            if name not in assigned:
+                outer.add(name)
+                continue
+            for token in {t for v in assigned[name] for t in _IDENTIFIER.findall(v)}:
+                if token in sdfg.arrays:
+                    found.add(token)
+                else:
+                    todo.append(token)
+        node = sdfg.parent_nsdfg_node
+        mapping = node.symbol_mapping if node is not None else {}
+        names = {t for n in outer if n in mapping for t in _IDENTIFIER.findall(str(mapping[n]))}
+        sdfg = sdfg.parent_sdfg if node is not None else None
+    return sorted(found)
+
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def check_grid(info: MapInfo, grid, free: "FreeSymbols" = None) -> Tuple[int, ...]:
@@ -129,8 +159,8 @@ def check_grid(info: MapInfo, grid, free: "FreeSymbols" = None) -> Tuple[int, ..
             if g > 1 and not free.fixed(ext, info.kernel.state.sdfg):
                 arrays = _read_from_data(info, ext)
                 if arrays:
-                    raise ScheduleError(f"map '{info.name}' has extent {ext} along '{p}', read from {arrays} when "
-                                        "the map starts; only extents given by the program's arguments can be "
+                    raise ScheduleError(f"map '{info.name}' has extent {ext} along '{p}', read from {arrays} "
+                                        "while the program runs; only extents given by the program's arguments can be "
                                         "split (lower(sdfg, ranks=P) keeps it whole)")
                 raise ScheduleError(f"map '{info.name}' has extent {ext} along '{p}', which changes while the "
                                     "program runs (e.g. a loop variable or an outer map index); only extents "

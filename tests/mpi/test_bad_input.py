@@ -420,7 +420,7 @@ def test_an_extent_read_from_data_is_refused_where_split_and_runs_whole():
     chose a replicated grid and then stopped at the entry's read of ``num`` (no block was derived for it):
     it is now read by every rank, and the map runs like NumPy."""
     sdfg = plus_one_up_to_a_count.to_sdfg()
-    with pytest.raises(dp.ScheduleError, match=r"extent .* read from \['num'\] when the map starts"):
+    with pytest.raises(dp.ScheduleError, match=r"extent .* read from \['num'\] while the program runs"):
         dp.lower(sdfg, {dp.maps(sdfg)[0].name: (3, )})
     sdfg = plus_one_up_to_a_count.to_sdfg()
     sdfg.name = "t_plus_one_up_to_a_count"
@@ -430,6 +430,27 @@ def test_an_extent_read_from_data_is_refused_where_split_and_runs_whole():
     expected[:7] = x[:7] + 1
     np.testing.assert_array_equal(dp.run(sdfg, 3, x=x, num=np.array([7], np.int32), y=y.copy())["y"], expected)
 
+
+@dace.program
+def plus_one_up_to_a_count_read_before(x: dace.float32[NR], num: dace.int32[1], y: dace.float32[NR]):
+    for i in dace.map[0:num[0]]:
+        y[i] = x[i] + 1
+
+
+def test_an_extent_assigned_from_data_before_its_map_is_refused_where_split_and_runs_whole():
+    """The same program in DaCe's newer spelling: ``num[0]`` is assigned to a symbol on the transition into
+    the map's state. A split names ``num`` (it was once refused as if the extent were a loop variable);
+    ``lower(ranks=3)`` keeps the map whole and it runs like NumPy."""
+    sdfg = plus_one_up_to_a_count_read_before.to_sdfg()
+    with pytest.raises(dp.ScheduleError, match=r"extent .* read from \['num'\] while the program runs"):
+        dp.lower(sdfg, {dp.maps(sdfg)[0].name: (3, )})
+    sdfg = plus_one_up_to_a_count_read_before.to_sdfg()
+    sdfg.name = "t_plus_one_up_to_a_count_read_before"
+    dp.lower(sdfg, ranks=3)
+    x, y = np.random.default_rng(3).random((2, 10)).astype(np.float32)
+    expected = y.copy()
+    expected[:4] = x[:4] + 1
+    np.testing.assert_array_equal(dp.run(sdfg, 3, x=x, num=np.array([4], np.int32), y=y.copy())["y"], expected)
 
 @dace.program
 def triangular(x: dace.float64[16, 16]):
