@@ -167,7 +167,6 @@ DACE2_TESTS := tests/unit/test_compat.py tests/mpi/test_loops.py tests/mpi/test_
 	"tests/mpi/test_bad_input.py::test_a_swap_through_a_temporary_that_dace_leaves_unordered_is_refused" \
 	"tests/mpi/test_bad_input.py::test_an_accumulator_that_nothing_initializes_is_refused" \
 	"tests/mpi/test_bad_input.py::test_an_extent_read_from_data_is_refused_where_split_and_runs_whole" \
-	"tests/mpi/test_bad_input.py::test_an_extent_assigned_from_data_before_its_map_is_refused_where_split_and_runs_whole" \
 	"tests/mpi/test_general.py::test_arrays_of_struct_elements_go_in_and_come_back_with_their_fields" \
 	tests/mpi/test_fusion.py::test_megatron_mlp_one_allreduce \
 	tests/mpi/test_fusion.py::test_different_grids_redistribute_directly \

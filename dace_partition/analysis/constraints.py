@@ -152,7 +152,7 @@ def map_accesses(sdfg: SDFG, state: SDFGState, entry: nodes.MapEntry, rng: subse
     for e in state.in_edges(entry):
         if e.data.data is None or e.dst_conn is None:
             continue
-        if not e.dst_conn.startswith("IN_"):  # a range read from data (dace.map[0:num[0]]): every tile's
+        if not e.dst_conn.startswith("IN_"):  # a range read from data (dace.map[0:num[0]]): every tile reads it
             reads.setdefault(e.data.data, []).append(e.data)
             continue
         inner = [ie.data for ie in state.out_edges_by_connector(entry, "OUT_" + e.dst_conn[3:]) if ie.data.data]

@@ -24,6 +24,7 @@ from dace.sdfg import SDFG
 
 from ..ir import ROOT, Distribution, Move
 from ..schedule import ordered_states
+from ..schedule.loops import assigned_from, assignment_reads
 from .carry import Enter, Leave
 from .fusion import block_symbols
 from .lowering import LoweringPlan
@@ -59,10 +60,6 @@ def _names(code) -> Set[str]:
     return {str(s) for s in code.get_free_symbols()} if code is not None else set()
 
 
-def _assignment_reads(value: str) -> Set[str]:
-    return {str(s) for s in dace.InterstateEdge(assignments={"__x": value}).read_symbols()}
-
-
 def _reads(edges, every_rank: Iterable[str], is_data: Callable[[str], bool]) -> Dict[object, List[str]]:
     """{source: data read to decide} for ``edges`` ((source, condition or None, assignments)): what their
     conditions read, and what their assignments of symbols that decide (those conditions read, those in
@@ -70,23 +67,13 @@ def _reads(edges, every_rank: Iterable[str], is_data: Callable[[str], bool]) -> 
     decide = set(every_rank)
     for _, cond, _ in edges:
         decide |= _names(cond)
-    assigned: Dict[str, Set[str]] = {}
-    for _, _, assignments in edges:
-        for k, v in assignments.items():
-            assigned.setdefault(k, set()).update(_assignment_reads(v))
-    todo = list(decide)
-    while todo:  # the names conditions depend on, through assignments
-        n = todo.pop()
-        for m in assigned.get(n, ()):
-            if m not in decide:
-                decide.add(m)
-                todo.append(m)
+    decide = assigned_from((assignments for _, _, assignments in edges), decide)
     out: Dict[object, List[str]] = {}
     for src, cond, assignments in edges:
         read = _names(cond)
         for k, v in assignments.items():
             if k in decide:
-                read |= _assignment_reads(v)
+                read |= assignment_reads(v)
         for n in sorted(read):
             if is_data(n) and n not in out.setdefault(src, []):
                 out[src].append(n)

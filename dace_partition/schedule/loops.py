@@ -8,7 +8,7 @@ independent. Part of discovery, so the names ``maps()`` shows are the names ``lo
 which states a loop holds)."""
 import copy
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, List, Optional, Tuple
+from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 import dace
 import sympy
@@ -81,6 +81,28 @@ def assigned_symbols(region) -> set:
     out = {x for e in region.all_interstate_edges() for x in e.data.assignments}
     return out | {r.loop_variable for r in [region, *region.all_control_flow_regions()]
                   if getattr(r, "loop_variable", None)}
+
+
+def assignment_reads(value) -> Set[str]:
+    """The names (symbols and data) an interstate assignment's value reads, as DaCe parses it."""
+    return {str(s) for s in dace.InterstateEdge(assignments={"__x": str(value)}).read_symbols()}
+
+
+def assigned_from(assignments: Iterable[Dict[str, str]], names: Iterable[str]) -> Set[str]:
+    """``names`` and every name they are assigned from through ``assignments`` (interstate edges'), transitively:
+    ``n = num[0]`` reaches ``num``; a loop's ``i = i + 1`` reaches only ``i``."""
+    graph: Dict[str, Set[str]] = {}
+    for a in assignments:
+        for k, v in a.items():
+            graph.setdefault(k, set()).update(assignment_reads(v))
+    reached = set(names)
+    todo = list(reached)
+    while todo:
+        for m in graph.get(todo.pop(), ()):
+            if m not in reached:
+                reached.add(m)
+                todo.append(m)
+    return reached
 
 
 def _same_loop_symbols(sdfg: SDFG):

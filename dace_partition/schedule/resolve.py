@@ -1,6 +1,5 @@
 """A user's schedule checked against the program: {map name: process grid}, or a ScheduleError that
 names the map and the reason before anything changes."""
-import re
 from dataclasses import dataclass
 from typing import Dict, List, Sequence, Tuple
 
@@ -9,6 +8,7 @@ from dace import nodes
 
 from ..errors import ScheduleError
 from .discover import Kernel, MapInfo
+from .loops import assigned_from, assignment_reads
 
 
 def resolve(kernels: List[Kernel], schedule) -> Dict[str, Tuple[int, ...]]:
@@ -102,34 +102,15 @@ def _read_from_data(info, ext) -> List[str]:
     for n in st.nodes():
         if isinstance(n, nodes.MapEntry) and n.map is info.map:
             found |= {e.data.data for e in st.in_edges(n) if e.data.data and e.dst_conn in names}
-    sdfg, seen = st.sdfg, set()
+    sdfg = st.sdfg
     while sdfg is not None and names:
-        assigned: Dict[str, List[str]] = {}
-        for e in sdfg.all_interstate_edges():
-            for k, v in e.data.assignments.items():
-                assigned.setdefault(k, []).append(str(v))
-        todo, outer = list(names), set()
-        while todo:
-            name = todo.pop()
-            if (id(sdfg), name) in seen:
-                continue
-            seen.add((id(sdfg), name))
-            if name not in assigned:
-                outer.add(name)
-                continue
-            for token in {t for v in assigned[name] for t in _IDENTIFIER.findall(v)}:
-                if token in sdfg.arrays:
-                    found.add(token)
-                else:
-                    todo.append(token)
-        node = sdfg.parent_nsdfg_node
+        reached = assigned_from((e.data.assignments for e in sdfg.all_interstate_edges()), names)
+        found |= {n for n in reached if n in sdfg.arrays}
+        node = sdfg.parent_nsdfg_node  # on to the SDFG this one is nested in, through its symbol mapping
         mapping = node.symbol_mapping if node is not None else {}
-        names = {t for n in outer if n in mapping for t in _IDENTIFIER.findall(str(mapping[n]))}
+        names = {t for n in reached if n in mapping for t in assignment_reads(mapping[n])}
         sdfg = sdfg.parent_sdfg if node is not None else None
     return sorted(found)
-
-
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def check_grid(info: MapInfo, grid, free: "FreeSymbols" = None) -> Tuple[int, ...]:

@@ -414,43 +414,32 @@ def plus_one_up_to_a_count(x: dace.float32[NR], num: dace.int32[1], y: dace.floa
         b = a + 1
 
 
-def test_an_extent_read_from_data_is_refused_where_split_and_runs_whole():
-    """DaCe's ``map_indirect_array_test``: the map's extent is ``num[0]``, which DaCe passes into the map's
-    entry as a symbol of its own. A split names the array the extent is read from; ``lower(ranks=3)`` once
-    chose a replicated grid and then stopped at the entry's read of ``num`` (no block was derived for it):
-    it is now read by every rank, and the map runs like NumPy."""
-    sdfg = plus_one_up_to_a_count.to_sdfg()
-    with pytest.raises(dp.ScheduleError, match=r"extent .* read from \['num'\] while the program runs"):
-        dp.lower(sdfg, {dp.maps(sdfg)[0].name: (3, )})
-    sdfg = plus_one_up_to_a_count.to_sdfg()
-    sdfg.name = "t_plus_one_up_to_a_count"
-    dp.lower(sdfg, ranks=3)
-    x, y = np.random.default_rng(2).random((2, 10)).astype(np.float32)
-    expected = y.copy()
-    expected[:7] = x[:7] + 1
-    np.testing.assert_array_equal(dp.run(sdfg, 3, x=x, num=np.array([7], np.int32), y=y.copy())["y"], expected)
-
-
 @dace.program
 def plus_one_up_to_a_count_read_before(x: dace.float32[NR], num: dace.int32[1], y: dace.float32[NR]):
     for i in dace.map[0:num[0]]:
         y[i] = x[i] + 1
 
 
-def test_an_extent_assigned_from_data_before_its_map_is_refused_where_split_and_runs_whole():
-    """The same program in DaCe's newer spelling: ``num[0]`` is assigned to a symbol on the transition into
-    the map's state. A split names ``num`` (it was once refused as if the extent were a loop variable);
-    ``lower(ranks=3)`` keeps the map whole and it runs like NumPy."""
-    sdfg = plus_one_up_to_a_count_read_before.to_sdfg()
+@pytest.mark.parametrize("prog, count", [(plus_one_up_to_a_count, 7), (plus_one_up_to_a_count_read_before, 4)],
+                         ids=["into_the_map_entry", "assigned_before_the_map"])
+def test_an_extent_read_from_data_is_refused_where_split_and_runs_whole(prog, count):
+    """DaCe's ``map_indirect_array_test``: the map's extent is ``num[0]``, which DaCe passes into the map's
+    entry as a symbol of its own; in DaCe's newer spelling (``for i in dace.map[0:num[0]]``) it is assigned
+    to a symbol on the transition into the map's state. A split names the array the extent is read from
+    (the newer spelling was once refused as if the extent were a loop variable); ``lower(ranks=3)`` once
+    chose a replicated grid and then stopped at the entry's read of ``num`` (no block was derived for it):
+    it is now read by every rank, and the map runs like NumPy."""
+    sdfg = prog.to_sdfg()
     with pytest.raises(dp.ScheduleError, match=r"extent .* read from \['num'\] while the program runs"):
         dp.lower(sdfg, {dp.maps(sdfg)[0].name: (3, )})
-    sdfg = plus_one_up_to_a_count_read_before.to_sdfg()
-    sdfg.name = "t_plus_one_up_to_a_count_read_before"
+    sdfg = prog.to_sdfg()
+    sdfg.name = f"t_{prog.name}"
     dp.lower(sdfg, ranks=3)
-    x, y = np.random.default_rng(3).random((2, 10)).astype(np.float32)
+    x, y = np.random.default_rng(count).random((2, 10)).astype(np.float32)
     expected = y.copy()
-    expected[:4] = x[:4] + 1
-    np.testing.assert_array_equal(dp.run(sdfg, 3, x=x, num=np.array([4], np.int32), y=y.copy())["y"], expected)
+    expected[:count] = x[:count] + 1
+    np.testing.assert_array_equal(dp.run(sdfg, 3, x=x, num=np.array([count], np.int32), y=y.copy())["y"], expected)
+
 
 @dace.program
 def triangular(x: dace.float64[16, 16]):
