@@ -560,6 +560,8 @@ def rebase_nested_argument(node, conn: str, global_shape, local_desc, begin) -> 
     becomes the local buffer's and every inner index is shifted by ``begin``."""
     import copy as _copy
     inner = node.sdfg.arrays[conn]
+    if isinstance(inner, dace.data.Scalar):
+        return False  # one element taken by value (``while it < maxiter`` reads it on an interstate edge)
     if len(inner.shape) != len(global_shape) or any(
             dace.symbolic.simplify(a - b) != 0 for a, b in zip(map(dace.symbolic.pystr_to_symbolic, inner.shape),
                                                                  map(dace.symbolic.pystr_to_symbolic, global_shape))):

@@ -443,6 +443,39 @@ def test_a_while_loop_per_row_runs_like_numpy(rng, grid):
 
 
 @dace.program
+def halvings_to_pass(target: dace.float64[NX], steps: dace.int64[NX], limit: dace.int64):
+    for i in dace.map[0:NX]:
+        x = 0.0
+        k = 0
+        while x < target[i] and k < limit:
+            x = x * 0.5 + 1.0
+            k = k + 1
+        steps[i] = k
+
+
+def test_a_scalar_argument_in_a_while_condition_of_a_split_map_runs_like_numpy(rng):
+    """The loop's bound is a scalar argument that the map body's condition reads by value. The lowering
+    hands scalar arguments to kernels as one-element arrays; the body must still take it as a scalar (it
+    became a pointer there and the condition compared a pointer with an integer: a C++ compile error).
+    Targets at or above 2, the iteration's limit, stop at ``limit``."""
+    sdfg = halvings_to_pass.to_sdfg()
+    dp.lower(sdfg, {m.name: (3, ) for m in dp.maps(sdfg)})
+    target = rng.random(20) * 2.5
+    limit = 25
+
+    def steps(t):
+        x, k = 0.0, 0
+        while x < t and k < limit:
+            x, k = x * 0.5 + 1.0, k + 1
+        return k
+
+    expected = [steps(t) for t in target]
+    assert limit in expected and len(set(expected)) > 2
+    got = dp.run(sdfg, 3, target=target, steps=np.zeros(20, np.int64), limit=np.int64(limit))["steps"]
+    np.testing.assert_array_equal(got, expected)
+
+
+@dace.program
 def strided_read(x: dace.int64[128], out: dace.int64[64]):
     for i in dace.map[0:64]:
         out[i] = x[2 * i]
