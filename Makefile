@@ -168,6 +168,7 @@ DACE2_TESTS := tests/unit/test_compat.py tests/mpi/test_loops.py tests/mpi/test_
 	"tests/mpi/test_bad_input.py::test_an_accumulator_that_nothing_initializes_is_refused" \
 	"tests/mpi/test_bad_input.py::test_an_extent_read_from_data_is_refused_where_split_and_runs_whole" \
 	"tests/mpi/test_general.py::test_arrays_of_struct_elements_go_in_and_come_back_with_their_fields" \
+	"tests/mpi/test_general.py::test_an_array_constant_of_the_sdfg_is_not_taken_for_a_size" \
 	tests/mpi/test_fusion.py::test_megatron_mlp_one_allreduce \
 	tests/mpi/test_fusion.py::test_different_grids_redistribute_directly \
 	tests/mpi/test_distributed_io.py \

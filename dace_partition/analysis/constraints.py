@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import dace
+import numpy as np
 import sympy
 from dace import dtypes, nodes, subsets
 from dace.memlet import Memlet
@@ -612,7 +613,7 @@ def _renamed(key, canonical):
 
 def known_sizes(sdfg: SDFG) -> Dict[str, int]:
     """The integer symbols ``sdfg.specialize`` fixed, by name."""
-    return {n: int(v) for n, v in sdfg.constants.items() if hasattr(v, "__index__") and not isinstance(v, bool)}
+    return {n: int(v) for n, v in sdfg.constants.items() if isinstance(v, (int, np.integer)) and not isinstance(v, bool)}
 
 
 def with_known(expr, fixed: Dict[str, int]):

@@ -12,6 +12,7 @@ from enum import Enum
 from typing import Dict, List, Optional, Tuple
 
 import dace
+import numpy as np
 from dace import nodes
 from dace.sdfg import SDFG, SDFGState
 from dace.sdfg.utils import dfs_topological_sort
@@ -271,7 +272,7 @@ def discover(sdfg: SDFG) -> List[Kernel]:
 def _info(name, m: nodes.Map, kernel):
     # Symbols fixed by ``sdfg.specialize`` (constants) count as the numbers they are.
     consts = {dace.symbolic.symbol(k): v for k, v in kernel.state.sdfg.constants.items()
-              if isinstance(v, (int, float)) or hasattr(v, "__index__")}
+              if isinstance(v, (int, float, np.integer, np.floating))}  # not an array constant (a stencil's weights)
     shape = []
     for (b, e, s) in m.range:
         ext = (e - b + 1) // s if s != 1 else e - b + 1

@@ -475,6 +475,32 @@ def test_a_scalar_argument_in_a_while_condition_of_a_split_map_runs_like_numpy(r
     np.testing.assert_array_equal(got, expected)
 
 
+def weighted_three_point_sdfg():
+    """y[i] = sum_k W[k] * x[i - 1 + k] over 1:N-1, built by API with the weights an array constant of the
+    SDFG (``sdfg.add_constant``), read inside the tasklet as DaCe's stencil sample does."""
+    sdfg = dace.SDFG("weighted_three_point")
+    sdfg.add_array("x", [NX], dace.float64)
+    sdfg.add_array("y", [NX], dace.float64)
+    sdfg.add_constant("W", np.array([0.25, 0.5, 0.125]))
+    state = sdfg.add_state()
+    state.add_mapped_tasklet("weighted", dict(i="1:NX-1"), dict(a=dace.Memlet("x[i-1:i+2]")),
+                             "b = 0\nfor k in range(3):\n    b += a[k] * W[k]", dict(b=dace.Memlet("y[i]")),
+                             external_edges=True)
+    return sdfg
+
+
+def test_an_array_constant_of_the_sdfg_is_not_taken_for_a_size(rng):
+    """Constants that fix sizes are substituted into map extents; an array constant is data, not a size
+    (it raised a TypeError from inside the planner before)."""
+    sdfg = weighted_three_point_sdfg()
+    dp.lower(sdfg, {m.name: (3, ) for m in dp.maps(sdfg)})
+    assert [k.grid for k in dp.report(sdfg).kernels] == [(3, )]
+    x, y = rng.random(20), rng.random(20)
+    expected = y.copy()
+    expected[1:-1] = 0.25 * x[:-2] + 0.5 * x[1:-1] + 0.125 * x[2:]
+    np.testing.assert_allclose(dp.run(sdfg, 3, x=x, y=y)["y"], expected, rtol=1e-13)
+
+
 @dace.program
 def strided_read(x: dace.int64[128], out: dace.int64[64]):
     for i in dace.map[0:64]:
