@@ -1,6 +1,7 @@
 """DaCe's own test programs through dace-partition: every ``@dace.program`` of DaCe 1.0.2's ``tests`` folder
 (its top level, ``numpy``, ``python_frontend``, ``transformations``, ``codegen`` and ``sdfg``) whose arguments
-are all typed, and DaCe's PolyBench (``tests/polybench``), lowered, run on P ranks and compared with DaCe.
+are all typed, DaCe's PolyBench (``tests/polybench``) and the ``@dace.program`` samples of its ``samples`` folder
+(``simple``, ``explicit``, ``optimization``), lowered, run on P ranks and compared with DaCe.
 
     python benchmarks/dace_tests.py [--tests DIR] [--ranks 3] [--schedule split|auto] [--only FILE:NAME,...]
                                     [--folders numpy,tests,...] [--files numpy.slice_test,...] [--timeout 300]
@@ -13,7 +14,8 @@ symbols), written to test DaCe's transformations and code generator. DaCe's Poly
 that style too (not NPBench's NumPy versions); they run at their ``mini`` size with inputs from their own
 ``init_array`` (their harness imports ``absl``: a stand-in with its flags is used when it is not
 installed). They are not vendored: ``--tests DIR`` is DaCe's ``tests`` folder (``git archive v1.0.2 tests``
-of a DaCe clone; ``tests`` in ``--folders`` and in the keys is its top level), else
+of a DaCe clone; ``tests`` in ``--folders`` and in the keys is its top level; the samples are read from
+``DIR/../samples``, skipped when absent), else
 ``~/.cache/dace_partition/dace_tests``, cloned at tag v1.0.2 when missing.
 
 Only module-level programs are taken, each in its own subprocess (a crash or hang is recorded, not fatal).
@@ -56,7 +58,8 @@ sys.path.insert(0, HERE)
 from fresh_programs import _copy, _split  # noqa: E402 - the sibling script's helpers
 OUT = os.path.join(HERE, "results", "dace_tests.json")
 CACHE = os.path.join(os.path.expanduser("~"), ".cache", "dace_partition", "dace_tests")
-FOLDERS = ("numpy", "python_frontend", "tests", "transformations", "codegen", "sdfg", "polybench")
+FOLDERS = ("numpy", "python_frontend", "tests", "transformations", "codegen", "sdfg", "polybench", "samples/simple",
+           "samples/explicit", "samples/optimization")
 SIZES = (12, 10, 8, 14, 6, 16, 9, 11)
 
 
@@ -88,7 +91,9 @@ def _tests_dir(path):
 
 
 def _folder(tests, folder):
-    """The folder's path: ``tests`` is the top level."""
+    """The folder's path: ``tests`` is the top level; ``samples/...`` is beside it in DaCe's repository."""
+    if folder.startswith("samples/"):
+        return os.path.join(os.path.dirname(os.path.abspath(tests)), folder)
     return tests if folder == "tests" else os.path.join(tests, folder)
 
 
@@ -114,7 +119,7 @@ def _module(tests, key):
         _absl_stand_in()
     if d not in sys.path:
         sys.path.insert(0, d)  # their `from common import ...`
-    spec = importlib.util.spec_from_file_location(f"dace_tests_{folder}_{stem}".replace("-", "_"),
+    spec = importlib.util.spec_from_file_location(f"dace_tests_{folder}_{stem}".replace("-", "_").replace("/", "_"),
                                                   os.path.join(d, stem + ".py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
