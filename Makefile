@@ -169,6 +169,9 @@ DACE2_TESTS := tests/unit/test_compat.py tests/mpi/test_loops.py tests/mpi/test_
 	"tests/mpi/test_bad_input.py::test_an_extent_read_from_data_is_refused_where_split_and_runs_whole" \
 	"tests/mpi/test_general.py::test_arrays_of_struct_elements_go_in_and_come_back_with_their_fields" \
 	"tests/mpi/test_general.py::test_an_array_constant_of_the_sdfg_is_not_taken_for_a_size" \
+	tests/mpi/test_api.py::test_lowering_the_program_binds_the_module_level_arrays_it_reads \
+	tests/mpi/test_api.py::test_the_program_run_unlowered_before_and_after_does_not_replace_the_lowered_build \
+	tests/mpi/test_api.py::test_a_build_that_dace_renamed_is_the_one_the_ranks_call \
 	tests/mpi/test_fusion.py::test_megatron_mlp_one_allreduce \
 	tests/mpi/test_fusion.py::test_different_grids_redistribute_directly \
 	tests/mpi/test_distributed_io.py \

@@ -18,6 +18,7 @@ from typing import Dict, Optional, Sequence
 
 import numpy as np
 from dace import nodes
+from dace.frontend.python.parser import DaceProgram
 from dace.sdfg import SDFG
 
 from .analysis.boolean_sums import boolean_sums
@@ -52,6 +53,11 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
           local_optimize=True) -> SDFG:
     """Transforms ``sdfg`` in place into an SPMD program and returns it.
 
+    ``sdfg`` may also be the ``@dace.program`` itself: it is parsed here and the lowered SDFG returned,
+    with the module-level arrays the program reads (DaCe passes them as arguments named ``__g_...``) bound
+    to it with their values at this call (:func:`~dace_partition.bind`), so callers pass only the program's
+    own arguments, as when calling the program.
+
     ``ranks=P`` (and no ``schedule``): the process grids are chosen by :func:`auto_schedule` for P ranks
     (``memory_per_rank``, ``fixed`` and ``sizes`` go to it); the report says what was chosen and why.
 
@@ -77,6 +83,12 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
     the same grid are fused before partitioning (a schedule names the maps of the program as written) and
     contractions become BLAS calls on the rank-local tiles (:mod:`dace_partition.passes.local_optimize`).
     """
+    closure = {}
+    if isinstance(sdfg, DaceProgram):
+        program = sdfg
+        sdfg = program.to_sdfg()
+        closure = {k: v for k, v in program.__sdfg_closure__().items()
+                   if k in sdfg.arrays and not sdfg.arrays[k].transient}
     if is_lowered(sdfg):
         raise ScheduleError(f"SDFG '{sdfg.name}' has already been lowered")
     if device not in ("cpu", "gpu"):
@@ -184,6 +196,9 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
         from .runtime.toolchain import blas
         rep.blas = str(blas())
     notes(sdfg).report = rep
+    if closure:
+        from .runtime.build import bind
+        bind(sdfg, **closure)
     if verbose:
         print(rep)
     return sdfg

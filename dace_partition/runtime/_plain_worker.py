@@ -49,7 +49,9 @@ def _read_inputs(folder, tmp, plan):
     args = {**_read_npz(bound), **given} if os.path.exists(bound) else dict(given)
     missing = [name for name, *_ in plan["args"] if name not in args and not name.startswith("__return")]
     if missing:
-        raise CallFailed(f"dace_partition: '{plan['program']}' is missing argument(s) {missing}")
+        hint = "".join(f"; '{m}' is the module-level array '{m[4:]}' the program reads: lower the "
+                       "@dace.program itself, which binds it" for m in missing if m.startswith("__g_"))
+        raise CallFailed(f"dace_partition: '{plan['program']}' is missing argument(s) {missing}{hint}")
     return args, given
 
 
@@ -78,7 +80,7 @@ def _returns(plan):
 def call(folder, plan, args, rank):
     """Calls the library once on this rank; returns the return arrays (in the plan's order)."""
     lib = ctypes.CDLL(os.path.join(folder, plan["library"]))
-    name = plan["program"]
+    name = plan.get("compiled", plan["program"])  # DaCe's name for its build (see call_plan.compiled_name)
     init = getattr(lib, f"__dace_init_{name}")
     init.restype = ctypes.c_void_p
     program = getattr(lib, f"__program_{name}")

@@ -55,6 +55,7 @@ def _build(sdfg: SDFG) -> str:
     if not is_lowered(sdfg):
         raise ScheduleError(f"SDFG '{sdfg.name}' has not been lowered: call dace_partition.lower first")
     from ..ir import record_of
+    _own_build_folder(sdfg)
     digest = hashlib.sha1((str(sdfg.to_json()) + record_of(sdfg).to_json()).encode()).hexdigest()
     cached = notes(sdfg).build
     if cached and cached[0] == digest and glob.glob(os.path.join(cached[1], "build", "lib*")):
@@ -84,6 +85,16 @@ def _build(sdfg: SDFG) -> str:
         call_plan.save(built, folder, written_arguments(built))  # run()'s ranks call it without DaCe
     notes(sdfg).build = (digest, folder)
     return _save_bound(sdfg, folder)
+
+
+def _own_build_folder(sdfg: SDFG):
+    """A lowered program builds in a folder of its own, ``<default build folder>/<name>-lowered``, not in
+    DaCe's ``<default build folder>/<name>``. The same program unlowered (a ``@dace.program`` called once to
+    check it) builds there: it overwrote the lowered library, or, loaded in this process, made DaCe build
+    the lowered one under another name, and the ranks loaded the unlowered program (a crash or a wrong
+    result). A folder the caller set on the SDFG is kept."""
+    if getattr(sdfg, "_build_folder", None) is None:
+        sdfg.build_folder = os.path.join(dace.Config.get("default_build_folder"), f"{sdfg.name}-lowered")
 
 
 def _with_restrict_loops(sdfg: SDFG) -> SDFG:

@@ -85,7 +85,22 @@ def _signature(sdfg):
     return typedict, sdfg.signature_arglist(with_types=False, arglist=typedict)
 
 
-def _generated(built, folder: str):
+def compiled_name(folder: str, name: str) -> str:
+    """The name DaCe compiled the program ``name`` under in ``folder``: its own, or ``<name>_<k>`` where a
+    library of that name from this folder was loaded in the building process (DaCe then compiles its copy
+    under a new name, in the same folder): the newest generated source of the two tells."""
+    src = os.path.join(folder, "src", "cpu")
+    try:
+        found = [f[:-4] for f in os.listdir(src)
+                 if f.endswith(".cpp") and re.fullmatch(rf"{re.escape(name)}(_\d+)?", f[:-4])]
+    except OSError:
+        return name
+    if not found:
+        return name
+    return max(found, key=lambda n: (os.path.getmtime(os.path.join(src, n + ".cpp")), n == name))
+
+
+def _generated(built, folder: str, compiled: str):
     """The SDFG DaCe generated the code from (``program.sdfg``, DaCe 2: ``program.sdfgz``, in the build
     folder) where the generated signature is not the one ``built`` gives, else ``built``; with its
     ``_signature``. Library nodes expanded during code generation can use a symbol that was only an array's
@@ -93,7 +108,7 @@ def _generated(built, folder: str):
     from ``built`` would pass ``J`` where ``I`` is taken. Reading the SDFG back costs seconds for the largest
     programs, so it is done only then."""
     signature = _signature(built)
-    c = _c_parameters(folder, built.name)
+    c = _c_parameters(folder, compiled)
     if c is None or c == signature[1]:
         return built, signature
     for name in ("program.sdfg", "program.sdfgz"):
@@ -108,8 +123,9 @@ def save(built, folder: str, written) -> None:
     build, or removes an older plan when this program's call cannot be written as data."""
     from ..compat import return_array_names
     path = os.path.join(folder, FILE)
-    built, (typedict, order) = _generated(built, folder)
-    library = os.path.join("build", f"lib{built.name}.{dace.Config.get('compiler', 'library_extension')}")
+    compiled = compiled_name(folder, built.name)
+    built, (typedict, order) = _generated(built, folder, compiled)
+    library = os.path.join("build", f"lib{compiled}.{dace.Config.get('compiler', 'library_extension')}")
     returns = sorted(k for k, d in built.arrays.items() if k.startswith("__return") and not d.transient)
     if returns and returns != ["__return"]:
         returns = return_array_names(len(returns))  # the order a call hands them back (compat)
@@ -128,7 +144,7 @@ def save(built, folder: str, written) -> None:
         desc = typedict[name]
         kind = "array" if isinstance(desc, dt.Array) else "value"
         args.append([name, kind, np.dtype(desc.dtype.as_numpy_dtype()).str, _ctype_name(desc) if kind == "value" else None])
-    plan = {"program": built.name, "library": library, "args": args, "init": [a for a in order if a in free],
+    plan = {"program": built.name, "compiled": compiled, "library": library, "args": args, "init": [a for a in order if a in free],
             "returns": returns, "written": list(written)}
     with open(path, "w") as f:
         json.dump(plan, f, indent=1)

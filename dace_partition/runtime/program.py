@@ -43,6 +43,14 @@ def by_argument_name(aliases, kwargs):
     return out
 
 
+def global_array_hint(name: str) -> str:
+    """Why an argument named ``__g_...`` is missing: DaCe made a module-level array into it."""
+    if not name.startswith("__g_"):
+        return ""
+    return (f": the program reads the module-level array '{name[4:]}', which DaCe passes as this argument; "
+            f"lower the @dace.program itself (dp.lower(program, ...) binds it), or pass {name}=...")
+
+
 def _with_bound(bound, kwargs):
     merged = {k: v for k, v in bound.items() if k not in kwargs}
     merged.update({k: as_array(v) for k, v in kwargs.items()})
@@ -131,7 +139,7 @@ class CallSignature:
         lay = self.layout(symbols)
         for name in self.args:
             if name not in kwargs:
-                raise ValueError(f"missing argument '{name}'")
+                raise ValueError(f"missing argument '{name}'" + global_array_hint(name))
         shapes = []
         for name, (shape, strides) in lay.items():
             arr = kwargs[name]

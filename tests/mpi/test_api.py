@@ -63,3 +63,72 @@ def test_mlp_example_under_mpiexec():
     res = mpi_script(os.path.join("examples", "mlp.py"), 4, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.count("matches NumPy") == 2
+
+
+LEVELS = np.arange(12, dtype=np.float64) * 0.5  # module-level: DaCe passes them as arguments '__g_...'
+GAIN = 1.75
+
+
+def _levels_program():
+    import dace
+    N = dace.symbol("N")
+
+    @dace.program
+    def scaled_levels(x: dace.float64[N], idx: dace.int64[N], y: dace.float64[N]):
+        for i in dace.map[0:N]:
+            y[i] = x[i] * LEVELS[idx[i]] * GAIN
+
+    return scaled_levels
+
+
+def test_lowering_the_program_binds_the_module_level_arrays_it_reads(rng):
+    """``lower(program)`` parses the ``@dace.program`` and binds the module arrays DaCe made arguments, so the
+    call passes only the program's own arguments; the SDFG alone names the missing array before any rank
+    starts."""
+    prog = _levels_program()
+    x, idx = rng.random(30), rng.integers(0, 12, 30)
+    expected = x * LEVELS[idx] * GAIN
+    sdfg = prog.to_sdfg()
+    schedule = {m.name: (3, ) for m in dp.maps(sdfg)}
+    dp.lower(sdfg, schedule)
+    with pytest.raises(ValueError, match=r"missing argument '__g_LEVELS': the program reads the module-level array "
+                                         r"'LEVELS'.*dp.lower\(program"):
+        dp.run(sdfg, 3, x=x, idx=idx, y=np.zeros(30))
+    lowered = dp.lower(prog, schedule)
+    assert [k.grid for k in dp.report(lowered).kernels] == [(3, )]
+    np.testing.assert_allclose(dp.run(lowered, 3, x=x, idx=idx, y=np.zeros(30))["y"], expected, rtol=1e-14)
+
+
+def test_the_program_run_unlowered_before_and_after_does_not_replace_the_lowered_build(rng):
+    """The user checks the program with DaCe (it builds in DaCe's folder of that name), lowers it, runs it,
+    and calls it with DaCe again. The lowered program builds in a folder of its own; in the one DaCe used,
+    the ranks loaded the unlowered library (a crash), or after DaCe's next build of it, ran it."""
+    prog = _levels_program()
+    x, idx = rng.random(40), rng.integers(0, 12, 40)
+    expected = x * LEVELS[idx] * GAIN
+    y = np.zeros(40)
+    prog(x=x, idx=idx, y=y)
+    np.testing.assert_allclose(y, expected, rtol=1e-14)
+    lowered = dp.lower(prog, ranks=3)
+    np.testing.assert_allclose(dp.run(lowered, 3, x=x, idx=idx, y=np.zeros(40))["y"], expected, rtol=1e-14)
+    prog(x=x, idx=idx, y=np.zeros(40))  # DaCe builds the unlowered program again, in its own folder
+    np.testing.assert_allclose(dp.run(lowered, 3, x=x, idx=idx, y=np.zeros(40))["y"], expected, rtol=1e-14)
+    assert os.path.basename(dp.runtime.launch.build(lowered)) == f"{lowered.name}-lowered"
+
+
+def test_a_build_that_dace_renamed_is_the_one_the_ranks_call(rng):
+    """Where the lowered library is loaded in the building process (``dp.compile``, ``dp.load``), DaCe
+    builds the next lowering of that program under ``<name>_0`` in the same folder; the ranks call that
+    build, not the loaded one (whose grid differs here)."""
+    from dace.sdfg.utils import load_precompiled_sdfg
+    prog = _levels_program()
+    x, idx = rng.random(30), rng.integers(0, 12, 30)
+    maps = [m.name for m in dp.maps(prog.to_sdfg())]
+    first = dp.lower(prog, {m: (3, ) for m in maps})
+    first.name = "levels_renamed_build"
+    loaded = load_precompiled_sdfg(dp.runtime.launch.build(first))  # noqa: F841 - kept loaded
+    second = dp.lower(prog, {m: (2, ) for m in maps})
+    second.name = "levels_renamed_build"
+    got = dp.run(second, 2, x=x, idx=idx, y=np.zeros(30))["y"]
+    np.testing.assert_allclose(got, x * LEVELS[idx] * GAIN, rtol=1e-14)
+    assert os.path.exists(os.path.join(dp.runtime.launch.build(second), "src", "cpu", "levels_renamed_build_0.cpp"))
