@@ -126,9 +126,10 @@ def test_a_build_that_dace_renamed_is_the_one_the_ranks_call(rng):
     maps = [m.name for m in dp.maps(prog.to_sdfg())]
     first = dp.lower(prog, {m: (3, ) for m in maps})
     first.name = "levels_renamed_build"
-    loaded = load_precompiled_sdfg(dp.runtime.launch.build(first))  # noqa: F841 - kept loaded
+    loaded = load_precompiled_sdfg(dp.runtime.launch.build(first))  # kept loaded until the end
     second = dp.lower(prog, {m: (2, ) for m in maps})
     second.name = "levels_renamed_build"
     got = dp.run(second, 2, x=x, idx=idx, y=np.zeros(30))["y"]
     np.testing.assert_allclose(got, x * LEVELS[idx] * GAIN, rtol=1e-14)
     assert os.path.exists(os.path.join(dp.runtime.launch.build(second), "src", "cpu", "levels_renamed_build_0.cpp"))
+    del loaded
