@@ -19,7 +19,9 @@ of a DaCe clone; ``tests`` in ``--folders`` and in the keys is its top level; th
 ``~/.cache/dace_partition/dace_tests``, cloned at tag v1.0.2 when missing.
 
 Only module-level programs are taken, each in its own subprocess (a crash or hang is recorded, not fatal).
-Inputs are made from the annotations: symbols get 12, 10, 8, 14, ... in order of appearance; floating
+Inputs are made from the annotations: symbols get 12, 10, 8, 14, ... in order of appearance (then the
+symbols only the body uses, such as a tile size, get 2); module-level arrays the program reads are passed as
+DaCe's own call passes them, and bound to the lowered program (``dp.bind``, as ``lower(program)`` does); floating
 arrays uniform in [0.5, 1.5); integer arrays in [0, half the smallest extent) so that they index in bounds,
 also with an offset (``A[x[i] + 5]``); scalars
 0.75 or 3. The reference is DaCe's own program, unlowered, in one process: the question is whether the
@@ -207,6 +209,17 @@ def _dace_run(sdfg, ins, symbols, **more):
     return _values(sdfg(**ins, **more, **{s: v for s, v in symbols.items() if s in sdfg.free_symbols}))
 
 
+def _closure(prog, sdfg, symbols):
+    """What DaCe's own call of ``prog`` adds to its arguments: the module-level arrays and callbacks it
+    reads (``prog.__sdfg_closure__()``, after ``to_sdfg``); and the symbols no annotation gives (a tile
+    size ``TH`` used only inside) get 2, which divides the sizes as a tile size must, added to ``symbols``."""
+    closure = {k: v for k, v in prog.__sdfg_closure__().items() if k in sdfg.arglist()}
+    for s in sorted(map(str, sdfg.free_symbols)):
+        if s not in symbols and s not in sdfg.arrays and s not in closure:  # a callback is a symbol too
+            symbols[s] = 2
+    return closure
+
+
 def _runs_with_filled_transients(prog, tag, args, symbols):
     """DaCe's own program run twice with every top-level transient array made an argument, filled with 0 and
     with 1: two (returned values, arguments after the call) pairs. Where they differ, the result is memory
@@ -223,7 +236,7 @@ def _runs_with_filled_transients(prog, tag, args, symbols):
                 shape = [int(dace.symbolic.evaluate(d, symbols)) for d in desc.shape]
                 filled[name] = np.full(shape, fill, dtype=desc.dtype.as_numpy_dtype())
         ins = _copy(args)
-        runs.append((_dace_run(sdfg, ins, symbols, **filled), ins))
+        runs.append((_dace_run(sdfg, ins, symbols, **filled, **_closure(prog, sdfg, symbols)), ins))
     return runs
 
 
@@ -289,8 +302,9 @@ def one(tests, case, P, schedule):
     try:
         ref_sdfg = prog.to_sdfg()
         ref_sdfg.name = tag + "_ref"
+        closure = _closure(prog, ref_sdfg, symbols)
         ref_in = _copy(args)
-        ref = _dace_run(ref_sdfg, ref_in, symbols)
+        ref = _dace_run(ref_sdfg, ref_in, symbols, **closure)
         ref = [np.array(r, copy=True) for r in ref]
         print("PHASE reference done", flush=True)
     except Exception as e:  # noqa: BLE001 - DaCe's own build or run: not ours
@@ -305,6 +319,7 @@ def one(tests, case, P, schedule):
         else:
             dp.lower(sdfg, ranks=P)
             split = None
+        dp.bind(sdfg, **{k: v for k, v in closure.items() if isinstance(v, np.ndarray)})  # as lower(prog) does
         got_in = _copy(args)
         got = dp.run(sdfg, P, **got_in, **{s: v for s, v in symbols.items() if s in sdfg.free_symbols})
     except (ScheduleError, UnsupportedPattern, FrontendError) as e:
@@ -325,7 +340,7 @@ def one(tests, case, P, schedule):
         nudged_sdfg = prog.to_sdfg()
         nudged_sdfg.name = tag + "_nudged"
         in2 = _nudged(args)
-        r2 = _dace_run(nudged_sdfg, in2, symbols)
+        r2 = _dace_run(nudged_sdfg, in2, symbols, **_closure(prog, nudged_sdfg, symbols))
         pairs = {f"return value {i}": (g, r, r0[i], r1[i], r2[i]) for i, (g, r) in enumerate(zip(got, ref))}
         pairs.update({k: (got_in[k], v, in0[k], in1[k], in2[k]) for k, v in ref_in.items()
                       if isinstance(v, np.ndarray)})
