@@ -449,20 +449,23 @@ def padded_shape(shape: Shape, lead: int, before: Sequence[int], after: Sequence
 
 
 def mirror_pad_refusal(shape: Shape, lead: int, before: Sequence[int], after: Sequence[int], mode: str) -> str:
-    """Why :func:`pad` cannot pad ``shape`` in ``edge`` or ``reflect`` mode ("" where it can): a negative
-    amount, or a reflection at least as wide as its axis (it would reflect twice)."""
+    """Why :func:`pad` cannot pad ``shape`` in ``edge``, ``reflect`` or ``wrap`` mode ("" where it can): a
+    negative amount, a reflection at least as wide as its axis (it would reflect twice), or a wrap wider than
+    its axis (it would wrap twice)."""
     if min(list(before) + list(after), default=0) < 0:
         return "a negative amount"
     if mode == "reflect" and any(b >= s or a >= s for b, a, s in zip(before, after, shape[lead:])):
         return "a reflection as wide as its axis or wider"
+    if mode == "wrap" and any(b > s or a > s for b, a, s in zip(before, after, shape[lead:])):
+        return "a wrap wider than its axis"
     return ""
 
 
 def pad(out: str, x: str, shape: Shape, lead: int, before: Sequence[int], after: Sequence[int], value: str,
         dtype, mode: str = "constant") -> List[str]:
     """``out`` = ``x`` padded by ``before`` / ``after`` on its last axes (from axis ``lead``): with ``value``
-    (mode ``constant``; negative amounts crop), the nearest edge element (``edge``) or the mirror image
-    without the edge (``reflect``).
+    (mode ``constant``; negative amounts crop), the nearest edge element (``edge``), the mirror image
+    without the edge (``reflect``) or the other end of the axis (``wrap``, circular padding).
 
     Every map has affine subscripts, so any split carries over, and no tasklet indexes an array itself (DaCe
     1.0.2 drops such a subscript where the array has an axis of extent 1, a batch of one). Constant padding
@@ -492,18 +495,21 @@ def pad(out: str, x: str, shape: Shape, lead: int, before: Sequence[int], after:
 
 
 def _pad_parts(params, shape: Shape, lead: int, before, after, mode: str):
-    """(source subscript, padded subscript, extents) of each part of an edge or reflect padding: each axis
-    has up to three parts (before, the input, after) whose source index is affine in the position, and
+    """(source subscript, padded subscript, extents) of each part of an edge, reflect or wrap padding: each
+    axis has up to three parts (before, the input, after) whose source index is affine in the position, and
     every combination of parts is one map."""
-    if mode not in ("edge", "reflect"):
+    first = {"edge": lambda p, s, b: "0", "reflect": lambda p, s, b: f"{b} - {p}",
+             "wrap": lambda p, s, b: f"{p} + {s - b}"}
+    last = {"edge": lambda p, s: str(s - 1), "reflect": lambda p, s: f"{s - 2} - {p}", "wrap": lambda p, s: p}
+    if mode not in first:
         raise ValueError(f"pad mode {mode!r}")
     parts = []
     for p, s, b, a in zip(params[lead:], shape[lead:], before, after):
         mine = [(b, s, p)]
         if b > 0:
-            mine.append((0, b, "0" if mode == "edge" else f"{b} - {p}"))
+            mine.append((0, b, first[mode](p, s, b)))
         if a > 0:
-            mine.append((b + s, a, str(s - 1) if mode == "edge" else f"{s - 2} - {p}"))
+            mine.append((b + s, a, last[mode](p, s)))
         parts.append(mine)
     for combo in itertools.product(*parts):
         yield (list(params[:lead]) + [c[2] for c in combo],

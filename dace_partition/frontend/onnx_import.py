@@ -643,7 +643,9 @@ class _Importer:
                                    x.dtype, (self.data(scale), (c, ), [1]), (self.data(bias), (c, ), [1])))
         return [out]
 
-    def _reduce(self, node, inputs, at, kind):
+    def _reduce(self, node, inputs, at, kind, pre=None, post=None):
+        """ReduceSum/Mean/Max/Min; with ``pre`` (a scalar expression of ``in0``) mapped over the input first and
+        ``post`` over the result (ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum)."""
         x = inputs[0]
         if len(node.input) > 1 and node.input[1]:
             axes = [int(a) for a in self.const(node.input[1], "axes").reshape(-1)]
@@ -656,9 +658,29 @@ class _Importer:
         keep = bool(at.get("keepdims", 1))
         axes = sorted({a % len(x.shape) for a in axes})
         shape = ops.keep_shape(x.shape, axes) if keep else tuple(s for i, s in enumerate(x.shape) if i not in axes)
+        src = self.data(x)
+        if pre is not None:
+            mapped = self.new("pre", x.shape, x.dtype)
+            self._lines(ops.elementwise(mapped.ident, x.shape, x.dtype, [(src, x.shape)], pre))
+            src = mapped.ident
         out = self.new("red", shape, x.dtype)
-        self._lines(ops.reduce(self.b.fresh, out.ident, self.data(x), x.shape, axes, keep, kind, x.dtype))
+        self._lines(ops.reduce(self.b.fresh, out.ident, src, x.shape, axes, keep, kind, x.dtype))
+        if post is not None:
+            red, out = out, self.new("post", shape, x.dtype)
+            self._lines(ops.elementwise(out.ident, shape or (1, ), x.dtype, [(red.ident, shape or (1, ))], post))
         return [out]
+
+    def op_ReduceL1(self, node, inputs, at):
+        return self._reduce(node, inputs, at, "sum", pre="abs(in0)")
+
+    def op_ReduceL2(self, node, inputs, at):
+        return self._reduce(node, inputs, at, "sum", pre="in0 * in0", post="sqrt(in0)")
+
+    def op_ReduceSumSquare(self, node, inputs, at):
+        return self._reduce(node, inputs, at, "sum", pre="in0 * in0")
+
+    def op_ReduceLogSum(self, node, inputs, at):
+        return self._reduce(node, inputs, at, "sum", post="log(in0)")
 
     def op_ReduceSum(self, node, inputs, at):
         return self._reduce(node, inputs, at, "sum")
@@ -1219,8 +1241,8 @@ class _Importer:
         return [self._pool(x, xp, kernel, strides, dil, osz, "avgpool", lambda a, b: f"{a} + {b}", counts)]
 
     def op_Pad(self, node, inputs, at):
-        """nn.ZeroPad, nn.ConstantPad, nn.ReplicationPad and nn.ReflectionPad: constant, edge and reflect
-        modes, with the pads (and axes) known at import time."""
+        """nn.ZeroPad, nn.ConstantPad, nn.ReplicationPad, nn.ReflectionPad and nn.CircularPad: constant,
+        edge, reflect and wrap modes, with the pads (and axes) known at import time."""
         x = inputs[0]
         mode = _text(at, "mode", "constant")
         n = len(x.shape)
@@ -1246,14 +1268,14 @@ class _Importer:
             self._lines(ops.pad(out, self.data(x), x.shape, lead, before[lead:], after[lead:],
                                 repr(float(value)) if np.issubdtype(x.dtype, np.floating) else str(int(value)),
                                 x.dtype))
-        elif mode in ("edge", "reflect"):
+        elif mode in ("edge", "reflect", "wrap"):
             why = ops.mirror_pad_refusal(x.shape, lead, before[lead:], after[lead:], mode)
             if why:
                 raise self.error(f"Pad in mode '{mode}' with pads {pads} for input {x.shape} is not supported: {why}")
             out = self.b.fresh("pad")
             self._lines(ops.pad(out, self.data(x), x.shape, lead, before[lead:], after[lead:], None, x.dtype, mode))
         else:
-            raise self.error(f"Pad mode '{mode}' is not supported (constant, edge and reflect are)")
+            raise self.error(f"Pad mode '{mode}' is not supported (constant, edge, reflect and wrap are)")
         shape = ops.padded_shape(x.shape, lead, before[lead:], after[lead:])
         return [Tensor(out, shape, x.dtype)]
 

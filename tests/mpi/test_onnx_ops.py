@@ -128,6 +128,9 @@ def test_softmax_layernorm_reductions(r):
         node("ReduceSum", ["a", "ax1"], ["rsum"]), node("ReduceSum", ["a", "ax02"], ["rsum0"], keepdims=0),
         node("ReduceMean", ["a", "ax1"], ["rmean"], keepdims=0), node("ReduceMax", ["a", "axm1"], ["rmax"]),
         node("ReduceSum", ["a"], ["rall"], keepdims=1), node("ReduceMin", ["a", "ax1"], ["rmin"], keepdims=0),
+        node("ReduceL1", ["a", "ax1"], ["rl1"]), node("ReduceL2", ["a", "ax02"], ["rl2"], keepdims=0),
+        node("ReduceL2", ["a", "axm1"], ["rl2k"]), node("ReduceSumSquare", ["a"], ["rss"], keepdims=0),
+        node("ReduceLogSum", ["sm1", "axm1"], ["rlogsum"], keepdims=0),
     ]
     inits = dict(g=f32(r, 5), be=f32(r, 5), g2=f32(r, 3, 5), ax1=np.array([1]), ax02=np.array([0, 2]),
                  axm1=np.array([-1]))
@@ -234,7 +237,7 @@ def test_activations_norms_pools_pads_and_upsampling_of_everyday_modules(r):
     """The nodes PyTorch's everyday modules export to beyond the basics: LeakyRelu, PRelu (per channel), Elu,
     Celu, Selu, Softplus (large inputs too), Mish, HardSigmoid, HardSwish, Clip (both bounds, one bound);
     InstanceNormalization (GroupNorm, InstanceNorm); AveragePool with padding counted and not, ceil_mode;
-    Pad in constant, edge and reflect modes and a crop; Resize by integer factors (nearest; linear on one
+    Pad in constant, edge, reflect and wrap modes (a wrap as wide as its axis too) and a crop; Resize by integer factors (nearest; linear on one
     or two axes, half_pixel, pytorch_half_pixel and asymmetric, so edges clamp and phases differ); ConvTranspose
     (strides, dilations, uneven pads, output_padding, bias); grouped Conv (depthwise with two outputs per
     channel; two groups of four); DepthToSpace
@@ -243,7 +246,7 @@ def test_activations_norms_pools_pads_and_upsampling_of_everyday_modules(r):
     ins = dict(a=f32(r, 2, 3, 6, 5) * 8, one=f32(r, 1, 3, 5, 4), d=f32(r, 2, 8, 3, 2))
     inits = dict(slope=f32(r, 3, 1, 1), s=f32(r, 3, positive=True), bb=f32(r, 3), w=f32(r, 2, 3, 3, 3),
                  lo=np.array(-0.5, np.float32), hi=np.array(0.75, np.float32), pads=np.array([0, 0, 1, 2, 0, 0, 2, 1]),
-                 crop=np.array([0, 0, -1, 0, 0, 0, 0, -1]), val=np.array(1.5, np.float32),
+                 crop=np.array([0, 0, -1, 0, 0, 0, 0, -1]), wide=np.array([0, 0, 5, 0, 0, 0, 1, 4]), val=np.array(1.5, np.float32),
                  up=np.array([1, 1, 2, 3], np.float32), roi=np.array([], np.float32),
                  up3=np.array([1, 1, 3, 2], np.float32), up_w=np.array([1, 1, 1, 2], np.float32),
                  up2=np.array([1, 1, 2, 2], np.float32), wt=f32(r, 3, 2, 3, 3), bt=f32(r, 2),
@@ -262,6 +265,7 @@ def test_activations_norms_pools_pads_and_upsampling_of_everyday_modules(r):
         node("AveragePool", ["a"], ["avg_ceil"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),
         node("Pad", ["a", "pads", "val"], ["pad_const"]), node("Pad", ["a", "pads"], ["pad_edge"], mode="edge"),
         node("Pad", ["a", "pads"], ["pad_reflect"], mode="reflect"), node("Pad", ["a", "crop"], ["pad_crop"]),
+        node("Pad", ["a", "pads"], ["pad_wrap"], mode="wrap"), node("Pad", ["one", "wide"], ["pad_wrap_wide"], mode="wrap"),
         node("Pad", ["one", "pads"], ["pad_one"]), node("Conv", ["one", "w"], ["conv_one"], pads=[1, 1, 1, 1]),
         node("Resize", ["a", "roi", "up"], ["resize"], mode="nearest", coordinate_transformation_mode="asymmetric",
              nearest_mode="floor"),
