@@ -856,11 +856,46 @@ def torch_layers():
         "ConvTranspose1d": (nn.ConvTranspose1d(3, 4, 3, stride=2, padding=1, output_padding=1), x3),
         "GRU_2_layers_bidirectional": (nn.GRU(6, 5, num_layers=2, bidirectional=True, batch_first=True), seq),
     }
+    # A third group (2026-12-01): 3-d layers, layers of two or three inputs, and the rest of the catalogue.
+    x5, v8, w6 = torch.randn(2, 3, 6, 6, 6, generator=g), torch.randn(2, 8, generator=g), torch.randn(2, 6, generator=g)
+    src, tgt = torch.randn(2, 5, 16, generator=g), torch.randn(2, 6, 16, generator=g)
+
+    class Attention(nn.Module):  # keys and values of their own widths
+        def __init__(self):
+            super().__init__()
+            self.m = nn.MultiheadAttention(16, 4, kdim=8, vdim=12, batch_first=True)
+
+        def forward(self, q, k, v):
+            return self.m(q, k, v)[0]
+
+    class Normalize(nn.Module):
+        def forward(self, x):
+            return nn.functional.normalize(x, dim=-1) * torch.norm(x, dim=1, keepdim=True)
+
+    layers.update({
+        "Conv3d": (nn.Conv3d(3, 4, 3, padding=1), x5), "BatchNorm3d": (nn.BatchNorm3d(3), x5),
+        "MaxPool3d": (nn.MaxPool3d(2), x5), "AvgPool3d": (nn.AvgPool3d(2), x5),
+        "Bilinear": (nn.Bilinear(8, 6, 5), (v8, w6)), "CosineSimilarity": (nn.CosineSimilarity(dim=1), (v8, v8 * 0.5 + 1)),
+        "PairwiseDistance": (nn.PairwiseDistance(), (v8, v8 * 0.5 + 1)), "normalize_and_norm": (Normalize(), x3),
+        "TransformerDecoderLayer": (nn.TransformerDecoderLayer(16, 4, 32, dropout=0.0, batch_first=True), (tgt, src)),
+        "Transformer": (nn.Transformer(16, 4, 1, 1, 32, dropout=0.0, batch_first=True), (src, tgt)),
+        "MultiheadAttention_kdim_vdim": (Attention(), (src, torch.randn(2, 7, 8, generator=g),
+                                                       torch.randn(2, 7, 12, generator=g))),
+        "Unfold": (nn.Unfold(kernel_size=2, stride=2), x4), "Fold": (nn.Fold((4, 4), 2, stride=2), torch.randn(2, 12, 4, generator=g)),
+        "PixelUnshuffle": (nn.PixelUnshuffle(2), x4), "LPPool2d": (nn.LPPool2d(2, 2), x4),
+        "CircularPad2d": (nn.CircularPad2d((1, 2, 2, 1)), x4), "ConstantPad3d": (nn.ConstantPad3d(1, 0.5), x5),
+        "GLU": (nn.GLU(), x2), "LogSoftmax": (nn.LogSoftmax(dim=1), x2),
+        "MaxPool2d_ceil": (nn.MaxPool2d(3, 2, ceil_mode=True), x4),
+        "Conv2d_dilated_groups": (nn.Conv2d(3, 6, 3, padding=2, dilation=2, groups=3), x4),
+        "LSTM_2_layers_bidirectional": (nn.LSTM(6, 5, num_layers=2, bidirectional=True, batch_first=True), seq),
+        "GRUCell": (nn.GRUCell(6, 5), w6), "EmbeddingBag": (nn.EmbeddingBag(20, 6, mode="mean"),
+                                                          torch.randint(0, 20, (2, 5), generator=g)),
+    })
     for m, _ in layers.values():
         for prm in m.parameters():  # not the initial values (ones, zeros), which hide a swapped operand
             with torch.no_grad():
                 prm.add_(torch.rand(prm.shape, generator=g) * 0.5)
-    return {k: (m.eval(), (x, )) for k, (m, x) in layers.items()}
+    return {k: (m.eval(), x if isinstance(x, tuple) else (x, )) for k, (m, x) in layers.items()}
 
 
 # ---------------------------------------------------------------- fifth batch: applications

@@ -6,7 +6,7 @@
 The programs (``_fresh_programs.py``) are in the styles users write and in none of our test suites nor in
 NPBench: statistics, distances, iterations with ``for`` and ``while``, integer arithmetic, transposes,
 products, symbolic sizes, and PyTorch modules (LayerNorm + GELU, Conv2d + BatchNorm, MultiheadAttention, a
-TransformerEncoderLayer, Embedding). ``--set layers``: 49 single ``torch.nn`` layers past the basics
+TransformerEncoderLayer, Embedding). ``--set layers``: 73 ``torch.nn`` layers past the basics
 (activations, GroupNorm, pooling, padding, upsampling, recurrent layers). ``--set science``: scientific
 NumPy code (PDE time steps, conjugate gradients, N-body, a tridiagonal solve per row, counting, a dynamic
 programming table). ``--set bodies``: maps whose bodies hold loops, branches and ``while`` loops.
@@ -133,8 +133,8 @@ def _torch_case(name, module, example, P, opts):
     sdfg = dp.from_torch(module, example)
     sdfg.name = f"fresh_{name}_{opts.device.replace('-', '_')}_{opts.schedule}_{P}"
     split = _lower(sdfg, P, opts, batch=example[0].shape[0])
-    arg = list(inspect.signature(module.forward).parameters)[0]
-    got = dp.run(sdfg, P, **{arg: example[0]})
+    args = list(inspect.signature(module.forward).parameters)
+    got = dp.run(sdfg, P, **dict(zip(args, example)))
     got = got[0] if isinstance(got, tuple) else got
     return {"split_maps": split, "outcome": "correct" if _close(got, ref, 1e-4) else "wrong"}
 
