@@ -41,7 +41,7 @@ def _ranks():
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 argv = [a for a in f.read().decode(errors="replace").split("\0") if a]
-            if not WORKERS & set(argv) or not any(a.endswith(NAME) for a in argv):
+            if not WORKERS & set(argv) or not any(a.endswith((NAME, f"{NAME}-lowered")) for a in argv):
                 continue
             with open(f"/proc/{pid}/environ", "rb") as f:
                 env = dict(kv.split("=", 1) for kv in f.read().decode(errors="replace").split("\0") if "=" in kv)
