@@ -42,6 +42,15 @@ def _read_npz(path):
         return {k: (f[k].item() if f[k].ndim == 0 else np.ascontiguousarray(f[k])) for k in f.files}
 
 
+def global_array_hint(name: str) -> str:
+    """Why an argument named ``__g_...`` is missing: DaCe made a module-level array into it (here, so that
+    the ranks, which import neither the package nor DaCe, and the caller's checks say the same)."""
+    if not name.startswith("__g_"):
+        return ""
+    return (f": the program reads the module-level array '{name[4:]}', which DaCe passes as this argument; "
+            f"lower the @dace.program itself (dp.lower(program, ...) binds it), or pass {name}=...")
+
+
 def _read_inputs(folder, tmp, plan):
     """The arguments (file inputs over bound values) and those that came from the file."""
     given = _read_npz(os.path.join(tmp, "inputs.npz"))
@@ -49,9 +58,8 @@ def _read_inputs(folder, tmp, plan):
     args = {**_read_npz(bound), **given} if os.path.exists(bound) else dict(given)
     missing = [name for name, *_ in plan["args"] if name not in args and not name.startswith("__return")]
     if missing:
-        hint = "".join(f"; '{m}' is the module-level array '{m[4:]}' the program reads: lower the "
-                       "@dace.program itself, which binds it" for m in missing if m.startswith("__g_"))
-        raise CallFailed(f"dace_partition: '{plan['program']}' is missing argument(s) {missing}{hint}")
+        hints = "".join(f"; '{m}'{global_array_hint(m)}" for m in missing if global_array_hint(m))
+        raise CallFailed(f"dace_partition: '{plan['program']}' is missing argument(s) {missing}{hints}")
     return args, given
 
 

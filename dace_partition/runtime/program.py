@@ -17,6 +17,7 @@ from ..ir import ranks_needed
 from ..ir.record import record_of
 from ..ir.residency import ARGS_ON_GPU
 from .device_arrays import DeviceArray, DeviceCall, DeviceView
+from ._plain_worker import global_array_hint
 from .build import _BOUND_FILE, build
 
 
@@ -41,14 +42,6 @@ def by_argument_name(aliases, kwargs):
             raise ValueError(f"argument '{name}' is given twice: as '{given_as[name]}' and as '{k}'")
         out[name], given_as[name] = v, k
     return out
-
-
-def global_array_hint(name: str) -> str:
-    """Why an argument named ``__g_...`` is missing: DaCe made a module-level array into it."""
-    if not name.startswith("__g_"):
-        return ""
-    return (f": the program reads the module-level array '{name[4:]}', which DaCe passes as this argument; "
-            f"lower the @dace.program itself (dp.lower(program, ...) binds it), or pass {name}=...")
 
 
 def _with_bound(bound, kwargs):
