@@ -6,8 +6,8 @@ search prepare a program the same way, through it).
 - ``fold_unit_axis_copies``: a transient that only copies another with unit axes added or removed
   (``keepdims=True``) is replaced by the array it copies.
 - ``split_states``: one work node (map, nested SDFG, library node or tasklet) per state, with the copies
-  that feed it in a state of their own before it and those that follow it in one after it, so the state
-  of a kernel touches exactly what the kernel reads and writes.
+  that feed it in a state of their own before it and those that follow it in one after it (a copy between
+  two of its own access nodes too), so the state of a kernel touches exactly what the kernel reads and writes.
 """
 import functools
 from typing import List, Optional
@@ -303,9 +303,12 @@ def split_states(sdfg: SDFG):
                 fission(state, before)
                 continue
             body |= direct | _with_viewed(state, {e.dst for e in state.out_edges(ends[1])}, upstream=False)
-            if len(body) == state.number_of_nodes():
+            # A copy between two of the kernel's own access nodes (``out[:, :, 0] = q`` beside a map that
+            # reads ``q`` and writes ``out[:, :, 3]``) is not the kernel's work: it runs in the state after.
+            copies = [e for e in SubgraphView(state, list(body)).edges() if _is_copy(state, e)]
+            if len(body) == state.number_of_nodes() and not copies:
                 break  # exactly one work node and its own access nodes
-            fission(state, body)
+            fission(state, body, left=copies)
     bound_loop_sized_transients(sdfg)
 
 
@@ -419,6 +422,12 @@ def _is_view(state: SDFGState, n) -> bool:
     return isinstance(n, nodes.AccessNode) and isinstance(n.desc(state.sdfg), dace.data.View)
 
 
+def _is_copy(state: SDFGState, e) -> bool:
+    """Whether ``e`` copies between two access nodes, neither of them a view (a view edge is no copy)."""
+    return (isinstance(e.src, nodes.AccessNode) and isinstance(e.dst, nodes.AccessNode) and not _is_view(state, e.src)
+            and not _is_view(state, e.dst))
+
+
 def _with_viewed(state: SDFGState, found, upstream: bool):
     """``found`` with, for every view among them, the access node it views (on the side away from the
     work node: its source for a view that is read, its destination for one that is written), transitively
@@ -435,9 +444,10 @@ def _with_viewed(state: SDFGState, found, upstream: bool):
     return out
 
 
-def fission(state: SDFGState, subgraph):
+def fission(state: SDFGState, subgraph, left=()):
     """Moves ``subgraph`` of ``state`` into a new state before it; its access nodes that also have edges
-    to or from nodes outside it (boundary nodes) are duplicated, one copy in each state.
+    to or from nodes outside it (boundary nodes) are duplicated, one copy in each state. The edges in
+    ``left`` stay in ``state`` with their nodes.
 
     The package's own fission, the same on both DaCe generations: DaCe 1.0.2's ``state_fission`` did
     exactly this, DaCe 2's (``dace/transformation/helpers.py``) adds every upstream node to the first state
@@ -449,9 +459,10 @@ def fission(state: SDFGState, subgraph):
     chosen = set(subgraph)
     ordered = [n for n in state.nodes() if n in chosen]  # the state's order, not the set's (addresses)
     view = SubgraphView(state, ordered)
-    moved = list(view.edges())
-    boundary = {n for n in ordered if len(state.out_edges(n)) > len(view.out_edges(n))
-                or len(state.in_edges(n)) > len(view.in_edges(n))}
+    left = set(left)
+    moved = [e for e in view.edges() if e not in left]
+    boundary = {n for n in ordered if len(state.out_edges(n)) > len([e for e in view.out_edges(n) if e not in left])
+                or len(state.in_edges(n)) > len([e for e in view.in_edges(n) if e not in left])}
     new = state.parent_graph.add_state_before(state)
     placed = {n: (copy.deepcopy(n) if n in boundary else n) for n in ordered}
     state.remove_nodes_from([n for n in ordered if n not in boundary])

@@ -502,6 +502,26 @@ def test_an_array_constant_of_the_sdfg_is_not_taken_for_a_size(rng):
 
 
 @dace.program
+def channels_of_one_result(q: dace.float64[TI, TJ], c: dace.float64[TI, TJ], out: dace.float64[TI, TJ, 2]):
+    t = -q
+    out[:, :, 0] = t
+    out[:, :, 1] = t * c
+
+
+def test_a_copy_beside_a_map_that_writes_the_same_array_runs_after_it(rng):
+    """DaCe puts ``out[:, :, 0] = t`` (a copy) and the map of ``out[:, :, 1] = t * c`` in one state, the
+    copy between two access nodes of the map's own. The kernel's state held the copy too, and pointing the
+    map at its rank-local buffers left the copy naming ``out`` between renamed nodes: an invalid SDFG
+    (dpbench's rambo). The copy runs in a state of its own after the kernel."""
+    sdfg = channels_of_one_result.to_sdfg()
+    dp.lower(sdfg, {m.name: (3, 1) for m in dp.maps(sdfg)})
+    assert {k.grid for k in dp.report(sdfg).kernels} == {(3, 1)}  # DaCe 1.0.2: two maps, DaCe 2: one
+    q, c = rng.random((11, 5)), rng.random((11, 5))
+    got = dp.run(sdfg, 3, q=q, c=c, out=np.zeros((11, 5, 2)))["out"]
+    np.testing.assert_allclose(got, np.stack([-q, -q * c], axis=2), rtol=1e-14)
+
+
+@dace.program
 def strided_read(x: dace.int64[128], out: dace.int64[64]):
     for i in dace.map[0:64]:
         out[i] = x[2 * i]
