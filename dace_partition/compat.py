@@ -39,6 +39,9 @@ The rest of the package calls these helpers instead of asking which DaCe it runs
   for-loops share a variable name but not a range (DaCe 2 gets them right); such programs are refused.
 * :func:`misplaced_nested_arguments`: the same frontend's memlets into a map body that name fewer or more
   elements than the body's array (symbolic loop bounds); such programs are refused too.
+* :func:`reduce_axes_of_indexed_slices`: DaCe 1.0.2's simplification leaves a reduction of an indexed slice
+  (``np.sum(x[t, :, 6:], 0)``) numbering the slice's axes against the whole array (DaCe 2 keeps the slice's
+  view); where that is certain, the axes are mended.
 * :func:`line_info_from_frames`, :func:`with_line_info_from_frames`: how each generation finds the file and
   line of a node it adds.
 """
@@ -199,6 +202,41 @@ def _same_extents(a, b) -> bool:
         return all(dace.symbolic.simplify(x - y) == 0 for x, y in zip(a, b))
     except TypeError:
         return True
+
+
+def reduce_axes_of_indexed_slices(sdfg) -> list:
+    """Mends the axes of reductions of an indexed slice (``np.sum(x[t, :, 6:], 0)``) and returns
+    (array, subset, axes as given, axes mended) for each. The frontend numbers the axes of the slice
+    (``(12, 8)``: axis 0 is the 12); once the simplification has removed the slice's view, the reduction reads
+    ``x[t, 0:12, 6:14]`` directly and DaCe takes the same numbers against those three dimensions, so it reduces
+    the one-element dimension ``t`` (a copy, or a wrong sum even in one process). Mended only where that
+    cannot be meant: the axes as given leave a different shape than the reduction writes, while the same
+    axes counted over the dimensions of more than one element leave exactly that shape."""
+    from dace.libraries.standard.nodes import Reduce
+    one = lambda x: dace.symbolic.simplify(x - 1) == 0  # noqa: E731
+
+    def same(a, b):
+        return len(a) == len(b) and all(dace.symbolic.simplify(x - y) == 0 for x, y in zip(a, b))
+
+    out = []
+    for sd in sdfg.all_sdfgs_recursive():
+        for state in all_states(sd):
+            for node in state.nodes():
+                if not isinstance(node, Reduce) or not node.axes:
+                    continue
+                ins, outs = state.in_edges(node), state.out_edges(node)
+                if len(ins) != 1 or len(outs) != 1 or ins[0].data.subset is None or outs[0].data.subset is None:
+                    continue
+                sizes = ins[0].data.subset.size()
+                wide = [i for i, x in enumerate(sizes) if not one(x)]
+                written = [x for x in outs[0].data.subset.size() if not one(x)]
+                if same([sizes[i] for i in wide if i not in node.axes], written) or max(node.axes) >= len(wide):
+                    continue
+                meant = [wide[a] for a in node.axes]
+                if same([sizes[i] for i in wide if i not in meant], written):
+                    out.append((ins[0].data.data, str(ins[0].data.subset), list(node.axes), meant))
+                    node.axes = meant
+    return out
 
 
 def indices_below_zero(sdfg):

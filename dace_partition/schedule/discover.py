@@ -17,7 +17,7 @@ from dace import nodes
 from dace.sdfg import SDFG, SDFGState
 from dace.sdfg.utils import dfs_topological_sort
 
-from ..compat import to_state_machine, whole_array_map_bodies
+from ..compat import reduce_axes_of_indexed_slices, to_state_machine, whole_array_map_bodies
 from ..errors import ScheduleError
 from ..ir.kinds import Direction
 from ..ir.record import notes
@@ -208,10 +208,12 @@ def normalise(sdfg: SDFG) -> SDFG:
     only maps have extents that depend on its variable becomes a map where DaCe's ``LoopToMap`` finds the
     iterations independent (:func:`.loops.loops_to_maps`), then DaCe 2's loop and branch regions are inlined
     as 1.0.2's frontend does, and DaCe 2's map bodies get 1.0.2's connectors (:mod:`..compat`). The meaning
-    of the program does not change. A copy of a normalised SDFG is normalised; a second call does nothing
+    of the program does not change, except where DaCe's simplification left a reduction of an indexed slice
+    with the slice's axis numbers (:func:`..compat.reduce_axes_of_indexed_slices`: NumPy's meaning). A copy of a normalised SDFG is normalised; a second call does nothing
     (measured on the conformance programs under both DaCe generations: only the first call changes a graph)."""
     if notes(sdfg).normalised:
         return sdfg
+    reduce_axes_of_indexed_slices(sdfg)
     loops_to_maps(sdfg)
     to_state_machine(sdfg)
     whole_array_map_bodies(sdfg)

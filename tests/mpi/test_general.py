@@ -522,6 +522,28 @@ def test_a_copy_beside_a_map_that_writes_the_same_array_runs_after_it(rng):
 
 
 @dace.program
+def gate_gradient_sums(x: dace.float64[5, 12, 14], h: dace.float64[5, 8], g: dace.float64[5, 12]):
+    for t in range(5):
+        h[t] = np.sum(x[t, :, 6:], 0)
+        g[t] = np.sum(x[t, :, 6:], axis=1)
+
+
+@pytest.mark.parametrize("grid", [1, 3])
+def test_sums_over_an_axis_of_an_indexed_slice_run_like_numpy(rng, grid):
+    """``np.sum(x[t, :, 6:], 0)`` (cuPyNumeric's LSTM backward sums ``dHin[t, :, word_size:]`` so): DaCe
+    1.0.2 alone sums over ``t``'s one element (a copy: a wrong result) and cannot build the ``axis=1`` sum;
+    the lowering gives the reductions the slice's axes. The reduction over the 12 rows is split over ``grid``
+    ranks."""
+    sdfg = gate_gradient_sums.to_sdfg()
+    sdfg.name = f"gate_gradient_sums_{grid}"
+    dp.lower(sdfg, {m.name: (grid, ) + (1, ) * (len(m.params) - 1) for m in dp.maps(sdfg) if m.shape[0] == 12})
+    x = rng.random((5, 12, 14))
+    got = dp.run(sdfg, 3, x=x, h=np.zeros((5, 8)), g=np.zeros((5, 12)))
+    np.testing.assert_allclose(got["h"], x[:, :, 6:].sum(axis=1), rtol=1e-13)
+    np.testing.assert_allclose(got["g"], x[:, :, 6:].sum(axis=2), rtol=1e-13)
+
+
+@dace.program
 def strided_read(x: dace.int64[128], out: dace.int64[64]):
     for i in dace.map[0:64]:
         out[i] = x[2 * i]

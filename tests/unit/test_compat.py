@@ -134,6 +134,37 @@ def test_a_write_through_a_transient_is_named_by_the_array_it_writes():
     assert str(e.data.other_subset).replace(" ", "") == "0,0"
 
 
+@dace.program
+def _sum_of_an_indexed_slice(x: dace.float64[5, 12, 14], h: dace.float64[1, 8]):
+    h[0] = np.sum(x[2, :, 6:], 0)
+
+
+@dace.program
+def _sum_over_an_axis_of_one_element(y: dace.float64[1, 6, 4], h: dace.float64[1, 4]):
+    h[:] = np.sum(y, axis=1)
+
+
+def _reduce_axes(sdfg):
+    return [n.axes for n, _ in sdfg.all_nodes_recursive() if type(n).__name__ == "Reduce"]
+
+
+def test_a_reduction_of_an_indexed_slice_gets_the_slices_axes_and_others_keep_theirs():
+    """``np.sum(x[2, :, 6:], 0)`` sums the slice's 12 rows. DaCe 1.0.2's simplification leaves the reduction
+    reading ``x[2, 0:12, 6:14]`` with axis 0 (the one element ``2``): it is mended to axis 1. A reduction over
+    an array whose first dimension has one element is right as it is and keeps its axes."""
+    sdfg = _sum_of_an_indexed_slice.to_sdfg()
+    mended = compat.reduce_axes_of_indexed_slices(sdfg)
+    if compat.DACE_MAJOR < 2:
+        assert mended == [("x", "2, 0:12, 6:14", [0], [1])]
+        assert _reduce_axes(sdfg) == [[1]]
+    else:  # DaCe 2 keeps the slice's view before the reduction
+        assert mended == []
+    assert compat.reduce_axes_of_indexed_slices(sdfg) == []  # once
+    sdfg = _sum_over_an_axis_of_one_element.to_sdfg()
+    before = _reduce_axes(sdfg)
+    assert compat.reduce_axes_of_indexed_slices(sdfg) == [] and _reduce_axes(sdfg) == before
+
+
 def test_configuration_is_saved_and_restored_whole():
     conf = compat.config_dict()
     assert isinstance(conf, dict) and "compiler" in conf
