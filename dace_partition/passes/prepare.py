@@ -9,6 +9,7 @@ search prepare a program the same way, through it).
   that feed it in a state of their own before it and those that follow it in one after it (a copy between
   two of its own access nodes too), so the state of a kernel touches exactly what the kernel reads and writes.
 """
+import copy
 import functools
 from typing import List, Optional
 
@@ -68,7 +69,9 @@ def materialize_views(sdfg: SDFG):
     (a reshape that merges or splits trailing axes keeps each rank's rows contiguous); the copy runs on
     rank 0. A view whose shape follows a loop variable (correlation's ``data[:, i + 1:M]``) stays a view:
     no grid is planned for a tile that changes every iteration, so its kernel runs on rank 0, and a copy
-    there would only cost time (correlation: 12 of its 20 ms). Returns the names of the materialized views."""
+    there would only cost time (correlation: 12 of its 20 ms). A view whose strides transpose (an einsum's
+    operand) is not copied so (:func:`_copies_in_layout`): where it is only read, its readers read a copy
+    made from the view itself (:func:`_read_through_copy`). Returns the names of the materialized views."""
     done = []
     free = FreeSymbols()
     for name, desc in list(sdfg.arrays.items()):
@@ -81,6 +84,10 @@ def materialize_views(sdfg: SDFG):
         elements = functools.reduce(lambda x, y: x * y, desc.shape, 1)  # total_size is a strided view's span
         if not used or viewed is None or dace.symbolic.simplify(_constants(sdfg, viewed - elements)) != 0:
             continue  # a view of another size (``M // 2`` pieces of ``M``): kept, and refused if partitioned
+        if not _copies_in_layout(sdfg, name, desc):
+            if _read_through_copy(sdfg, name, desc):  # a transposing view (an einsum's operand)
+                done.append(name)
+            continue
         shape = [_constants(sdfg, x) for x in desc.shape]  # so the copy's two sides have equal sizes
         new = dace.data.Array(desc.dtype, shape, transient=True, storage=desc.storage)
         sdfg.arrays[name] = new
@@ -234,6 +241,74 @@ def _viewed_volume(sdfg: SDFG, name: str):
             for st in ordered_states(sdfg) for n in st.data_nodes() if n.data == name
             for e, viewed_side in _edges_of(st, n) if viewed_side}
     return vols.pop() if len(vols) == 1 else None
+
+
+def _read_through_copy(sdfg: SDFG, name: str, view) -> bool:
+    """A view that is only read, and whose layout an index-order copy would not keep: its readers read a
+    copy of it instead, an array of the view's shape filled element by element from the view (the copy
+    runs on rank 0 before them; the view stays, fed by its array). Returns whether it was done; a view
+    that is written stays as it is (refused where partitioned)."""
+    found = [(st, n) for st in ordered_states(sdfg) for n in st.data_nodes() if n.data == name]
+    if any(not viewed_side for st, n in found for e, viewed_side in _edges_of(st, n) if e.dst is n):
+        return False
+    shape = [_constants(sdfg, x) for x in view.shape]
+    copy_name = sdfg.add_array(f"{name}_copy", shape, view.dtype, storage=view.storage, transient=True,
+                               find_new_name=True)[0]
+    for st, n in found:
+        readers = [e for e, viewed_side in _edges_of(st, n) if e.src is n and not viewed_side]
+        if not readers:
+            continue
+        c = st.add_access(copy_name)
+        whole = dace.subsets.Range.from_array(sdfg.arrays[copy_name])
+        st.add_edge(n, None, c, None, Memlet(data=name, subset=dace.subsets.Range.from_array(view),
+                                             other_subset=whole))
+        for e in readers:
+            st.remove_edge(e)
+            new = st.add_edge(c, None, e.dst, e.dst_conn, copy.deepcopy(e.data))
+            for t in st.memlet_tree(new):  # into a map: its inner memlets too
+                if t.data.data == name:
+                    t.data.data = copy_name
+    return True
+
+
+def _copies_in_layout(sdfg: SDFG, name: str, view) -> bool:
+    """Whether a copy of the viewed elements into an array of the view's shape, element by element in index
+    order, puts each where the view has it. True for a slice (the view's dimensions of more than one element
+    are the subset's, with its strides) and for a reshape of a contiguous block; False for a view whose
+    strides transpose (``einsum('ikl,kl->i')`` reads ``a`` as a ``(144, 12)`` view with strides ``(1, 144)``:
+    copied in index order, it held ``a``'s elements in the wrong places)."""
+    def eq(x, y):
+        return dace.symbolic.simplify(_constants(sdfg, x) - _constants(sdfg, y)) == 0
+
+    def wide(sizes, strides):
+        return [(n, st) for n, st in zip(sizes, strides) if not eq(n, 1)]
+
+    def contiguous(dims):
+        inner = 1
+        for n, st in reversed(dims):
+            if not eq(st, inner):
+                return False
+            inner = inner * n
+        return True
+
+    mine = wide(view.shape, view.strides)
+    for st in ordered_states(sdfg):
+        for n in st.data_nodes():
+            if n.data != name:
+                continue
+            for e, viewed_side in _edges_of(st, n):
+                if not viewed_side:
+                    continue
+                parent = sdfg.arrays[e.data.data]
+                sub = e.data.subset
+                theirs = wide(sub.size(), [s * step for s, (_, _, step) in zip(parent.strides, sub.ranges)])
+                if len(mine) == len(theirs) and all(eq(a, b) for (a, _), (b, _) in zip(mine, theirs)):
+                    ok = all(eq(a, b) for (_, a), (_, b) in zip(mine, theirs))
+                else:
+                    ok = contiguous(mine) and contiguous(theirs)
+                if not ok:
+                    return False
+    return True
 
 
 def _edges_of(state, node):

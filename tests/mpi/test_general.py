@@ -544,6 +544,28 @@ def test_sums_over_an_axis_of_an_indexed_slice_run_like_numpy(rng, grid):
 
 
 @dace.program
+def contractions_to_a_vector(a: dace.float64[12, 20], b: dace.float64[20], c: dace.float64[12, 6, 5],
+                             d: dace.float64[6, 5]):
+    return np.einsum("ik,k->i", a, b) + np.einsum("ikl,kl->i", c, d)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_einsum_contractions_to_a_vector_run_like_numpy(rng, split):
+    """DaCe writes each einsum as a product with a transposing view of ``a`` / ``c`` (strides (1, 20),
+    (1, 30)). The lowering copied such a view into an array element by element (wrong places), and DaCe's
+    BLAS call of the product swaps a column-major matrix's dimensions (MKL: a wrong result or a crash, in
+    one process too). Unsplit and with every map over the 12 rows split over 3 ranks."""
+    sdfg = contractions_to_a_vector.to_sdfg()
+    sdfg.name = f"contractions_to_a_vector_{int(split)}"
+    dp.lower(sdfg, {m.name: (3, ) + (1, ) * (len(m.params) - 1) for m in dp.maps(sdfg)
+                    if split and m.shape[0] == 12})
+    assert any(k.grid for k in dp.report(sdfg).kernels) == split
+    a, b, c, d = rng.random((12, 20)), rng.random(20), rng.random((12, 6, 5)), rng.random((6, 5))
+    got = dp.run(sdfg, 3, a=a, b=b, c=c, d=d)
+    np.testing.assert_allclose(got, a @ b + np.einsum("ikl,kl->i", c, d), rtol=1e-13)
+
+
+@dace.program
 def strided_read(x: dace.int64[128], out: dace.int64[64]):
     for i in dace.map[0:64]:
         out[i] = x[2 * i]

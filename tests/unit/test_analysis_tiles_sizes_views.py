@@ -178,3 +178,43 @@ def test_a_map_body_that_reads_its_own_writes_keeps_one_buffer_per_array():
         scatters = re.findall(rf"scatter +{array}\[([^\]]*)\]", text)
         assert len(scatters) == 1 and scatters[0].endswith(", 0:9"), (array, scatters, text)
     assert not re.search(r"__dp\d+_(cp|__return)_(in|out)\b", str(sdfg.arrays.keys()))
+
+
+@dace.program
+def einsum_matvec(a: dace.float64[12, 20], b: dace.float64[20]):
+    return np.einsum("ik,k->i", a, b)
+
+
+@dace.program
+def square_einsum_matvec(a: dace.float64[12, 12], b: dace.float64[12]):
+    return np.einsum("ik,k->i", a, b)
+
+
+@dace.program
+def row_major_matvec(a: dace.float64[12, 20], b: dace.float64[20]):
+    return a @ b
+
+
+def _blas_products(sdfg):
+    from dace.libraries.blas import Gemv, MatMul
+    return [(n, st) for n, st in sdfg.all_nodes_recursive() if isinstance(n, (Gemv, MatMul))]
+
+
+def test_a_transposing_view_is_read_through_a_copy_in_its_own_layout():
+    """DaCe writes ``einsum('ik,k->i', a, b)`` as a product with a (20, 12) view of ``a`` whose strides are
+    (1, 20). Copied element by element into an array of that shape (a reshape's materialisation) it held
+    ``a``'s elements in the wrong places; its readers now read a copy made from the view itself, an array
+    of the view's shape in C order, so the product can be split like any other."""
+    from dace_partition.passes.prepare import materialize_views
+    from dace_partition.schedule import normalise
+    sdfg = normalise(einsum_matvec.to_sdfg())
+    views = {k for k, d in sdfg.arrays.items() if isinstance(d, dace.data.View) and tuple(d.strides) == (1, 20)}
+    assert len(views) == 1
+    view = views.pop()
+    assert view in materialize_views(sdfg)
+    assert isinstance(sdfg.arrays[view], dace.data.View)  # the view stays, fed by ``a``
+    (node, st), = _blas_products(sdfg)
+    read = [e.data.data for e in st.in_edges(node) if sdfg.arrays[e.data.data].shape == (20, 12)]
+    assert len(read) == 1 and read[0] != view and tuple(sdfg.arrays[read[0]].strides) == (12, 1)
+    assert any(getattr(e.src, "data", None) == view and getattr(e.dst, "data", None) == read[0] for e in st.edges())
+    sdfg.validate()
