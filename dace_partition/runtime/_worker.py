@@ -54,7 +54,7 @@ def main(folder, tmp):
     if prog.layouts:
         out = _distributed(prog, comm, _read(tmp))
     else:
-        inputs = _read(tmp) if comm.rank == 0 else {}
+        inputs = prog.signature.in_layout(_read(tmp)) if comm.rank == 0 else {}
         result = prog(**inputs)
         out = None
         if comm.rank == 0:

@@ -62,6 +62,7 @@ def _build(sdfg: SDFG) -> str:
         return _save_bound(sdfg, cached[1])
     from .cuda_build import cuda_config, uses_gpu
     from .toolchain import blas_build, preserved_state
+    from ..schedule.discover import expand_misread_by_blas
     # A build leaves the process as it found it, also when it fails: DaCe's configuration (BLAS default,
     # store_history, CUDA settings) and the environment (MPI_HOME, PATH, MKLROOT, ...) are restored, so
     # a later DaCe build of another program (an unlowered one) is not built with our settings.
@@ -76,6 +77,7 @@ def _build(sdfg: SDFG) -> str:
                 built.compile(return_program_handle=False)
         else:
             built = _with_restrict_loops(sdfg)
+            expand_misread_by_blas(built)  # left as library nodes with threads > 1 (DaCe expands them in the build)
             built.compile(return_program_handle=False)
         # Read here, under one_build_folder: outside it DaCe 2 under mpiexec names a per-rank folder
         # (``<cache>_rank0``) that this build did not write.

@@ -122,6 +122,25 @@ class CallSignature:
             self._layouts[key] = lay
         return lay
 
+    def in_layout(self, kwargs) -> dict:
+        """``kwargs`` with each array of a parameter's shape but not its layout copied into that layout where
+        the layout is C or Fortran order: what ``run`` passes from the caller's file of inputs, which holds
+        each array in its own order (a Fortran-ordered parameter needs a Fortran-ordered array)."""
+        try:
+            lay = self.layout(_syms(self.with_symbols(kwargs)))
+        except ValueError:
+            return kwargs  # the call's check names what is wrong
+        out = dict(kwargs)
+        for name, (shape, strides) in lay.items():
+            arr = out.get(name)
+            if not isinstance(arr, np.ndarray) or arr.shape != tuple(shape) or arr.strides == tuple(strides):
+                continue
+            if _c_order(shape, strides, arr.itemsize):
+                out[name] = np.ascontiguousarray(arr)
+            elif _c_order(shape[::-1], strides[::-1], arr.itemsize):
+                out[name] = np.asfortranarray(arr)
+        return out
+
     def check(self, kwargs) -> tuple:
         """Raises ValueError naming the argument when a call is wrong; returns the call's key (shapes,
         scalar values and symbols), equal for calls that the other ranks can mirror without new metadata."""
@@ -208,8 +227,10 @@ def check_layout(name: str, arr: np.ndarray, shape: tuple, strides: tuple):
     parameter's own shape must have its strides (extent-1 dimensions aside)."""
     if arr.shape == tuple(shape):
         if any(n != 1 and a != s for n, a, s in zip(shape, arr.strides, strides)):
-            raise ValueError(f"argument '{name}' has strides {arr.strides}, expected {strides} (pass a "
-                             "contiguous copy, e.g. np.ascontiguousarray)")
+            how = ("a C-ordered copy, e.g. np.ascontiguousarray" if _c_order(shape, strides, arr.itemsize) else
+                   "a Fortran-ordered copy, e.g. np.asfortranarray" if _c_order(shape[::-1], strides[::-1], arr.itemsize)
+                   else "an array with those strides")
+            raise ValueError(f"argument '{name}' has strides {arr.strides}, expected {strides} (pass {how})")
         return
     size = 1
     for n in shape:
@@ -358,8 +379,8 @@ class Program:
         if flag[0] == self._NEW:
             meta, on_gpu = comm.bcast((self.signature.describe(kwargs), on_gpu) if comm.rank == 0 else None, root=0)
             if comm.rank != 0:
-                self._mirror = {name: (np.empty(v[0], dtype=v[1]) if kind == "array" else v)
-                                for name, (kind, v) in meta.items()}
+                self._mirror = self.signature.in_layout({name: (np.empty(v[0], dtype=v[1]) if kind == "array" else v)
+                                                         for name, (kind, v) in meta.items()})
                 key = self.signature.check(self._mirror) + (on_gpu, )
             self._key = key
         on_gpu = self._key[-1]

@@ -188,10 +188,12 @@ def _expand_pure(node: nodes.LibraryNode, sdfg: SDFG, state: SDFGState):
 def expand_all(scope, keep=(), skip=()):
     """Expands every library node under ``scope`` (an SDFG, state or nested SDFG), recursively, to its
     pure implementation (through ``specialize`` where a node has no pure one). Types in ``keep`` and the
-    nodes in ``skip`` stay."""
+    nodes in ``skip`` stay, except a matrix-vector product that DaCe's BLAS expansions get wrong
+    (:func:`misread_by_blas`)."""
     while True:
         libs = [(n, s) for n, s in scope.all_nodes_recursive()
-                if isinstance(n, nodes.LibraryNode) and not isinstance(n, tuple(keep)) and n not in skip]
+                if isinstance(n, nodes.LibraryNode) and (not isinstance(n, tuple(keep)) or misread_by_blas(n, s))
+                and n not in skip]
         if not libs:
             return
         n, s = libs[0]
@@ -201,6 +203,50 @@ def expand_all(scope, keep=(), skip=()):
         elif "specialize" in impls:
             n.implementation = "specialize"
         n.expand(s.sdfg, s)
+
+
+def misread_by_blas(node, state) -> bool:
+    """Whether ``node`` is a matrix-vector product (a ``Gemv``, or a ``MatMul`` that becomes one) of a
+    matrix stored by columns (strides ``(1, ld)``) that is not square. DaCe's BLAS expansion of a ``Gemv``
+    (one code for MKL, OpenBLAS and cuBLAS, in 1.0.2 and 2.x) then swaps the matrix's two dimensions in the
+    call: ``np.einsum('ik,k->i', a, b)``, which DaCe's frontend writes as such a product of a transposing
+    view of ``a``, read the wrong elements (a wrong result or a crash). The pure expansion is right."""
+    from dace.libraries.blas import Gemv, MatMul
+    if not isinstance(node, (Gemv, MatMul)):
+        return False
+    names = ("_A", "_x") if isinstance(node, Gemv) else ("_a", "_b")
+    operands = {}
+    for e in state.in_edges(node):
+        if e.dst_conn in names and e.data.data is not None and e.data.subset is not None:
+            subset = copy.deepcopy(e.data.subset)
+            wide = subset.squeeze()
+            strides = [x for i, x in enumerate(state.sdfg.arrays[e.data.data].strides) if i in wide]
+            operands[e.dst_conn] = (subset.size(), strides)
+    if len(operands) != 2:
+        return False
+    matrices = [(size, strides) for size, strides in operands.values() if len(size) == 2]
+    vectors = [size for size, _ in operands.values() if len(size) == 1]
+    if len(matrices) != 1 or len(vectors) != 1:
+        return False
+    (rows, cols), (first, second) = matrices[0]
+    same = dace.symbolic.simplify(rows - cols) == 0
+    return dace.symbolic.simplify(first - 1) == 0 and dace.symbolic.simplify(second - 1) != 0 and not same
+
+
+def expand_misread_by_blas(sdfg: SDFG) -> int:
+    """Expands the products :func:`misread_by_blas` finds to their pure implementation (a ``MatMul``
+    through its ``Gemv``). Returns how many."""
+    from dace.libraries.blas import Gemv
+    done = 0
+    while True:
+        found = [(n, s) for n, s in sdfg.all_nodes_recursive()
+                 if isinstance(n, nodes.LibraryNode) and misread_by_blas(n, s)]
+        if not found:
+            return done
+        n, s = found[0]
+        n.implementation = "pure" if isinstance(n, Gemv) else "specialize"
+        n.expand(s.sdfg, s)
+        done += isinstance(n, Gemv)
 
 
 def normalise(sdfg: SDFG) -> SDFG:

@@ -566,6 +566,24 @@ def test_einsum_contractions_to_a_vector_run_like_numpy(rng, split):
 
 
 @dace.program
+def fortran_ordered_matvec(a: dace.data.Array(dace.float64, [12, 20], strides=[1, 12]), v: dace.float64[20]):
+    return a @ v
+
+
+def test_a_fortran_ordered_parameter_takes_a_fortran_ordered_array(rng):
+    """``run`` handed the ranks every array in C order, so a parameter declared with Fortran strides was
+    rejected on the other ranks (and named the wrong remedy); the product itself is a column-major GEMV,
+    which DaCe's BLAS call gets wrong (left to the pure expansion). A C-ordered array is refused before any
+    rank starts, naming np.asfortranarray."""
+    sdfg = fortran_ordered_matvec.to_sdfg()
+    dp.lower(sdfg, {})
+    a, v = np.asfortranarray(rng.random((12, 20))), rng.random(20)
+    np.testing.assert_allclose(dp.run(sdfg, 2, a=a, v=v), a @ v, rtol=1e-13)
+    with pytest.raises(ValueError, match="np.asfortranarray"):
+        dp.run(sdfg, 2, a=np.ascontiguousarray(a), v=v)
+
+
+@dace.program
 def strided_read(x: dace.int64[128], out: dace.int64[64]):
     for i in dace.map[0:64]:
         out[i] = x[2 * i]

@@ -218,3 +218,22 @@ def test_a_transposing_view_is_read_through_a_copy_in_its_own_layout():
     assert len(read) == 1 and read[0] != view and tuple(sdfg.arrays[read[0]].strides) == (12, 1)
     assert any(getattr(e.src, "data", None) == view and getattr(e.dst, "data", None) == read[0] for e in st.edges())
     sdfg.validate()
+
+
+@pytest.mark.parametrize("prog,misread", [(einsum_matvec, True), (square_einsum_matvec, False),
+                                          (row_major_matvec, False)])
+def test_a_matrix_vector_product_of_a_column_major_matrix_is_left_to_the_pure_expansion(prog, misread):
+    """DaCe's BLAS expansion of a Gemv (MKL, OpenBLAS, cuBLAS) swaps the dimensions of a non-square matrix
+    stored by columns: found by ``misread_by_blas`` (on the product, before and after it becomes a Gemv),
+    and ``expand_all`` expands it though Gemvs are kept; a square or row-major matrix is BLAS's."""
+    from dace_partition.schedule.discover import expand_all, expand_misread_by_blas, misread_by_blas
+    sdfg = prog.to_sdfg()
+    (node, st), = _blas_products(sdfg)
+    assert misread_by_blas(node, st) == misread
+    node.expand(st.sdfg, st)  # the MatMul becomes its Gemv
+    (gemv, st), = _blas_products(sdfg)
+    assert type(gemv).__name__ == "Gemv" and misread_by_blas(gemv, st) == misread
+    from dace.libraries.blas import Gemv
+    expand_all(sdfg, keep=(Gemv, ))
+    assert len(_blas_products(sdfg)) == (0 if misread else 1)
+    assert expand_misread_by_blas(sdfg) == 0  # nothing left to expand
