@@ -380,7 +380,9 @@ def split_states(sdfg: SDFG):
             body |= direct | _with_viewed(state, {e.dst for e in state.out_edges(ends[1])}, upstream=False)
             # A copy between two of the kernel's own access nodes (``out[:, :, 0] = q`` beside a map that
             # reads ``q`` and writes ``out[:, :, 3]``) is not the kernel's work: it runs in the state after.
-            copies = [e for e in SubgraphView(state, list(body)).edges() if _is_copy(state, e)]
+            scope = state.scope_dict()
+            copies = [e for e in SubgraphView(state, list(body)).edges()
+                      if _is_copy(state, e) and scope[e.src] is None and scope[e.dst] is None]  # not inside a map
             if len(body) == state.number_of_nodes() and not copies:
                 break  # exactly one work node and its own access nodes
             fission(state, body, left=copies)
