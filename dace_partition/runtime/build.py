@@ -1,6 +1,7 @@
 """Building a lowered program once: DaCe's CMake build (with the CUDA 13 fixes for a GPU lowering), the
 program record and the bound values saved beside it, so every rank can load the same library.
 """
+import copy
 import glob
 import hashlib
 import os
@@ -62,7 +63,7 @@ def _build(sdfg: SDFG) -> str:
         return _save_bound(sdfg, cached[1])
     from .cuda_build import cuda_config, uses_gpu
     from .toolchain import blas_build, preserved_state
-    from ..schedule.discover import expand_misread_by_blas
+    from ..schedule.discover import expand_misread_by_blas, misread_by_blas_in
     # A build leaves the process as it found it, also when it fails: DaCe's configuration (BLAS default,
     # store_history, CUDA settings) and the environment (MPI_HOME, PATH, MKLROOT, ...) are restored, so
     # a later DaCe build of another program (an unlowered one) is not built with our settings.
@@ -77,7 +78,9 @@ def _build(sdfg: SDFG) -> str:
                 built.compile(return_program_handle=False)
         else:
             built = _with_restrict_loops(sdfg)
-            expand_misread_by_blas(built)  # left as library nodes with threads > 1 (DaCe expands them in the build)
+            if misread_by_blas_in(built):  # left as library nodes with threads > 1 (DaCe expands them in the build)
+                built = built if built is not sdfg else copy.deepcopy(sdfg)  # the caller's SDFG stays as lowered
+                expand_misread_by_blas(built)
             built.compile(return_program_handle=False)
         # Read here, under one_build_folder: outside it DaCe 2 under mpiexec names a per-rank folder
         # (``<cache>_rank0``) that this build did not write.
@@ -103,7 +106,6 @@ def _with_restrict_loops(sdfg: SDFG) -> SDFG:
     """What is compiled for the CPU: a copy of the lowered program whose loops over rank-local buffers
     are functions with ``__restrict__`` pointers (:mod:`.restrict`), in the same build folder.
     The caller's SDFG keeps its maps where the schedule put them."""
-    import copy
     from .restrict import restrict_local_loops
     built = copy.deepcopy(sdfg)
     return built if restrict_local_loops(built) else sdfg

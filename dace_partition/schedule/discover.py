@@ -233,6 +233,10 @@ def misread_by_blas(node, state) -> bool:
     return dace.symbolic.simplify(first - 1) == 0 and dace.symbolic.simplify(second - 1) != 0 and not same
 
 
+def misread_by_blas_in(sdfg: SDFG) -> bool:
+    return any(isinstance(n, nodes.LibraryNode) and misread_by_blas(n, s) for n, s in sdfg.all_nodes_recursive())
+
+
 def expand_misread_by_blas(sdfg: SDFG) -> int:
     """Expands the products :func:`misread_by_blas` finds to their pure implementation (a ``MatMul``
     through its ``Gemv``). Returns how many."""
