@@ -2,6 +2,7 @@
 ``Program`` each rank calls, which checks the arguments on every rank and passes device arrays through.
 """
 import ctypes
+import enum
 import os
 import time
 from typing import Dict, Tuple
@@ -135,10 +136,7 @@ class CallSignature:
             arr = out.get(name)
             if not isinstance(arr, np.ndarray) or arr.shape != tuple(shape) or arr.strides == tuple(strides):
                 continue
-            if _c_order(shape, strides, arr.itemsize):
-                out[name] = np.ascontiguousarray(arr)
-            elif _c_order(shape[::-1], strides[::-1], arr.itemsize):
-                out[name] = np.asfortranarray(arr)
+            out[name] = _order(shape, strides, arr.itemsize).copy(arr)
         return out
 
     def check(self, kwargs) -> tuple:
@@ -215,6 +213,31 @@ def _c_order(shape, strides, itemsize) -> bool:
     return True
 
 
+class Order(enum.Enum):
+    """A parameter's layout as far as a caller's array can be put into it by one NumPy call."""
+    C = "a C-ordered copy, e.g. np.ascontiguousarray"
+    FORTRAN = "a Fortran-ordered copy, e.g. np.asfortranarray"
+    OTHER = "an array with those strides"
+
+    @property
+    def remedy(self) -> str:
+        return self.value
+
+    def copy(self, arr: np.ndarray) -> np.ndarray:
+        """``arr`` in this order (itself where the order is neither C nor Fortran: the call's check refuses it)."""
+        if self is Order.OTHER:
+            return arr
+        return np.ascontiguousarray(arr) if self is Order.C else np.asfortranarray(arr)
+
+
+def _order(shape, strides, itemsize) -> Order:
+    if _c_order(shape, strides, itemsize):
+        return Order.C
+    if _c_order(shape[::-1], strides[::-1], itemsize):
+        return Order.FORTRAN
+    return Order.OTHER
+
+
 def check_layout(name: str, arr: np.ndarray, shape: tuple, strides: tuple):
     """Raises ValueError (naming the argument and both shapes) unless ``arr`` can be passed for a parameter
     of ``shape`` and ``strides`` (bytes).
@@ -227,9 +250,7 @@ def check_layout(name: str, arr: np.ndarray, shape: tuple, strides: tuple):
     parameter's own shape must have its strides (extent-1 dimensions aside)."""
     if arr.shape == tuple(shape):
         if any(n != 1 and a != s for n, a, s in zip(shape, arr.strides, strides)):
-            how = ("a C-ordered copy, e.g. np.ascontiguousarray" if _c_order(shape, strides, arr.itemsize) else
-                   "a Fortran-ordered copy, e.g. np.asfortranarray" if _c_order(shape[::-1], strides[::-1], arr.itemsize)
-                   else "an array with those strides")
+            how = _order(shape, strides, arr.itemsize).remedy
             raise ValueError(f"argument '{name}' has strides {arr.strides}, expected {strides} (pass {how})")
         return
     size = 1
