@@ -173,6 +173,7 @@ DACE2_TESTS := tests/unit/test_compat.py tests/mpi/test_loops.py tests/mpi/test_
 	"tests/mpi/test_general.py::test_sums_over_an_axis_of_an_indexed_slice_run_like_numpy[3]" \
 	"tests/mpi/test_general.py::test_einsum_contractions_to_a_vector_run_like_numpy[False]" \
 	tests/mpi/test_general.py::test_a_fortran_ordered_parameter_takes_a_fortran_ordered_array \
+	"tests/mpi/test_general.py::test_linalg_solve_inverse_and_cholesky_run_like_numpy" \
 	tests/mpi/test_api.py::test_lowering_the_program_binds_the_module_level_arrays_it_reads \
 	tests/mpi/test_api.py::test_the_program_run_unlowered_before_and_after_does_not_replace_the_lowered_build \
 	tests/mpi/test_api.py::test_a_build_that_dace_renamed_is_the_one_the_ranks_call \

@@ -22,6 +22,7 @@ from dace.frontend.python.parser import DaceProgram
 from dace.sdfg import SDFG
 
 from .analysis.boolean_sums import boolean_sums
+from .analysis.lapack_calls import lapack_calls
 from .analysis.python_calls import python_calls
 from .analysis.unwritten_accumulators import unwritten_accumulators
 from .compat import (DACE_MAJOR, DACE_VERSION, indices_below_zero, loops_sharing_a_variable, misplaced_nested_arguments,
@@ -141,6 +142,8 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
         raise UnsupportedPattern(call.array, call.subset, call.reason())
     for acc in unwritten_accumulators(sdfg):
         raise UnsupportedPattern(acc.array, acc.subset, acc.reason())
+    for call in lapack_calls(sdfg) if device == "gpu" else ():
+        raise UnsupportedPattern(call.array, call.subset, call.reason())
     t0 = time.perf_counter()
     local = LocalOptimize(steps_of(local_optimize))
     auto = None

@@ -337,11 +337,16 @@ def check_moves(sdfg: SDFG, maps: Dict[int, str]) -> None:
 
 
 def single_threaded(sdfg: SDFG):
-    """One thread per rank: library nodes other than BLAS calls are expanded (their maps included), and
-    every CPU map becomes a sequential loop, so DaCe emits no OpenMP and no atomic updates."""
+    """One thread per rank: library nodes other than BLAS and LAPACK calls are expanded (their maps
+    included), and every CPU map becomes a sequential loop, so DaCe emits no OpenMP and no atomic updates.
+    LAPACK's nodes have no pure expansion: they stay for the build, which expands them to the BLAS
+    library the rest of the program uses (``toolchain.blas_build``)."""
     from dace.libraries.blas import nodes as blas_nodes
+    from dace.libraries.lapack import nodes as lapack_nodes
+    from dace.libraries.linalg import nodes as linalg_nodes
     keep = (DistributedMemlet, blas_nodes.Gemm, blas_nodes.Gemv, blas_nodes.BatchedMatMul, blas_nodes.Dot,
-            blas_nodes.Ger, blas_nodes.Axpy)
+            blas_nodes.Ger, blas_nodes.Axpy, lapack_nodes.Getrf, lapack_nodes.Getri, lapack_nodes.Getrs,
+            lapack_nodes.Potrf, linalg_nodes.Solve, linalg_nodes.Inv, linalg_nodes.Cholesky)
     expand_all(sdfg, keep=keep)
     parallel = (dace.ScheduleType.Default, dace.ScheduleType.CPU_Multicore)
     for n, _ in sdfg.all_nodes_recursive():

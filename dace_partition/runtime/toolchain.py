@@ -50,6 +50,9 @@ class BlasChoice:
         return f"{self.blas.value}{ver}{where}: {self.why}"
 
 
+LAPACK_LIBRARIES = ("lapack", "linalg")  # DaCe's libraries whose nodes call LAPACK
+
+
 def _env_lib() -> str:
     return os.path.join(sys.prefix, "lib")
 
@@ -196,12 +199,18 @@ def preserved_state(environ=True):
 @contextmanager
 def blas_build(choice: Optional[BlasChoice] = None):
     """DaCe settings under which a build uses ``choice``: library nodes without an implementation of
-    their own (every BLAS node the MatMul/Einsum expansions create) expand to it. Everything it sets
-    (the default implementation, ``MKLROOT``) is restored on exit, also when the build fails."""
+    their own (every BLAS node the MatMul/Einsum expansions create) expand to it. LAPACK's nodes
+    (``np.linalg.solve``, ``inv``, ``cholesky``) take the same library: DaCe's default for them is
+    OpenBLAS, and one build naming both MKL and OpenBLAS fails in CMake (``BLA_VENDOR`` redefined).
+    Everything it sets (the default implementations, ``MKLROOT``) is restored on exit, also when the
+    build fails."""
     import dace
     choice = choice or blas()
     with preserved_state(environ=["MKLROOT"]):
         dace.Config.set("library", "blas", "default_implementation", value=choice.blas.value)
+        if choice.blas is not Blas.PURE:  # LAPACK has no pure expansion: DaCe's default stays
+            for library in LAPACK_LIBRARIES:
+                dace.Config.set("library", library, "default_implementation", value=choice.blas.value)
         if choice.root:
             os.environ["MKLROOT"] = choice.root
         yield choice

@@ -377,6 +377,21 @@ def test_a_call_back_into_python_is_refused(prog, function, array):
         dp.lower(sdfg, {m.name: (2, ) for m in dp.maps(sdfg)})
 
 
+@dace.program
+def solve_on_gpu(a: dace.float64[12, 12], b: dace.float64[12, 2]):
+    return np.linalg.solve(a, b) * 2.0
+
+
+def test_a_lapack_call_on_the_gpu_is_refused_and_lowers_on_cpus():
+    """With device='gpu' a LAPACK node would expand to host LAPACK on arrays in GPU memory: refused before
+    any rank starts, naming the array the call reads; the same program lowers for CPUs."""
+    with pytest.raises(dp.UnsupportedPattern, match=r"'a'.*'solve' \(Solve, a LAPACK call.*device='cpu'"):
+        dp.lower(solve_on_gpu.to_sdfg(), ranks=2, device="gpu")
+    sdfg = solve_on_gpu.to_sdfg()
+    dp.lower(sdfg, ranks=2)
+    assert is_lowered(sdfg)
+
+
 def test_the_outer_product_written_as_a_broadcast_runs_like_numpy():
     """The spelling the refusal of np.outer suggests lowers, and computes NumPy's outer product."""
     with pytest.raises(dp.UnsupportedPattern, match=r"u\[:, np.newaxis\] \* v\[np.newaxis, :\]"):

@@ -584,6 +584,40 @@ def test_a_fortran_ordered_parameter_takes_a_fortran_ordered_array(rng):
 
 
 @dace.program
+def linear_algebra(a: dace.float64[16, 16], b: dace.float64[16, 3], c: dace.float64[16, 16],
+                   s: dace.float64[16, 16], x: dace.float64[16, 3], y: dace.float64[16, 16],
+                   low: dace.float64[16, 16]):
+    x[:] = np.linalg.solve(a, b)
+    y[:] = np.linalg.inv(a) @ c
+    low[:] = np.linalg.cholesky(s)
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_linalg_solve_inverse_and_cholesky_run_like_numpy(rng, split):
+    """DaCe's LAPACK nodes default to OpenBLAS while the program's BLAS calls take the toolchain's MKL;
+    one build naming both failed in CMake (``BLA_VENDOR`` redefined). They now take the same library.
+    Split: the product with the inverse on 2 ranks, the LAPACK calls whole on each rank."""
+    if dp.runtime.toolchain.blas().blas is dp.runtime.toolchain.Blas.PURE:
+        pytest.skip("no BLAS/LAPACK library in this environment (make install brings MKL)")
+    sdfg = linear_algebra.to_sdfg()
+    sdfg.name = f"t_general_linalg_{split}"
+    if split:
+        product = {m.name: (2, ) + (1, ) * (len(m.shape) - 1) for m in dp.maps(sdfg) if "gemm" in m.name}
+        assert len(product) == 2, dp.maps(sdfg)
+        dp.lower(sdfg, product)
+    else:
+        dp.lower(sdfg, ranks=2)
+    a = rng.random((16, 16)) + 16 * np.eye(16)
+    m = rng.random((16, 16))
+    args = dict(a=a, b=rng.random((16, 3)), c=rng.random((16, 16)), s=m @ m.T + 16 * np.eye(16),
+                x=np.zeros((16, 3)), y=np.zeros((16, 16)), low=np.zeros((16, 16)))
+    out = dp.run(sdfg, 2, **args)
+    np.testing.assert_allclose(out["x"], np.linalg.solve(a, args["b"]), rtol=1e-10)
+    np.testing.assert_allclose(out["y"], np.linalg.inv(a) @ args["c"], rtol=1e-10)
+    np.testing.assert_allclose(out["low"], np.linalg.cholesky(args["s"]), rtol=1e-10, atol=1e-14)
+
+
+@dace.program
 def strided_read(x: dace.int64[128], out: dace.int64[64]):
     for i in dace.map[0:64]:
         out[i] = x[2 * i]
