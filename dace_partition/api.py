@@ -24,6 +24,7 @@ from dace.sdfg import SDFG
 from .analysis.boolean_sums import boolean_sums
 from .analysis.lapack_calls import lapack_calls
 from .analysis.python_calls import python_calls
+from .analysis.scalar_aliases import scalar_aliases
 from .analysis.unwritten_accumulators import unwritten_accumulators
 from .compat import (DACE_MAJOR, DACE_VERSION, indices_below_zero, loops_sharing_a_variable, misplaced_nested_arguments,
                      stepped_elements, unordered_aliased_accesses, with_line_info_from_frames)
@@ -142,6 +143,8 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
         raise UnsupportedPattern(call.array, call.subset, call.reason())
     for acc in unwritten_accumulators(sdfg):
         raise UnsupportedPattern(acc.array, acc.subset, acc.reason())
+    for alias in scalar_aliases(sdfg):
+        raise UnsupportedPattern(alias.array, alias.subset, alias.reason())
     for call in lapack_calls(sdfg) if device == "gpu" else ():
         raise UnsupportedPattern(call.array, call.subset, call.reason())
     t0 = time.perf_counter()

@@ -378,6 +378,49 @@ def test_a_call_back_into_python_is_refused(prog, function, array):
 
 
 @dace.program
+def priced_over_time(S: dace.float64[40], prices: dace.float64[6]):
+    dT = 1.0 / 365.0
+    T = dT
+    for i in range(6):
+        prices[i] = np.sum(np.sqrt(T) * S)
+        T += dT
+
+
+@dace.program
+def priced_over_time_copied(S: dace.float64[40], prices: dace.float64[6]):
+    dT = 1.0 / 365.0
+    T = dT + 0
+    for i in range(6):
+        prices[i] = np.sum(np.sqrt(T) * S)
+        T += dT
+
+
+@dace.program
+def scalar_argument_stepped(S: dace.float64[40], prices: dace.float64[6], dT: dace.float64):
+    T = dT
+    for i in range(6):
+        prices[i] = np.sum(T * S)
+        T += dT
+
+
+def test_a_scalar_that_dace_aliases_where_python_copies_is_refused_and_its_copy_runs_like_numpy(rng):
+    """``T = dT`` of a scalar the program computed makes ``T`` a second name of ``dT`` in DaCe's frontend,
+    so ``T += dT`` doubles both (a wrong result in one process): refused, naming both lines and the
+    spelling that copies, which then runs like NumPy. A scalar argument is copied, so it is not refused."""
+    with pytest.raises(dp.UnsupportedPattern, match=r"'dT'.*'T = dT' \(.*test_bad_input.py, line \d+\).*"
+                                                     r"writing 'T' on line \d+ also changes 'dT'.*'T = dT \+ 0'"):
+        dp.lower(priced_over_time.to_sdfg(), ranks=2)
+    dp.lower(scalar_argument_stepped.to_sdfg(), ranks=2)
+    sdfg = priced_over_time_copied.to_sdfg()
+    sdfg.name = "t_bad_priced_over_time_copied"
+    dp.lower(sdfg, {m.name: (2, ) for m in dp.maps(sdfg) if m.shape[0] == 40})
+    S = rng.random(40) * 4 + 58
+    expected = np.zeros(6)
+    priced_over_time.f(S, expected)
+    np.testing.assert_allclose(dp.run(sdfg, 2, S=S, prices=np.zeros(6))["prices"], expected, rtol=1e-12)
+
+
+@dace.program
 def solve_on_gpu(a: dace.float64[12, 12], b: dace.float64[12, 2]):
     return np.linalg.solve(a, b) * 2.0
 
