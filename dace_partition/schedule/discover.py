@@ -18,7 +18,7 @@ from dace.sdfg import SDFG, SDFGState
 from dace.sdfg.utils import dfs_topological_sort
 
 from ..compat import reduce_axes_of_indexed_slices, to_state_machine, whole_array_map_bodies
-from ..errors import ScheduleError
+from ..errors import ScheduleError, UnsupportedPattern
 from ..ir.kinds import Direction
 from ..ir.record import notes
 from .loops import loops_to_maps
@@ -177,7 +177,16 @@ def _expand_pure(node: nodes.LibraryNode, sdfg: SDFG, state: SDFGState):
                         copy.deepcopy(e.data))
         else:
             st.add_edge(lib, e.src_conn, acc, None, copy.deepcopy(e.data))
-    expand_all(scratch)
+    try:
+        expand_all(scratch)
+    except (ScheduleError, UnsupportedPattern):
+        raise
+    except Exception as err:  # noqa: BLE001 - DaCe's expansion refuses the node: say which and why, in words
+        read = [e for e in state.in_edges(node) if e.data.data is not None]
+        array, subset = (read[0].data.data, str(read[0].data.subset)) if read else ("(none)", "")
+        raise UnsupportedPattern(array, subset, f"library node '{node.label}' ({type(node).__name__}) that reads it "
+                                 f"cannot be expanded by DaCe: {type(err).__name__}: "
+                                 f"{(str(err).splitlines() or [''])[0]} (DaCe's own program fails on it too)") from err
     nested = [n for n in st.nodes() if isinstance(n, nodes.NestedSDFG)]
     if len(nested) != 1:
         raise ScheduleError(f"library node '{node.label}' ({type(node).__name__}) has no pure expansion "

@@ -421,6 +421,20 @@ def test_a_scalar_that_dace_aliases_where_python_copies_is_refused_and_its_copy_
 
 
 @dace.program
+def pairwise_by_transposed_row(x: dace.float64[20], d: dace.float64[20, 20]):
+    d[:] = x[np.newaxis, :].T - x
+
+
+def test_a_library_node_that_dace_cannot_expand_is_refused_in_words():
+    """DaCe writes ``x[np.newaxis, :].T`` as a Transpose of a (1, 20) view whose expansion DaCe itself
+    rejects (its own program does not build): the lowering says so, naming the node and DaCe's reason,
+    instead of passing on DaCe's exception from inside the analysis."""
+    with pytest.raises(dp.UnsupportedPattern, match=r"'_Transpose_' \(Transpose\).*cannot be expanded by DaCe: "
+                                                     r"ValueError: Transpose operation only supported on matrices"):
+        dp.lower(pairwise_by_transposed_row.to_sdfg(), ranks=2)
+
+
+@dace.program
 def solve_on_gpu(a: dace.float64[12, 12], b: dace.float64[12, 2]):
     return np.linalg.solve(a, b) * 2.0
 
