@@ -18,6 +18,8 @@ _SPELLED_OUT = (
     ("numpy_outer", "np.outer(u, v) is u[:, np.newaxis] * v[np.newaxis, :]"),
     ("numpy_cumsum", "np.cumsum(x, axis=1) is a loop over the axis: y[:, 0] = x[:, 0], then "
                      "for j in range(1, M): y[:, j] = y[:, j - 1] + x[:, j]"),
+    ("numpy_convolve", "np.convolve(a, v) of N and K elements (its full mode) is a sum of shifted copies: "
+                       "out = np.zeros(N + K - 1), then for j in range(K): out[j:j + N] += a * v[j]"),
 )
 
 

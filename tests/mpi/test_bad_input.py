@@ -360,15 +360,30 @@ def outer_by_broadcast(u: dace.float64[NO], v: dace.float64[NO]):
     return u[:, np.newaxis] * v[np.newaxis, :]
 
 
+@dace.program
+def smoothed_by_numpy(x: dace.float64[NO], w: dace.float64[5]):
+    return np.convolve(x, w)
+
+
+@dace.program
+def smoothed_by_shifted_sums(x: dace.float64[NO], w: dace.float64[5]):
+    out = np.zeros(NO + 4)
+    for j in range(5):
+        out[j:j + NO] += x * w[j]
+    return out
+
+
 @pytest.mark.parametrize("prog,function,array", [(outer_by_numpy, "numpy_outer", "__return"),
                                                  (sorted_copy, "numpy_sort", "__return"),
-                                                 (running_sums_by_numpy, "numpy_cumsum", "__return")])
+                                                 (running_sums_by_numpy, "numpy_cumsum", "__return"),
+                                                 (smoothed_by_numpy, "numpy_convolve", "__return")])
 def test_a_call_back_into_python_is_refused(prog, function, array):
     """A function DaCe's frontend does not compile becomes a call back into the calling interpreter, which
     the ranks do not have: lower() refuses it (automatic and given schedules alike), naming the array the call
     writes and the function (and how to spell it where it can be), and leaves the SDFG as it was."""
     sdfg = prog.to_sdfg()
-    spelled = {"numpy_outer": r"u\[:, np.newaxis\]", "numpy_cumsum": r"y\[:, j - 1\] \+ x\[:, j\]"}.get(function, "")
+    spelled = {"numpy_outer": r"u\[:, np.newaxis\]", "numpy_cumsum": r"y\[:, j - 1\] \+ x\[:, j\]",
+               "numpy_convolve": r"out\[j:j \+ N\] \+= a \* v\[j\]"}.get(function, "")
     with pytest.raises(dp.UnsupportedPattern, match=rf"'{array}\w*' .*{function}\(\.\.\.\), a call back into the "
                        rf"Python interpreter.*{spelled}"):
         dp.lower(sdfg, ranks=2)
@@ -458,6 +473,16 @@ def test_the_outer_product_written_as_a_broadcast_runs_like_numpy():
     dp.lower(sdfg, {m.name: (2, 1) for m in dp.maps(sdfg)})
     u, v = np.random.default_rng(1).random((2, 13))
     np.testing.assert_array_equal(dp.run(sdfg, 2, u=u, v=v, NO=13), np.outer(u, v))
+
+
+def test_the_convolution_written_as_shifted_sums_runs_like_numpy():
+    """The spelling the refusal of np.convolve suggests lowers with its maps split, and computes NumPy's
+    full convolution."""
+    sdfg = smoothed_by_shifted_sums.to_sdfg()
+    sdfg.name = "t_bad_smoothed_by_shifted_sums"
+    dp.lower(sdfg, {m.name: (2, ) for m in dp.maps(sdfg)})
+    x, w = np.random.default_rng(2).random(41), np.random.default_rng(3).random(5)
+    np.testing.assert_allclose(dp.run(sdfg, 2, x=x, w=w, NO=41), np.convolve(x, w), rtol=1e-13)
 
 
 @dace.program
