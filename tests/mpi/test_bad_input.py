@@ -430,8 +430,10 @@ def test_a_scalar_that_dace_aliases_where_python_copies_is_refused_and_its_copy_
     sdfg.name = "t_bad_priced_over_time_copied"
     dp.lower(sdfg, {m.name: (2, ) for m in dp.maps(sdfg) if m.shape[0] == 40})
     S = rng.random(40) * 4 + 58
-    expected = np.zeros(6)
+    expected, single = np.zeros(6), np.zeros(6)
     priced_over_time.f(S, expected)
+    priced_over_time(S=S, prices=single)
+    assert not np.allclose(single, expected)  # the premise: DaCe's own wrong result
     np.testing.assert_allclose(dp.run(sdfg, 2, S=S, prices=np.zeros(6))["prices"], expected, rtol=1e-12)
 
 
