@@ -174,6 +174,7 @@ DACE2_TESTS := tests/unit/test_compat.py tests/unit/test_scalar_aliases.py tests
 	"tests/mpi/test_general.py::test_einsum_contractions_to_a_vector_run_like_numpy[False]" \
 	tests/mpi/test_general.py::test_a_fortran_ordered_parameter_takes_a_fortran_ordered_array \
 	"tests/mpi/test_general.py::test_linalg_solve_inverse_and_cholesky_run_like_numpy" \
+	tests/mpi/test_general.py::test_a_called_function_with_a_scalar_of_its_own_and_arguments_it_ignores_splits_like_its_maps \
 	tests/mpi/test_bad_input.py::test_a_scalar_that_dace_aliases_where_python_copies_is_refused_and_its_copy_runs_like_numpy \
 	tests/mpi/test_api.py::test_lowering_the_program_binds_the_module_level_arrays_it_reads \
 	tests/mpi/test_api.py::test_the_program_run_unlowered_before_and_after_does_not_replace_the_lowered_build \

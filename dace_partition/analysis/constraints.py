@@ -75,6 +75,7 @@ class KernelPlan:
     body_constraints: Dict[str, subsets.Range] = field(default_factory=dict)
     principal: Optional[str] = None
     replica_dim: Optional[int] = None  # grid dimension of identical copies (``replicate``), if any
+    unused: Tuple[str, ...] = ()  # a nested kernel's connectors its body never touches (dropped when applied)
 
     @property
     def size(self):
@@ -888,9 +889,10 @@ def plan_nested_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, .
             if a.direction == Direction.OUT:
                 writes.setdefault(a.array, set()).add(a.op)
 
-    _check_outside_maps(kernel, canonical, grid)
+    _check_outside_maps(kernel, canonical, grid, coords, writes)
     plan.body_constraints = canonical
     state = kernel.state
+    used = {n.data for st in ordered_states(body) for n in st.data_nodes()}
     for direction, edges in ((Direction.IN, state.in_edges(kernel.node)), (Direction.OUT, state.out_edges(kernel.node))):
         for e in edges:
             arr = e.data.data
@@ -898,6 +900,9 @@ def plan_nested_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, .
                 continue
             own = e.dst_conn if direction == Direction.IN else e.src_conn
             conn = own if own in canonical else kernel.connectors.get((direction, arr))
+            if conn not in canonical and own not in used:  # an argument a called function ignores
+                plan.unused = tuple(dict.fromkeys(plan.unused + (own, )))
+                continue
             if conn not in canonical:
                 raise UnsupportedPattern(arr, e.data.subset, f"'{kernel.label}' uses it (connector {conn}), but "
                                          "none of its maps accesses it, so no per-rank constraint exists")
@@ -947,14 +952,23 @@ def _outer(inner: subsets.Range, memlet, array, conn) -> subsets.Range:
     return subsets.Range(ranges)
 
 
-def _check_outside_maps(kernel: Kernel, canonical, grid):
-    """Partitioned arrays may only be touched inside the tiled maps (or every rank would touch all of it)."""
+def _check_outside_maps(kernel: Kernel, canonical, grid, coords=(), writes=()):
+    """Partitioned arrays may only be touched inside the tiled maps (or every rank would touch all of it).
+
+    A transient of the body that the maps only read, and read in the same elements on every rank (no grid
+    coordinate in its constraint), is exempt: written outside the maps, every rank computes the same value
+    (``rho0 * betaS`` before ``np.ones_like(t) * c``, in a program called from the map's state)."""
     if grid_size(grid) == 1:
         return
+    coords = {str(c) for c in coords if c}
     for st in ordered_states(kernel.body):
         scope = st.scope_dict()
         for n in st.data_nodes():
             if n.data not in canonical or scope[n] is not None:
+                continue
+            desc = kernel.body.arrays.get(n.data)
+            if desc is not None and desc.transient and n.data not in writes and \
+                    not coords & {str(x) for x in canonical[n.data].free_symbols}:
                 continue
             for e in st.in_edges(n) + st.out_edges(n):
                 other = e.src if e.dst is n else e.dst

@@ -503,6 +503,7 @@ def _apply_plan(sdfg: SDFG, km: KernelMoves, sites: Dict[Site, tuple]):
         RankTileMap.apply_to(sdfg, options={"grid": list(plan.grid[:n]), "coords": [c or "" for c in plan.coords[:n]]},
                              map_entry=k.node)
     elif k.kind == KernelKind.NESTED:
+        _drop_unused_connectors(state, k.node, plan.unused)
         _tile_body(plan)
 
     buffers = km.buffer_map()
@@ -542,6 +543,23 @@ def _apply_plan(sdfg: SDFG, km: KernelMoves, sites: Dict[Site, tuple]):
             raise UnsupportedPattern(n.data, "", f"kernel '{k.label}' would run on every rank of grid {plan.grid} "
                                      "but still touches this global array (no constraint was derived for it)")
     return pre, post
+
+
+def _drop_unused_connectors(state, node: nodes.NestedSDFG, unused):
+    """Removes the connectors of ``node`` that its body never touches (the plan's ``unused``), their edges,
+    the arrays behind them inside and outer access nodes left with no edge: every rank runs the body on its
+    own buffers, and an argument nobody reads needs none."""
+    for conn in unused:
+        for e in [e for e in state.in_edges(node) if e.dst_conn == conn] + \
+                 [e for e in state.out_edges(node) if e.src_conn == conn]:
+            outer = e.src if e.dst is node else e.dst
+            state.remove_edge(e)
+            if isinstance(outer, nodes.AccessNode) and state.degree(outer) == 0:
+                state.remove_node(outer)
+        node.remove_in_connector(conn)
+        node.remove_out_connector(conn)
+        if conn in node.sdfg.arrays:
+            node.sdfg.remove_data(conn, validate=False)
 
 
 def _rewire(sdfg: SDFG, plan: KernelPlan, locals_, buffers):

@@ -1,5 +1,6 @@
 """General constraints (issue 4): uneven tiles, halos, symbolic sizes, indirect access, solver choice."""
 import copy
+import re
 
 import dace
 import numpy as np
@@ -581,6 +582,55 @@ def test_a_fortran_ordered_parameter_takes_a_fortran_ordered_array(rng):
     np.testing.assert_allclose(dp.run(sdfg, 2, a=a, v=v), a @ v, rtol=1e-13)
     with pytest.raises(ValueError, match="np.asfortranarray"):
         dp.run(sdfg, 2, a=np.ascontiguousarray(a), v=v)
+
+
+def density_slope(salt, temp, p):
+    rho0 = 1024.0
+    beta = 0.78e-3
+    return beta * rho0 * np.ones_like(temp)
+
+
+@dace.program
+def calls_a_function_that_ignores_arguments(salt: dace.float64[24, 8, 4, 3], temp: dace.float64[24, 8, 4, 3],
+                                            p: dace.float64[4], out: dace.float64[24, 8, 4]):
+    out[:] = temp[:, :, :, 0] * density_slope(salt[:, :, :, 0], temp[:, :, :, 0], np.abs(p))
+
+
+def scaled_by_its_first_element(salt, temp, p):
+    rho0 = 1024.0
+    beta = 0.78e-3
+    t = beta * rho0 * np.ones_like(temp)
+    s = t[0, 0, 0] + rho0
+    return t * s
+
+
+@dace.program
+def calls_a_function_that_reads_a_map_result_outside_its_maps(salt: dace.float64[24, 8, 4, 3],
+                                                              temp: dace.float64[24, 8, 4, 3],
+                                                              p: dace.float64[4], out: dace.float64[24, 8, 4]):
+    out[:] = temp[:, :, :, 0] * scaled_by_its_first_element(salt[:, :, :, 0], temp[:, :, :, 0], np.abs(p))
+
+
+def _split_along_rows(sdfg):
+    return {m.name: (2, ) + (1, ) * (len(m.shape) - 1) for m in dp.maps(sdfg) if m.shape[0] == 24}
+
+
+def test_a_called_function_with_a_scalar_of_its_own_and_arguments_it_ignores_splits_like_its_maps(rng):
+    """pyhpc's isoneutral mixing calls ``get_drhodS(salt, temp, p)``, which computes ``betaS * rho0`` outside
+    its maps and reads neither ``salt`` nor ``p``: the call stays a nested program whose maps split, every
+    rank computing the scalar itself, and the ignored arguments are dropped instead of refused. A value the
+    split maps wrote, read outside them, is still refused in words (a rank holds only its block of it)."""
+    sdfg = calls_a_function_that_ignores_arguments.to_sdfg()
+    sdfg.name = "t_general_ignored_arguments"
+    dp.lower(sdfg, _split_along_rows(sdfg))
+    assert re.search(r"nested '\w*density_slope\S*' on grid \(2, 1, 1\)", str(dp.report(sdfg)))
+    args = dict(salt=rng.random((24, 8, 4, 3)), temp=rng.random((24, 8, 4, 3)), p=rng.random(4),
+                out=np.zeros((24, 8, 4)))
+    got = dp.run(sdfg, 2, **args)["out"]
+    np.testing.assert_allclose(got, args["temp"][:, :, :, 0] * 0.78e-3 * 1024.0, rtol=1e-14)
+    other = calls_a_function_that_reads_a_map_result_outside_its_maps.to_sdfg()
+    with pytest.raises(dp.ScheduleError, match=r"'\w*scaled_by_its_first_element' accesses 't' outside of its maps"):
+        dp.lower(other, _split_along_rows(other))
 
 
 @dace.program
