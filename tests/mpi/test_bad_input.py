@@ -446,6 +446,8 @@ def test_a_library_node_that_dace_cannot_expand_is_refused_in_words():
     """DaCe writes ``x[np.newaxis, :].T`` as a Transpose of a (1, 20) view whose expansion DaCe itself
     rejects (its own program does not build): the lowering says so, naming the node and DaCe's reason,
     instead of passing on DaCe's exception from inside the analysis."""
+    with pytest.raises(ValueError, match="Transpose operation only supported on matrices"):
+        pairwise_by_transposed_row.to_sdfg().expand_library_nodes()  # the premise: DaCe's own build fails so
     with pytest.raises(dp.UnsupportedPattern, match=r"'_Transpose_' \(Transpose\).*cannot be expanded by DaCe: "
                                                      r"ValueError: Transpose operation only supported on matrices"):
         dp.lower(pairwise_by_transposed_row.to_sdfg(), ranks=2)
