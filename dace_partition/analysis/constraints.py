@@ -892,7 +892,7 @@ def plan_nested_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, .
     _check_outside_maps(kernel, canonical, grid, coords, writes)
     plan.body_constraints = canonical
     state = kernel.state
-    used = {n.data for st in ordered_states(body) for n in st.data_nodes()}
+    used = None  # the body's data, read only for a connector no map constrains
     for direction, edges in ((Direction.IN, state.in_edges(kernel.node)), (Direction.OUT, state.out_edges(kernel.node))):
         for e in edges:
             arr = e.data.data
@@ -900,10 +900,12 @@ def plan_nested_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, .
                 continue
             own = e.dst_conn if direction == Direction.IN else e.src_conn
             conn = own if own in canonical else kernel.connectors.get((direction, arr))
-            if conn not in canonical and own not in used:  # an argument a called function ignores
-                plan.unused = tuple(dict.fromkeys(plan.unused + (own, )))
-                continue
             if conn not in canonical:
+                if used is None:
+                    used = {n.data for st in ordered_states(body) for n in st.data_nodes()}
+                if own not in used:  # an argument a called function ignores
+                    plan.unused = tuple(dict.fromkeys(plan.unused + (own, )))
+                    continue
                 raise UnsupportedPattern(arr, e.data.subset, f"'{kernel.label}' uses it (connector {conn}), but "
                                          "none of its maps accesses it, so no per-rank constraint exists")
             subset = _outer(canonical[conn], e.data, arr, conn)
@@ -952,7 +954,7 @@ def _outer(inner: subsets.Range, memlet, array, conn) -> subsets.Range:
     return subsets.Range(ranges)
 
 
-def _check_outside_maps(kernel: Kernel, canonical, grid, coords=(), writes=()):
+def _check_outside_maps(kernel: Kernel, canonical, grid, coords, writes):
     """Partitioned arrays may only be touched inside the tiled maps (or every rank would touch all of it).
 
     A transient of the body that the maps only read, and read in the same elements on every rank (no grid

@@ -8,9 +8,11 @@ starts; on CPUs the calls run on the BLAS library of the rest of the program (``
 from typing import List, NamedTuple
 
 from ..compat import all_states
+from ..schedule.discover import first_read
 
 
-def _lapack_types() -> tuple:
+def lapack_types() -> tuple:
+    """DaCe's library nodes that call LAPACK (imported on use: DaCe's libraries load on first import)."""
     from dace.libraries.lapack import nodes as lapack
     from dace.libraries.linalg import nodes as linalg
     return (lapack.Getrf, lapack.Getri, lapack.Getrs, lapack.Potrf, linalg.Solve, linalg.Inv, linalg.Cholesky)
@@ -33,14 +35,13 @@ class LapackCall(NamedTuple):
 
 def lapack_calls(sdfg) -> List[LapackCall]:
     """Every LAPACK node of ``sdfg`` (nested SDFGs included), in state order."""
-    kinds = _lapack_types()
+    kinds = lapack_types()
     out = []
     for sd in sdfg.all_sdfgs_recursive():
         for st in all_states(sd):
             for node in st.nodes():
                 if not isinstance(node, kinds):
                     continue
-                read = [e for e in st.in_edges(node) if e.data.data is not None]
-                array, subset = (read[0].data.data, str(read[0].data.subset)) if read else ("(none)", "")
+                array, subset = first_read(st, node)
                 out.append(LapackCall(node.label, type(node).__name__, array, subset, st.label))
     return out

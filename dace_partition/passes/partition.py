@@ -28,6 +28,7 @@ from dace.properties import CodeBlock
 from dace.sdfg import SDFG, SDFGState
 
 from ..analysis.constraints import Direction, KernelPlan, known_sizes, plan_nested_kernel
+from ..analysis.lapack_calls import lapack_types
 from ..plan import KernelMoves, LoweringPlan, Site, plan_lowering, role, scatters
 from ..solvers.node import DistributedMemlet
 from ..runtime.environment import ENVIRONMENT
@@ -342,11 +343,8 @@ def single_threaded(sdfg: SDFG):
     LAPACK's nodes have no pure expansion: they stay for the build, which expands them to the BLAS
     library the rest of the program uses (``toolchain.blas_build``)."""
     from dace.libraries.blas import nodes as blas_nodes
-    from dace.libraries.lapack import nodes as lapack_nodes
-    from dace.libraries.linalg import nodes as linalg_nodes
     keep = (DistributedMemlet, blas_nodes.Gemm, blas_nodes.Gemv, blas_nodes.BatchedMatMul, blas_nodes.Dot,
-            blas_nodes.Ger, blas_nodes.Axpy, lapack_nodes.Getrf, lapack_nodes.Getri, lapack_nodes.Getrs,
-            lapack_nodes.Potrf, linalg_nodes.Solve, linalg_nodes.Inv, linalg_nodes.Cholesky)
+            blas_nodes.Ger, blas_nodes.Axpy) + lapack_types()
     expand_all(sdfg, keep=keep)
     parallel = (dace.ScheduleType.Default, dace.ScheduleType.CPU_Multicore)
     for n, _ in sdfg.all_nodes_recursive():

@@ -157,6 +157,13 @@ def _fingerprint(node: nodes.LibraryNode, sdfg: SDFG, state: SDFGState) -> Optio
         return None
 
 
+def first_read(state: SDFGState, node) -> Tuple[str, str]:
+    """(array, subset) of the first memlet into ``node``, the names a refusal of the node gives
+    (``("(none)", "")`` where it reads nothing)."""
+    read = [e for e in state.in_edges(node) if e.data.data is not None]
+    return (read[0].data.data, str(read[0].data.subset)) if read else ("(none)", "")
+
+
 def _expand_pure(node: nodes.LibraryNode, sdfg: SDFG, state: SDFGState):
     scratch = SDFG(f"{sdfg.name}_expansion_{node.label}".replace(" ", "_"))
     for sym, typ in sdfg.symbols.items():
@@ -182,8 +189,7 @@ def _expand_pure(node: nodes.LibraryNode, sdfg: SDFG, state: SDFGState):
     except (ScheduleError, UnsupportedPattern):
         raise
     except Exception as err:  # noqa: BLE001 - DaCe's expansion refuses the node: say which and why, in words
-        read = [e for e in state.in_edges(node) if e.data.data is not None]
-        array, subset = (read[0].data.data, str(read[0].data.subset)) if read else ("(none)", "")
+        array, subset = first_read(state, node)
         raise UnsupportedPattern(array, subset, f"library node '{node.label}' ({type(node).__name__}) that reads it "
                                  f"cannot be expanded by DaCe: {type(err).__name__}: "
                                  f"{(str(err).splitlines() or [''])[0]} (DaCe's own program fails on it too)") from err
