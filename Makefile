@@ -152,7 +152,7 @@ test-cluster: $(VENV)/.installed
 DACE2_VENV ?= .venv-dace2
 DACE2_PY := $(DACE2_VENV)/bin/python
 DACE2_ENV := PATH=$(abspath $(DACE2_VENV))/bin:$$PATH DACE_default_build_folder=.dacecache-dace2
-DACE2_TESTS := tests/unit/test_compat.py tests/unit/test_scalar_aliases.py tests/mpi/test_loops.py tests/mpi/test_local_kernels.py tests/unit/test_prediction_matches_report.py \
+DACE2_TESTS := tests/unit/test_compat.py tests/unit/test_scalar_aliases.py tests/unit/test_linspace_axes.py tests/mpi/test_loops.py tests/mpi/test_local_kernels.py tests/unit/test_prediction_matches_report.py \
 	tests/mpi/test_halo_reads.py tests/unit/test_halo_solver.py \
 	"tests/mpi/test_programs.py::test_add5" "tests/mpi/test_programs.py::test_transposed_map" \
 	"tests/mpi/test_programs.py::test_sum_rows" "tests/mpi/test_programs.py::test_matmul" \
@@ -176,6 +176,7 @@ DACE2_TESTS := tests/unit/test_compat.py tests/unit/test_scalar_aliases.py tests
 	"tests/mpi/test_general.py::test_linalg_solve_inverse_and_cholesky_run_like_numpy" \
 	tests/mpi/test_general.py::test_a_called_function_with_a_scalar_of_its_own_and_arguments_it_ignores_splits_like_its_maps \
 	tests/mpi/test_bad_input.py::test_a_scalar_that_dace_aliases_where_python_copies_is_refused_and_its_copy_runs_like_numpy \
+	tests/mpi/test_bad_input.py::test_a_linspace_between_scalar_variables_is_refused_and_its_scaled_form_runs_like_numpy \
 	tests/mpi/test_api.py::test_lowering_the_program_binds_the_module_level_arrays_it_reads \
 	tests/mpi/test_api.py::test_the_program_run_unlowered_before_and_after_does_not_replace_the_lowered_build \
 	tests/mpi/test_api.py::test_a_build_that_dace_renamed_is_the_one_the_ranks_call \

@@ -23,6 +23,7 @@ from dace.sdfg import SDFG
 
 from .analysis.boolean_sums import boolean_sums
 from .analysis.lapack_calls import lapack_calls
+from .analysis.linspace_axes import scalar_linspaces
 from .analysis.python_calls import python_calls
 from .analysis.scalar_aliases import scalar_aliases
 from .analysis.unwritten_accumulators import unwritten_accumulators
@@ -139,6 +140,8 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
                                      "1.0.2 gets it right with the row in an array of the body's own"))
     for summed in boolean_sums(sdfg):
         raise UnsupportedPattern(summed.array, summed.subset, summed.reason())
+    for points in scalar_linspaces(sdfg):
+        raise UnsupportedPattern(points.array, points.subset, points.reason())
     for call in python_calls(sdfg):
         raise UnsupportedPattern(call.array, call.subset, call.reason())
     for acc in unwritten_accumulators(sdfg):

@@ -468,6 +468,35 @@ def test_a_lapack_call_on_the_gpu_is_refused_and_lowers_on_cpus():
     assert is_lowered(sdfg)
 
 
+@dace.program
+def grid_between_scalars(xmin: dace.float64, xmax: dace.float64, y: dace.float64[20]):
+    x = np.linspace(xmin, xmax, 20)
+    return x + y[:, None]
+
+
+@dace.program
+def grid_scaled_from_numbers(xmin: dace.float64, xmax: dace.float64, y: dace.float64[20]):
+    x = xmin + (xmax - xmin) * np.linspace(0.0, 1.0, 20)
+    return x + y[:, None]
+
+
+def test_a_linspace_between_scalar_variables_is_refused_and_its_scaled_form_runs_like_numpy():
+    """DaCe gives ``np.linspace(xmin, xmax, 20)`` of scalar variables the shape (20, 1) (1.0.2 and 2 alike),
+    so the broadcast that follows keeps (20, 1) where NumPy's is (20, 20): refused, naming the points and the
+    scalars; the points scaled from numbers, split over 2 ranks, give NumPy's grid."""
+    y = np.random.default_rng(7).random(20)
+    sdfg = grid_between_scalars.to_sdfg()
+    assert tuple(sdfg.arrays["__return"].shape) == (20, 1) != grid_between_scalars.f(0.5, 2.0, y).shape  # premise
+    with pytest.raises(dp.UnsupportedPattern, match=r"'x' .*linspace from the scalar variable\(s\) xmin, xmax .*"
+                       r"xmin \+ \(xmax - xmin\) \* np\.linspace\(0\.0, 1\.0, num\)"):
+        dp.lower(sdfg, ranks=2)
+    assert not is_lowered(sdfg)
+    sdfg = grid_scaled_from_numbers.to_sdfg()
+    sdfg.name = "t_bad_grid_scaled_from_numbers"
+    dp.lower(sdfg, {m.name: (2, ) + (1, ) * (len(m.params) - 1) for m in dp.maps(sdfg) if str(m.shape[0]) == "20"})
+    np.testing.assert_allclose(dp.run(sdfg, 2, xmin=0.5, xmax=2.0, y=y), grid_between_scalars.f(0.5, 2.0, y),
+                               rtol=1e-14, atol=1e-14)
+
 def test_the_outer_product_written_as_a_broadcast_runs_like_numpy():
     """The spelling the refusal of np.outer suggests lowers, and computes NumPy's outer product."""
     with pytest.raises(dp.UnsupportedPattern, match=r"u\[:, np.newaxis\] \* v\[np.newaxis, :\]"):
