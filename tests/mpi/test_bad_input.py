@@ -373,7 +373,22 @@ def smoothed_by_shifted_sums(x: dace.float64[NO], w: dace.float64[5]):
     return out
 
 
+def relax_interior(n, x):
+    x[1:-1] = 0.5 * (x[:n] + x[2:])  # DaCe cannot tell that n is x's length less 2
+
+
+@dace.program
+def relaxed_by_a_helper(x: dace.float64[18]):
+    relax_interior(16, x)
+
+
+@dace.program
+def relaxed_by_a_decorated_helper(x: dace.float64[18]):
+    dace.program(relax_interior)(16, x)
+
+
 @pytest.mark.parametrize("prog,function,array", [(outer_by_numpy, "numpy_outer", "__return"),
+                                                 (relaxed_by_a_helper, "relax_interior", "x"),
                                                  (sorted_copy, "numpy_sort", "__return"),
                                                  (running_sums_by_numpy, "numpy_cumsum", "__return"),
                                                  (smoothed_by_numpy, "numpy_convolve", "__return")])
@@ -383,13 +398,17 @@ def test_a_call_back_into_python_is_refused(prog, function, array):
     writes and the function (and how to spell it where it can be), and leaves the SDFG as it was."""
     sdfg = prog.to_sdfg()
     spelled = {"numpy_outer": r"u\[:, np.newaxis\]", "numpy_cumsum": r"y\[:, j - 1\] \+ x\[:, j\]",
-               "numpy_convolve": r"out\[j:j \+ N\] \+= a \* v\[j\]"}.get(function, "")
+               "numpy_convolve": r"out\[j:j \+ N\] \+= a \* v\[j\]",
+               "relax_interior": r"decorate relax_interior with @dace.program"}.get(function, "")
     with pytest.raises(dp.UnsupportedPattern, match=rf"'{array}\w*' .*{function}\(\.\.\.\), a call back into the "
                        rf"Python interpreter.*{spelled}"):
         dp.lower(sdfg, ranks=2)
     assert not is_lowered(sdfg)
     with pytest.raises(dp.UnsupportedPattern, match=function):
         dp.lower(sdfg, {m.name: (2, ) for m in dp.maps(sdfg)})
+    if function == "relax_interior":  # the hint holds: decorated, the helper's parse error comes out
+        with pytest.raises(Exception, match="could not be broadcast"):
+            relaxed_by_a_decorated_helper.to_sdfg()
 
 
 @dace.program
