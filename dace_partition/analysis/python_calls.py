@@ -34,8 +34,8 @@ class PythonCall(NamedTuple):
     def reason(self) -> str:
         hint = dict(_SPELLED_OUT).get(self.function)
         if hint is None and not self.function.startswith("numpy_"):  # the user's own function: DaCe knows why
-            hint = (f"decorate {self.function} with @dace.program, and DaCe's frontend raises the error that kept "
-                    "it from compiling the function")
+            hint = (f"decorate {self.function} with @dace.program: DaCe's frontend then compiles it, or raises "
+                    "the error that kept it from doing so")
         return (f"in state '{self.state}': it is written by {self.function}(...), a call back into the Python "
                 "interpreter, which DaCe's frontend made because it does not compile that function. The ranks of a "
                 "lowered program run without this interpreter, so the call cannot be made there; write it with array "
