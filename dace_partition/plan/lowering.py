@@ -208,8 +208,22 @@ def local_buffers(plan: KernelPlan) -> Dict[Tuple[str, Role], Tuple[str, object]
     bounding box: block plus halo). A read and a write of the same block share one buffer; a write of
     another block (the interior ``A[1:N-1]`` of an array read whole) gets a buffer of its own: the kernel
     reads the values from before it, as a map's semantics say, and the gather sends exactly the written
-    block."""
+    block.
+
+    Names are ``__dp{k}_{array}`` (``_in`` / ``_out`` where a read and a write differ), made unique against
+    the kernel's own symbols (its grid coordinates ``__dp{k}_r{d}``, ``__dp{k}_member`` and their ``_v``
+    scalars: an array called ``r0`` would take a coordinate's name) and against each other (``A`` read and
+    written apart beside an array called ``A_in``)."""
     k = plan.kernel.index
+    symbols = {c for c in plan.coords if c} | {f"__dp{k}_member"}
+    taken = symbols | {f"{s}_v" for s in symbols}
+
+    def fresh(name: str) -> str:
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        return name
+
     out = {}
     for array in dict.fromkeys(a.array for a in plan.accesses):
         reads = [a for a in plan.accesses if a.array == array and role(a) == Role.IN]
@@ -224,10 +238,15 @@ def local_buffers(plan: KernelPlan) -> Dict[Tuple[str, Role], Tuple[str, object]
         write = writes[0] if writes else (priors[0] if priors else None)
         shared = read is not None and write is not None and same_subset(read.subset, write.subset)
         base = f"__dp{k}_{array}"
+        if shared or write is None or read is None:
+            name = fresh(base)
+            names = {Role.IN: name, Role.OUT: name}
+        else:
+            names = {Role.IN: fresh(base + "_in"), Role.OUT: fresh(base + "_out")}
         if read is not None:
-            out[(array, Role.IN)] = (base if shared or write is None else base + "_in", read.subset)
+            out[(array, Role.IN)] = (names[Role.IN], read.subset)
         if write is not None:
-            out[(array, Role.OUT)] = (base if shared or read is None else base + "_out", write.subset)
+            out[(array, Role.OUT)] = (names[Role.OUT], write.subset)
     return out
 
 

@@ -634,6 +634,44 @@ def test_a_called_function_with_a_scalar_of_its_own_and_arguments_it_ignores_spl
 
 
 @dace.program
+def conjugate_gradients(A: dace.float64[24, 24], b: dace.float64[24], tol: dace.float64, x: dace.float64[24],
+                        r0_in: dace.float64[24]):
+    x[:] = 0
+    r0 = b - A @ x
+    p = np.copy(r0)
+    for i in range(40):
+        Ap = A @ p
+        a = np.dot(r0, r0) / np.dot(p, Ap)
+        x += a * p
+        r1 = r0 - a * Ap
+        if np.sqrt(np.dot(r1, r1)) < tol:
+            break
+        beta = np.dot(r1, r1) / np.dot(r0, r0)
+        p[:] = r1 + beta * p
+        r0[:] = r1
+    r0[1:] = r0[:-1] + r0_in[1:]  # r0 read and written apart (buffers r0_in, r0_out) beside r0_in
+    x[:] += r0
+
+
+def test_arrays_named_like_a_grid_coordinate_or_another_buffer_get_buffers_of_their_own(rng):
+    """CuPy's conjugate-gradient example names its residual ``r0``: the rank-local buffer of ``r0`` in
+    kernel 2 took the name of that kernel's grid coordinate (``__dp2_r0``), and DaCe refused the array
+    (FileExistsError from inside the lowering). ``r0_in`` (read and written apart, beside ``r0``) checks that
+    two buffers cannot share a name either. Every map split over 2 ranks; the solution and ``r0_in`` match
+    NumPy's."""
+    sdfg = conjugate_gradients.to_sdfg()
+    sdfg.name = "t_general_cg_named_r0"
+    dp.lower(sdfg, {m.name: (2, ) + (1, ) * (len(m.shape) - 1) for m in dp.maps(sdfg) if m.shape[0] == 24})
+    assert any(re.fullmatch(r"__dp\d+_r0_", n) for n in sdfg.arrays)  # a buffer of r0, beside the coordinate
+    M = rng.random((24, 24))
+    args = dict(A=M @ M.T + 24 * np.eye(24), b=rng.random(24), tol=1e-12, x=np.zeros(24), r0_in=rng.random(24))
+    want = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+    conjugate_gradients.f(**want)
+    got = dp.run(sdfg, 2, **args)
+    np.testing.assert_allclose(got["x"], want["x"], rtol=1e-10, atol=1e-12)
+
+
+@dace.program
 def linear_algebra(a: dace.float64[16, 16], b: dace.float64[16, 3], c: dace.float64[16, 16],
                    s: dace.float64[16, 16], x: dace.float64[16, 3], y: dace.float64[16, 16],
                    low: dace.float64[16, 16]):

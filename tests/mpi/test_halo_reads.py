@@ -310,6 +310,26 @@ def test_fused_symbolic_size_and_interior_update_run(rng):
     np.testing.assert_array_equal(res["A"] if isinstance(res, dict) else res, ref)
 
 
+@dace.program
+def interior_update_beside_A_in(A: dace.int64[11], A_in: dace.int64[11]):
+    for i in dace.map[1:10]:
+        A[i] = 3 * A[i] + A[0] - A[10] + A_in[i]
+
+
+def test_an_array_named_like_another_arrays_buffer_keeps_a_buffer_of_its_own(rng):
+    """``A`` is read whole and written in its interior: its buffers are ``__dp0_A_in`` and ``__dp0_A_out``.
+    An argument called ``A_in`` read by the same kernel would take the first of those names (and then the
+    same rank-local array, so ``A_in`` scattered over ``A``'s values): it gets a name of its own, and the
+    result on 2 ranks is NumPy's."""
+    sdfg = lower(interior_update_beside_A_in.to_sdfg(), (2, ))
+    assert {"__dp0_A_in", "__dp0_A_out", "__dp0_A_in_"} <= set(sdfg.arrays)
+    a, a_in = rng.integers(-1000, 1000, 11), rng.integers(-1000, 1000, 11)
+    ref = a.copy()
+    ref[1:-1] = 3 * a[1:-1] + a[0] - a[-1] + a_in[1:-1]
+    res = dp.run(sdfg, 2, A=a, A_in=a_in)
+    np.testing.assert_array_equal(res["A"], ref)
+
+
 def test_halo_read_of_the_previous_kernels_output_counted(rng):
     """A second kernel reads B, which the first wrote in blocks, with a halo (other blocks, other grid
     tiles): one scatter of B for it, every element checked, bytes counted."""
