@@ -640,6 +640,30 @@ def test_the_gpu_data_flow_of_a_host_read_array_and_a_rank0_kernel_is_correct():
         np.testing.assert_array_equal(got["out"], programs_gpu.host_branch_reference(x, None))
 
 
+@dace.program
+def weighted_by_a_constant_array(x: dace.float64[12, 2], out: dace.float64[12, 2]):
+    weights = np.array([0.25, 0.75], dtype=np.float64)
+    out[:] = x * weights + np.log(weights)
+
+
+def test_a_constant_array_of_the_program_stays_in_host_code_and_runs_on_two_ranks():
+    """``np.array([0.25, 0.75])`` is a constant of the SDFG, which DaCe compiles into host code: kept as a
+    resident transient it was never allocated (DaCe's code generator: 'Variable __state->... has not been
+    defined'; CuPy's Gaussian-mixture example). It stays on the host, the report says why, and the split
+    kernel gets it copied to the device around it."""
+    sdfg = weighted_by_a_constant_array.to_sdfg()
+    sdfg.name = "res_constant_array"
+    (const, ) = sdfg.constants_prop
+    dp.lower(sdfg, {m.name: (2, 1) for m in dp.maps(sdfg) if m.shape[0] == 12}, device="gpu")
+    res = _check_invariants(sdfg)
+    assert const not in res.resident and "a constant of the program" in dict(res.host)[const]
+    assert const in res.kernel_copies
+    on_host(sdfg)
+    x = np.random.default_rng(3).random((12, 2))
+    got = dp.run(sdfg, 2, x=x, out=np.zeros((12, 2)))
+    np.testing.assert_allclose(got["out"], x * [0.25, 0.75] + np.log([0.25, 0.75]), rtol=1e-14)
+
+
 def test_device_arrays_go_in_and_out_of_the_gpu_data_flow_on_two_ranks():
     """Arrays given as device arrays (``__cuda_array_interface__`` only): io="distributed" tiles of a
     stencil's time loop are the program's device twins, updated in place; a root-io softmax takes rank 0's
