@@ -177,6 +177,7 @@ DACE2_TESTS := tests/unit/test_compat.py tests/unit/test_scalar_aliases.py tests
 	tests/mpi/test_general.py::test_a_called_function_with_a_scalar_of_its_own_and_arguments_it_ignores_splits_like_its_maps \
 	tests/mpi/test_bad_input.py::test_a_scalar_that_dace_aliases_where_python_copies_is_refused_and_its_copy_runs_like_numpy \
 	tests/mpi/test_bad_input.py::test_a_linspace_between_scalar_variables_is_refused_and_its_scaled_form_runs_like_numpy \
+	tests/mpi/test_general.py::test_arrays_named_like_a_grid_coordinate_or_another_buffer_get_buffers_of_their_own \
 	tests/mpi/test_api.py::test_lowering_the_program_binds_the_module_level_arrays_it_reads \
 	tests/mpi/test_api.py::test_the_program_run_unlowered_before_and_after_does_not_replace_the_lowered_build \
 	tests/mpi/test_api.py::test_a_build_that_dace_renamed_is_the_one_the_ranks_call \
