@@ -108,7 +108,8 @@ def _decide(sdfg: SDFG, by_name: Dict[str, List[ModelAccess]], read_between: Set
     """Which arrays live in GPU memory when ``gpu_states`` of rank 0 (and every planned kernel) run on the
     GPU: every array (not a scalar, not a view) that GPU code uses and that only GPU code and MPI touch.
     Transients (the rank-local buffers, rank 0's intermediates) are allocated there; arguments get a
-    device twin. The program's constant arrays stay in host code, where DaCe writes their values. Arrays that no planned kernel touches are rank 0's alone (their copies run there only).
+    device twin. The program's constant arrays stay in host code, where DaCe writes their values. Arrays
+    that no planned kernel touches are rank 0's alone (their copies run there only).
     ``by_name``: each name's accesses in the model; ``read_between``: what interstate edges read."""
     resident, arguments, why_host, rank0, gpu_writes = [], [], {}, [], []
     for name, where in sorted(by_name.items()):
