@@ -610,14 +610,8 @@ def _copy(sdfg: SDFG, state: SDFGState, src: str, dst: str, subset: Optional[Ran
 
 
 def _copied_in_out(wrapper: SDFG):
-    """The outer arrays a GPU wrapper still copies to and from the device (GPUTransformSDFG's clones), by
-    their names outside the wrapper (a constant is passed in under another name)."""
-    node, st = wrapper.parent_nsdfg_node, wrapper.parent
-    outer = {}
-    if node is not None and st is not None:
-        outer = {e.dst_conn: e.data.data for e in st.in_edges(node) if e.data.data}
-        outer.update({e.src_conn: e.data.data for e in st.out_edges(node) if e.data.data})
-    return [outer.get(name, name) for name, desc in wrapper.arrays.items()
+    """The outer arrays a GPU wrapper still copies to and from the device (GPUTransformSDFG's clones)."""
+    return [name for name, desc in wrapper.arrays.items()
             if not desc.transient and desc.storage not in (dtypes.StorageType.GPU_Global, dtypes.StorageType.CPU_Pinned)
             and not isinstance(desc, dace.data.Scalar)]
 
@@ -767,7 +761,7 @@ def _offload_state(sdfg: SDFG, state: SDFGState):
     wrapper_node = nest_state_subgraph(sdfg, state, SubgraphView(state, inner), name=f"{state.label}_gpu",
                                        full_data=True)
     wrapper = wrapper_node.sdfg
-    _constants_passed_under_names_of_their_own(sdfg, state, wrapper_node)
+    _constants_passed_in(sdfg, wrapper_node)
     wrapper.apply_gpu_transformations(validate=False, simplify=False, sequential_innermaps=True,
                                       register_transients=True)
     nested_symbols_in_outer_memlets(wrapper)  # DaCe's re-propagation can name a nested program's own symbols
@@ -779,30 +773,17 @@ def _offload_state(sdfg: SDFG, state: SDFGState):
     return wrapper
 
 
-def _constants_passed_under_names_of_their_own(sdfg: SDFG, state: SDFGState, node: nodes.NestedSDFG) -> int:
+def _constants_passed_in(sdfg: SDFG, node: nodes.NestedSDFG) -> int:
     """A constant array of the program (``np.array([0.5, 0.5])``) is host code: DaCe declares it again in the
-    function of every nested SDFG that holds it among its constants (the wrapper does, from nesting), so
-    passed into the wrapper it shadows the parameter (a C++ compile error, "declaration of 'constexpr const
-    double __tmp0 [2]' shadows a parameter"). Inside the wrapper, such a connector takes another name and
-    the wrapper drops the constant. Returns how many were renamed."""
-    consts = set(sdfg.constants_prop) | set(sdfg.root_sdfg.constants_prop)
-    inner = node.sdfg
-    renamed = 0
-    for old in sorted((set(node.in_connectors) | set(node.out_connectors)) & consts):
-        new = old + "_value"
-        while new in inner.arrays or new in inner.symbols or new in consts:
-            new += "_"
-        inner.constants_prop.pop(old, None)  # the parameter carries the values in
-        inner.replace(old, new)
-        for conns, edges, attr in ((node.in_connectors, state.in_edges(node), "dst_conn"),
-                                   (node.out_connectors, state.out_edges(node), "src_conn")):
-            if old in conns:
-                conns[new] = conns.pop(old)
-                for e in edges:
-                    if getattr(e, attr) == old:
-                        setattr(e, attr, new)
-        renamed += 1
-    return renamed
+    function of every nested SDFG that holds it among its constants, and the wrapper does, from nesting; the
+    wrapper also takes it as a parameter of the same name, which the declaration would shadow (a C++ compile
+    error, "declaration of 'constexpr const double __tmp0 [2]' shadows a parameter"). The wrapper drops the
+    constant: the parameter carries the values in. Returns how many were dropped."""
+    passed = (set(node.in_connectors) | set(node.out_connectors)) & \
+        (set(sdfg.constants_prop) | set(sdfg.root_sdfg.constants_prop))
+    for name in passed:
+        node.sdfg.constants_prop.pop(name, None)
+    return len(passed)
 
 
 def _kernel_local_arrays(wrapper: SDFG) -> int:
