@@ -95,9 +95,8 @@ def _numpy_case(name, prog, inputs, P, opts, rng):
         sdfg = prog.to_sdfg()
     except Exception as e:  # noqa: BLE001 - DaCe's frontend: not ours
         return {"outcome": "dace_fails", "why": f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"}
-    ret = sdfg.arrays.get("__return")
-    dace_dtype = ret.dtype.as_numpy_dtype() if ret is not None else None
-    dace_ndim = len(ret.shape) if ret is not None else None
+    # DaCe's own results (one, or __return_0, __return_1, ...): their dtype and number of axes
+    declared = {n: (d.dtype.as_numpy_dtype(), len(d.shape)) for n, d in sdfg.arrays.items() if n.startswith("__return")}
     sdfg.name = f"fresh_{name}_{opts.device.replace('-', '_')}_{opts.schedule}_{P}"
     split = _lower(sdfg, P, opts)
     got_in = _copy(data)
@@ -108,12 +107,11 @@ def _numpy_case(name, prog, inputs, P, opts, rng):
         out["compared"] = sorted(got)
     else:
         if isinstance(ref, tuple):  # several results: each against DaCe's own __return_i
-            rets = [sdfg.arrays.get(f"__return_{i}") for i in range(len(ref))]
-            pairs = [(r, g, x.dtype.as_numpy_dtype() if x is not None else None, len(x.shape) if x is not None
-                      else None) for r, g, x in zip(ref, got if isinstance(got, tuple) else (got, ), rets)]
+            pairs = [(r, g, *declared.get(f"__return_{i}", (None, None)))
+                     for i, (r, g) in enumerate(zip(ref, got if isinstance(got, tuple) else (got, )))]
             ok = len(pairs) == len(ref)
         else:
-            pairs = [(ref, got, dace_dtype, dace_ndim)]
+            pairs = [(ref, got, *declared.get("__return", (None, None)))]
             ok = True
         notes = []
         for r, g, dtype, ndim in pairs:
