@@ -12,6 +12,7 @@ layouts are part of the program's :class:`~dace_partition.ir.ProgramRecord`, sav
 program loaded from its build folder knows them.
 """
 import copy
+import itertools
 import time
 import warnings
 from typing import Dict, Optional, Sequence
@@ -138,18 +139,11 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
                                      "back ('row = np.empty(M); row[:] = x[i, :]; ...; x[i, :] = row')"
                                      if DACE_MAJOR < 2 else "No spelling is known to be right under DaCe 2; DaCe "
                                      "1.0.2 gets it right with the row in an array of the body's own"))
-    for summed in boolean_sums(sdfg):
-        raise UnsupportedPattern(summed.array, summed.subset, summed.reason())
-    for points in scalar_linspaces(sdfg):
-        raise UnsupportedPattern(points.array, points.subset, points.reason())
-    for call in python_calls(sdfg):
-        raise UnsupportedPattern(call.array, call.subset, call.reason())
-    for acc in unwritten_accumulators(sdfg):
-        raise UnsupportedPattern(acc.array, acc.subset, acc.reason())
-    for alias in scalar_aliases(sdfg):
-        raise UnsupportedPattern(alias.array, alias.subset, alias.reason())
-    for call in lapack_calls(sdfg) if device == "gpu" else ():
-        raise UnsupportedPattern(call.array, call.subset, call.reason())
+    # each analysis finds what it refuses as (array, subset, reason()); the first one found is raised
+    for found in itertools.chain(boolean_sums(sdfg), scalar_linspaces(sdfg), python_calls(sdfg),
+                                 unwritten_accumulators(sdfg), scalar_aliases(sdfg),
+                                 lapack_calls(sdfg) if device == "gpu" else ()):
+        raise UnsupportedPattern(found.array, found.subset, found.reason())
     t0 = time.perf_counter()
     local = LocalOptimize(steps_of(local_optimize))
     auto = None
