@@ -219,23 +219,21 @@ def reduce_axes_of_indexed_slices(sdfg) -> list:
         return len(a) == len(b) and all(dace.symbolic.simplify(x - y) == 0 for x, y in zip(a, b))
 
     out = []
-    for sd in sdfg.all_sdfgs_recursive():
-        for state in all_states(sd):
-            for node in state.nodes():
-                if not isinstance(node, Reduce) or not node.axes:
-                    continue
-                ins, outs = state.in_edges(node), state.out_edges(node)
-                if len(ins) != 1 or len(outs) != 1 or ins[0].data.subset is None or outs[0].data.subset is None:
-                    continue
-                sizes = ins[0].data.subset.size()
-                wide = [i for i, x in enumerate(sizes) if not one(x)]
-                written = [x for x in outs[0].data.subset.size() if not one(x)]
-                if same([sizes[i] for i in wide if i not in node.axes], written) or max(node.axes) >= len(wide):
-                    continue
-                meant = [wide[a] for a in node.axes]
-                if same([sizes[i] for i in wide if i not in meant], written):
-                    out.append((ins[0].data.data, str(ins[0].data.subset), list(node.axes), meant))
-                    node.axes = meant
+    for _, state, node in nodes_of(sdfg, Reduce):
+        if not node.axes:
+            continue
+        ins, outs = state.in_edges(node), state.out_edges(node)
+        if len(ins) != 1 or len(outs) != 1 or ins[0].data.subset is None or outs[0].data.subset is None:
+            continue
+        sizes = ins[0].data.subset.size()
+        wide = [i for i, x in enumerate(sizes) if not one(x)]
+        written = [x for x in outs[0].data.subset.size() if not one(x)]
+        if same([sizes[i] for i in wide if i not in node.axes], written) or max(node.axes) >= len(wide):
+            continue
+        meant = [wide[a] for a in node.axes]
+        if same([sizes[i] for i in wide if i not in meant], written):
+            out.append((ins[0].data.data, str(ins[0].data.subset), list(node.axes), meant))
+            node.axes = meant
     return out
 
 
@@ -356,6 +354,16 @@ def all_states(cfg):
     """Every state of a control-flow graph, inside its regions too: ``all_states()`` in 1.0.2, ``states()``
     in DaCe 2 (which recurses into regions; 1.0.2's ``states()`` does not)."""
     return list(cfg.all_states()) if hasattr(cfg, "all_states") else list(cfg.states())
+
+
+def nodes_of(sdfg, kind=object):
+    """``(sdfg, state, node)`` for every node of type ``kind`` in ``sdfg``'s states and its nested SDFGs'
+    (regions included, :func:`all_states`): the walk the analyses share, in state order."""
+    for sd in sdfg.all_sdfgs_recursive():
+        for state in all_states(sd):
+            for node in state.nodes():
+                if isinstance(node, kind):
+                    yield sd, state, node
 
 
 def add_nested_sdfg(state, nested, inputs, outputs, **kwargs):

@@ -10,7 +10,7 @@ from typing import List, NamedTuple
 import dace
 from dace.frontend.operations import detect_reduction_type
 
-from ..compat import all_states
+from ..compat import nodes_of
 
 
 class BooleanSum(NamedTuple):
@@ -29,17 +29,13 @@ def boolean_sums(sdfg) -> List[BooleanSum]:
     """Every reduction library node of ``sdfg`` (nested SDFGs included) that sums into a boolean."""
     from dace.libraries.standard.nodes import Reduce
     out = []
-    for sd in sdfg.all_sdfgs_recursive():
-        for st in all_states(sd):
-            for node in st.nodes():
-                if not isinstance(node, Reduce) or node.wcr is None:
-                    continue
-                if detect_reduction_type(node.wcr) != dace.dtypes.ReductionType.Sum:
-                    continue
-                written = [e.data.data for e in st.out_edges(node) if e.data.data]
-                if not written or sd.arrays[written[0]].dtype != dace.bool_:
-                    continue
-                for e in st.in_edges(node):
-                    if e.data.data:
-                        out.append(BooleanSum(e.data.data, str(e.data.subset), st.label))
+    for sd, st, node in nodes_of(sdfg, Reduce):
+        if node.wcr is None or detect_reduction_type(node.wcr) != dace.dtypes.ReductionType.Sum:
+            continue
+        written = [e.data.data for e in st.out_edges(node) if e.data.data]
+        if not written or sd.arrays[written[0]].dtype != dace.bool_:
+            continue
+        for e in st.in_edges(node):
+            if e.data.data:
+                out.append(BooleanSum(e.data.data, str(e.data.subset), st.label))
     return out

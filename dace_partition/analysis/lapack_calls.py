@@ -7,7 +7,7 @@ starts; on CPUs the calls run on the BLAS library of the rest of the program (``
 """
 from typing import List, NamedTuple
 
-from ..compat import all_states
+from ..compat import nodes_of
 from ..schedule.discover import first_read
 
 
@@ -37,11 +37,7 @@ def lapack_calls(sdfg) -> List[LapackCall]:
     """Every LAPACK node of ``sdfg`` (nested SDFGs included), in state order."""
     kinds = lapack_types()
     out = []
-    for sd in sdfg.all_sdfgs_recursive():
-        for st in all_states(sd):
-            for node in st.nodes():
-                if not isinstance(node, kinds):
-                    continue
-                array, subset = first_read(st, node)
-                out.append(LapackCall(node.label, type(node).__name__, array, subset, st.label))
+    for _, st, node in nodes_of(sdfg, kinds):
+        array, subset = first_read(st, node)
+        out.append(LapackCall(node.label, type(node).__name__, array, subset, st.label))
     return out

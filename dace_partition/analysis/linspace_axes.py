@@ -12,7 +12,7 @@ from typing import List, NamedTuple
 
 from dace import data, nodes
 
-from ..compat import all_states
+from ..compat import nodes_of
 
 #: The label DaCe's frontend gives the tasklet of ``np.linspace`` (``replacements._linspace``).
 LINSPACE_TASKLET = "linspace"
@@ -38,16 +38,14 @@ class ScalarLinspace(NamedTuple):
 def scalar_linspaces(sdfg) -> List[ScalarLinspace]:
     """Every ``np.linspace`` tasklet of ``sdfg`` (nested SDFGs included) that reads a scalar container."""
     out = []
-    for sd in sdfg.all_sdfgs_recursive():
-        for st in all_states(sd):
-            for node in st.nodes():
-                if not isinstance(node, nodes.Tasklet) or node.label != LINSPACE_TASKLET:
-                    continue
-                scalars = tuple(dict.fromkeys(e.data.data for e in st.in_edges(node) if e.data.data
-                                              and isinstance(sd.arrays[e.data.data], data.Scalar)))
-                written = [e for e in st.out_edges(node) if e.data.data]
-                if not scalars or not written:
-                    continue
-                outer = st.memlet_path(written[0])[-1].data  # the whole array of points, outside the map
-                out.append(ScalarLinspace(outer.data, str(outer.subset), scalars, st.label))
+    for sd, st, node in nodes_of(sdfg, nodes.Tasklet):
+        if node.label != LINSPACE_TASKLET:
+            continue
+        scalars = tuple(dict.fromkeys(e.data.data for e in st.in_edges(node) if e.data.data
+                                      and isinstance(sd.arrays[e.data.data], data.Scalar)))
+        written = [e for e in st.out_edges(node) if e.data.data]
+        if not scalars or not written:
+            continue
+        outer = st.memlet_path(written[0])[-1].data  # the whole array of points, outside the map
+        out.append(ScalarLinspace(outer.data, str(outer.subset), scalars, st.label))
     return out
