@@ -20,6 +20,7 @@ from ..ir import ROOT, Cost, Device, Distribution, IoMode, Move, MoveKind, Reduc
 from ..schedule import Kernel, KernelKind
 from ..solvers.base import Solver
 from ..solvers.registry import choose
+from .loop_reads import widen_loop_sized_reads
 
 def role(a: Access) -> Role:
     """Which rank-local buffer of its array an access fills or empties: the reads' (``Role.IN``) or the
@@ -109,7 +110,7 @@ def plan_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, ...]], s
                 analysis: Optional[KernelPlan] = None) -> KernelMoves:
     """Plans one kernel on its grid; raises :class:`UnsupportedPattern` (naming the array, its subset and
     the reason) when no solver implements one of its moves. Changes nothing."""
-    plan = analysis if analysis is not None else analyse_kernel(sdfg, kernel, grids)
+    plan = widen_loop_sized_reads(sdfg, analysis if analysis is not None else analyse_kernel(sdfg, kernel, grids))
     buffers = local_buffers(plan)
     refuse_loop_sized_buffers(sdfg, plan, buffers)
     read = {a.array for a in plan.accesses if a.direction == Direction.IN and not a.prior}

@@ -404,3 +404,38 @@ def test_the_search_predicts_the_bytes_of_a_time_loop_that_the_report_counts(ran
     schedule = dp.auto_schedule(sdfg, ranks, fixed={m.name: (ranks, 1) for m in dp.maps(sdfg)})
     dp.lower(sdfg, schedule)
     assert schedule.predicted.bytes_per_rank == dp.report(sdfg).bytes_per_rank(), dp.report(sdfg)
+
+
+STAR = 3
+
+
+@dace.program
+def star_stencil_by_distance(A: dace.float64[24, 20], B: dace.float64[24, 20], W: dace.float64[2 * STAR + 1],
+                             T: dace.int64):
+    for t in range(T):
+        for s in range(1, STAR + 1):
+            B[STAR:-STAR, STAR:-STAR] += W[STAR - s] * A[STAR:-STAR, STAR - s:20 - STAR - s] \
+                + W[STAR + s] * A[STAR:-STAR, STAR + s:20 - STAR + s] \
+                + W[STAR - s] * A[STAR - s:24 - STAR - s, STAR:-STAR] + W[STAR + s] * A[STAR + s:24 - STAR + s, STAR:-STAR]
+        A[STAR:-STAR, STAR:-STAR] = B[STAR:-STAR, STAR:-STAR] * 0.5
+
+
+@pytest.mark.parametrize("grid", [(2, 1), (1, 2)])
+def test_a_star_stencil_looping_over_its_distance_runs_like_numpy(rng, grid):
+    """ParRes' star stencil of radius 3 written as a loop over the distance s: each iteration reads a block
+    of A that is 2s wider than B's, so the kernel's read is widened to its block at s = 3 (it was refused:
+    a buffer sized by s). Every map split by rows or by columns on 2 ranks, the bytes the report predicts
+    counted by PMPI, B and A against NumPy."""
+    sdfg = star_stencil_by_distance.to_sdfg()
+    sdfg.name = f"t_loops_star_by_distance_{grid[0]}x{grid[1]}"
+    dp.lower(sdfg, {m.name: grid for m in dp.maps(sdfg)})
+    A, B, W = rng.random((24, 20)), rng.random((24, 20)), rng.random(2 * STAR + 1)
+    out = counted(sdfg, 2, {"T": 3}, A=A.copy(), B=B.copy(), W=W, T=3)
+    r = STAR
+    for _ in range(3):
+        for s in range(1, r + 1):
+            B[r:-r, r:-r] += W[r - s] * A[r:-r, r - s:20 - r - s] + W[r + s] * A[r:-r, r + s:20 - r + s] \
+                + W[r - s] * A[r - s:24 - r - s, r:-r] + W[r + s] * A[r + s:24 - r + s, r:-r]
+        A[r:-r, r:-r] = B[r:-r, r:-r] * 0.5
+    np.testing.assert_allclose(out["B"], B, rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(out["A"], A, rtol=1e-13, atol=1e-13)
