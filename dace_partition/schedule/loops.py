@@ -264,8 +264,9 @@ def loop_values(sdfg: SDFG, state) -> Dict[str, Tuple[int, int]]:
     constant): the values a kernel in that state sees. A variable that a loop not containing ``state`` or
     another assignment also sets is left out, as is a loop of no iteration."""
     known = {k: v for k, v in sdfg.constants.items() if isinstance(v, (int, np.integer))}
+    loops = list(_for_loops(sdfg))
     found: Dict[str, Tuple[int, int]] = {}
-    for var, contains, (start, end, step) in _for_loops(sdfg):
+    for var, contains, (start, end, step) in loops:
         if not contains(state):
             continue
         try:
@@ -276,10 +277,10 @@ def loop_values(sdfg: SDFG, state) -> Dict[str, Tuple[int, int]]:
         if trips > 0:
             last = b + st * (trips - 1)
             found[var] = (min(b, last), max(b, last))
-    loops = [var for var, _, _ in _for_loops(sdfg)]
+    variables = [var for var, _, _ in loops]
     own = 0 if loops_are_regions(sdfg) else 2  # DaCe 1.0.2: a loop's init and increment are interstate assignments
     sets = {v: sum(v in e.data.assignments for e in sdfg.all_interstate_edges()) for v in found}
-    return {v: r for v, r in found.items() if loops.count(v) == 1 and sets[v] == own}
+    return {v: r for v, r in found.items() if variables.count(v) == 1 and sets[v] == own}
 
 
 def _with(expr, values):
@@ -288,6 +289,7 @@ def _with(expr, values):
 
 
 def loops_are_regions(sdfg: SDFG) -> bool:
+    """Whether ``sdfg``'s loops are DaCe 2's loop regions (1.0.2: loops of states)."""
     return any(getattr(r, "loop_variable", None) for r in sdfg.all_control_flow_regions())
 
 
