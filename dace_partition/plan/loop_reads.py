@@ -15,19 +15,20 @@ import itertools
 from dataclasses import replace
 from typing import Dict, Optional, Set, Tuple
 
+import numpy as np
 import sympy
 from dace import subsets
 from dace.sdfg import SDFG
 
-from ..analysis.constraints import Direction, KernelPlan
+from ..analysis.constraints import Direction, KernelPlan, with_known
 from ..ir import Distribution
+from ..schedule.loops import for_loops, loops_are_regions
 
 
-def widen_loop_sized_reads(sdfg: SDFG, plan: KernelPlan) -> KernelPlan:
-    """``plan`` with each read whose rank-local size depends on a loop variable widened to its bounding box
-    over the loop's values (module docstring); ``plan`` itself where there is none or nothing can be widened."""
-    from ..schedule.loops import assigned_symbols, loop_values
-    assigned = assigned_symbols(sdfg)
+def widen_loop_sized_reads(sdfg: SDFG, plan: KernelPlan, assigned: Set[str]) -> KernelPlan:
+    """``plan`` with each read whose rank-local size depends on a loop variable (``assigned``: the symbols
+    loops and interstate edges assign) widened to its bounding box over the loop's values (module
+    docstring); ``plan`` itself where there is none or nothing can be widened."""
     if not assigned:
         return plan
     written = {a.array for a in plan.accesses if a.direction == Direction.OUT}
@@ -35,7 +36,7 @@ def widen_loop_sized_reads(sdfg: SDFG, plan: KernelPlan) -> KernelPlan:
     accesses, changed = [], False
     for a in plan.accesses:
         if a.direction == Direction.IN and not a.prior and a.array not in written and \
-                _sized_by(a.subset, plan, assigned):
+                size_symbols(a.subset, plan, assigned):
             values = loop_values(sdfg, plan.kernel.state) if values is None else values
             hull = _hull(a.subset, values, assigned)
             if hull is not None:
@@ -44,11 +45,37 @@ def widen_loop_sized_reads(sdfg: SDFG, plan: KernelPlan) -> KernelPlan:
     return replace(plan, accesses=accesses) if changed else plan
 
 
-def _sized_by(subset, plan: KernelPlan, assigned: Set[str]) -> bool:
+def size_symbols(subset, plan: KernelPlan, assigned: Set[str]) -> Set[str]:
+    """The names of ``assigned`` that the rank-local shape of ``subset`` on ``plan``'s grid depends on."""
     if not {str(f) for f in subset.free_symbols} & assigned:
-        return False  # the common case, without the block's shape
+        return set()  # the common case, without the block's shape
     shape = Distribution.on_grid(subset, plan.grid, plan.coords, 0).local_shape
-    return any({str(f) for f in sympy.sympify(x).free_symbols} & assigned for x in shape)
+    return {str(f) for x in shape for f in sympy.sympify(x).free_symbols} & assigned
+
+
+def loop_values(sdfg: SDFG, state) -> Dict[str, Tuple[int, int]]:
+    """``{variable: (first, last)}`` of the for-loops of ``sdfg`` that contain ``state`` and whose values are
+    known integers when the program is compiled (``for s in range(1, R + 1)`` with ``R`` a number or
+    constant): the values a kernel in that state sees. A variable that a loop not containing ``state`` or
+    another assignment also sets is left out, as is a loop of no iteration."""
+    known = {k: v for k, v in sdfg.constants.items() if isinstance(v, (int, np.integer))}
+    loops = list(for_loops(sdfg))
+    found: Dict[str, Tuple[int, int]] = {}
+    for var, contains, (start, end, step) in loops:
+        if not contains(state):
+            continue
+        try:
+            b, e, st = (int(with_known(x, known)) for x in (start, end, step))
+        except (TypeError, ValueError):
+            continue
+        trips = (e - b) // st + 1 if st else 0
+        if trips > 0:
+            last = b + st * (trips - 1)
+            found[var] = (min(b, last), max(b, last))
+    variables = [var for var, _, _ in loops]
+    own = 0 if loops_are_regions(sdfg) else 2  # DaCe 1.0.2: a loop's init and increment are interstate assignments
+    sets = {v: sum(v in e.data.assignments for e in sdfg.all_interstate_edges()) for v in found}
+    return {v: r for v, r in found.items() if variables.count(v) == 1 and sets[v] == own}
 
 
 def _hull(subset, values: Dict[str, Tuple[int, int]], assigned: Set[str]) -> Optional[subsets.Range]:

@@ -20,7 +20,7 @@ from ..ir import ROOT, Cost, Device, Distribution, IoMode, Move, MoveKind, Reduc
 from ..schedule import Kernel, KernelKind
 from ..solvers.base import Solver
 from ..solvers.registry import choose
-from .loop_reads import widen_loop_sized_reads
+from .loop_reads import size_symbols, widen_loop_sized_reads
 
 def role(a: Access) -> Role:
     """Which rank-local buffer of its array an access fills or empties: the reads' (``Role.IN``) or the
@@ -110,9 +110,12 @@ def plan_kernel(sdfg: SDFG, kernel: Kernel, grids: Dict[str, Tuple[int, ...]], s
                 analysis: Optional[KernelPlan] = None) -> KernelMoves:
     """Plans one kernel on its grid; raises :class:`UnsupportedPattern` (naming the array, its subset and
     the reason) when no solver implements one of its moves. Changes nothing."""
-    plan = widen_loop_sized_reads(sdfg, analysis if analysis is not None else analyse_kernel(sdfg, kernel, grids))
+    from ..schedule.loops import assigned_symbols
+    assigned = assigned_symbols(sdfg)
+    plan = widen_loop_sized_reads(sdfg, analysis if analysis is not None else analyse_kernel(sdfg, kernel, grids),
+                                  assigned)
     buffers = local_buffers(plan)
-    refuse_loop_sized_buffers(sdfg, plan, buffers)
+    refuse_loop_sized_buffers(plan, buffers, assigned)
     read = {a.array for a in plan.accesses if a.direction == Direction.IN and not a.prior}
     fills = [id(a) for a in scatters(plan, buffers)]
     planned = []
@@ -182,20 +185,12 @@ def decide(sdfg: SDFG, plan: LoweringPlan, solvers: Sequence[Solver], fuse: bool
     return plan, model
 
 
-def refuse_loop_sized_buffers(sdfg: SDFG, plan: KernelPlan, buffers):
+def refuse_loop_sized_buffers(plan: KernelPlan, buffers, assigned):
     """Rank-local buffers are allocated when the program starts, so their sizes may use the program's
-    symbols but not a variable that a loop assigns (a kernel of ``for i: corr[i, i+1:M] = ...`` whose tile
-    has ``M - i - 1`` columns): such a kernel is refused in words before anything is rewritten."""
-    from ..schedule.loops import assigned_symbols
-    assigned = assigned_symbols(sdfg)
-    if not assigned:
-        return  # no loop variable: nothing to find (the buffers' shapes cost more than this)
-    sizes = {}
-    for (array, _), (name, subset) in buffers.items():
-        for x in Distribution.on_grid(subset, plan.grid, plan.coords, 0).local_shape:
-            sizes.setdefault(name, (array, subset, set()))[2].update(str(f) for f in sympy.sympify(x).free_symbols)
-    for name, (array, subset, syms) in sizes.items():
-        stray = sorted(syms & assigned)
+    symbols but not a variable that a loop assigns (``assigned``; a kernel of ``for i: corr[i, i+1:M] = ...``
+    whose tile has ``M - i - 1`` columns): such a kernel is refused in words before anything is rewritten."""
+    for (array, _), (_, subset) in buffers.items():
+        stray = sorted(size_symbols(subset, plan, assigned))
         if stray:
             raise UnsupportedPattern(array, subset, f"kernel '{plan.kernel.label}' needs a rank-local buffer whose "
                                      f"size depends on {', '.join(stray)}, which a loop assigns; buffers are sized "

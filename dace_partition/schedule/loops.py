@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Dict, FrozenSet, Iterable, List, Optional, Set, Tuple
 
 import dace
-import numpy as np
 import sympy
 from dace import nodes
 from dace.sdfg import SDFG, SDFGState
@@ -258,42 +257,12 @@ def find_loops(sdfg: SDFG) -> List[Loop]:
     return sorted(out, key=lambda lp: len(lp.body))
 
 
-def loop_values(sdfg: SDFG, state) -> Dict[str, Tuple[int, int]]:
-    """``{variable: (first, last)}`` of the for-loops of ``sdfg`` that contain ``state`` and whose values are
-    known integers when the program is compiled (``for s in range(1, R + 1)`` with ``R`` a number or
-    constant): the values a kernel in that state sees. A variable that a loop not containing ``state`` or
-    another assignment also sets is left out, as is a loop of no iteration."""
-    known = {k: v for k, v in sdfg.constants.items() if isinstance(v, (int, np.integer))}
-    loops = list(_for_loops(sdfg))
-    found: Dict[str, Tuple[int, int]] = {}
-    for var, contains, (start, end, step) in loops:
-        if not contains(state):
-            continue
-        try:
-            b, e, st = (int(_with(sympy.sympify(x), known)) for x in (start, end, step))
-        except (TypeError, ValueError):
-            continue
-        trips = (e - b) // st + 1 if st else 0
-        if trips > 0:
-            last = b + st * (trips - 1)
-            found[var] = (min(b, last), max(b, last))
-    variables = [var for var, _, _ in loops]
-    own = 0 if loops_are_regions(sdfg) else 2  # DaCe 1.0.2: a loop's init and increment are interstate assignments
-    sets = {v: sum(v in e.data.assignments for e in sdfg.all_interstate_edges()) for v in found}
-    return {v: r for v, r in found.items() if variables.count(v) == 1 and sets[v] == own}
-
-
-def _with(expr, values):
-    """``expr`` with the symbols named in ``values`` replaced (DaCe's symbols compare by name and assumptions)."""
-    return expr.subs({x: values[str(x)] for x in expr.free_symbols if str(x) in values})
-
-
 def loops_are_regions(sdfg: SDFG) -> bool:
     """Whether ``sdfg``'s loops are DaCe 2's loop regions (1.0.2: loops of states)."""
     return any(getattr(r, "loop_variable", None) for r in sdfg.all_control_flow_regions())
 
 
-def _for_loops(sdfg: SDFG):
+def for_loops(sdfg: SDFG):
     """``(variable, contains(state), (start, end inclusive, step))`` of each for-loop of ``sdfg``'s own
     control flow: DaCe 2's loop regions, DaCe 1.0.2's loops of states that it recognises."""
     if loops_are_regions(sdfg):

@@ -9,8 +9,7 @@ import sympy
 
 import dace_partition as dp
 from dace_partition.compat import nodes_of
-from dace_partition.plan.loop_reads import _hull
-from dace_partition.schedule.loops import loop_values
+from dace_partition.plan.loop_reads import _hull, loop_values
 
 R = 3
 NS = dace.symbol("NS")
