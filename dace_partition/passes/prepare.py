@@ -5,6 +5,8 @@ search prepare a program the same way, through it).
   partitioned kernel receives them like any other block.
 - ``fold_unit_axis_copies``: a transient that only copies another with unit axes added or removed
   (``keepdims=True``) is replaced by the array it copies.
+- ``copy_fixed_rows_out``: a map that reads an array at its own index and at a fixed row (``x - x[row, :]``)
+  reads the fixed row from a copy made before it.
 - ``split_states``: one work node (map, nested SDFG, library node or tasklet) per state, with the copies
   that feed it in a state of their own before it and those that follow it in one after it (a copy between
   two of its own access nodes too), so the state of a kernel touches exactly what the kernel reads and writes.
@@ -22,6 +24,7 @@ from dace.sdfg.graph import SubgraphView
 from dace.sdfg.utils import dfs_topological_sort
 
 from ..schedule import FreeSymbols, Kernel, discover, normalise, ordered_states
+from ..schedule.loops import find_loops
 
 
 def work_nodes(state: SDFGState):
@@ -158,6 +161,114 @@ def fold_unit_axis_copies(sdfg: SDFG) -> List[str]:
             _fold(sdfg, st, e, sa, sb)
             done.append(b.data)
     return done
+
+
+def copy_fixed_rows_out(sdfg: SDFG) -> List[str]:
+    """A map that reads an array both at its own index and at a row a loop variable picks (numpy-benchmarks'
+    ``out[row, :] = np.sum(array - array[row, :], 0)`` in a loop over rows) reads that row from a transient
+    copied before it; returns the copies' names.
+
+    Read through one memlet, a rank's box of the array spans its own block and the row: its size changes
+    with the loop variable (refused, or widened to every row the loop visits by :mod:`..plan.loop_reads`).
+    Apart, the map reads its block of the array, scattered once before the loop, and its part of the copy,
+    which runs before it on rank 0 as the copies that feed a kernel do: one row broadcast per iteration.
+    The copy holds the values from before the map, which is what NumPy computes (the right-hand side first).
+
+    Not copied: rows of an array that a state of the loop writes (Floyd-Warshall's ``path``: the copy on
+    rank 0 would bring the whole array back from its grid in every iteration), and constant rows
+    (``x - x[0]``: a box of known size). A read is copied where an axis of it is one index with a loop
+    variable and no map parameter while another read of the array through the same map moves along that
+    axis with a parameter, and each of its other axes is fixed, a fixed range, or one parameter plus an
+    offset (so the copy's box is exact; DaCe 1.0.2 propagates strided subscripts wrongly). The copy's size
+    may not depend on a loop variable."""
+    made = []
+    free = FreeSymbols()
+    loops = [(lp.body, {n.data for st in lp.body for n in st.data_nodes() if st.in_degree(n) > 0})
+             for lp in find_loops(sdfg)]
+    for state in ordered_states(sdfg):
+        # an array a loop writes stays on its grid across iterations, which a copy on rank 0 would undo
+        written = set().union(*[w for body, w in loops if state in body])
+        for me in [n for n in state.nodes() if isinstance(n, nodes.MapEntry) and state.entry_node(n) is None]:
+            for outer in list(state.in_edges(me)):
+                if isinstance(outer.src, nodes.AccessNode) and outer.src.data not in written:
+                    made += _copy_fixed_reads(sdfg, state, me, outer, free)
+    return made
+
+
+def _axis_kinds(subset, params):
+    """Per axis of a subset: ("fixed", None) for one index without a map parameter, ("param", (p, offset))
+    for ``p + offset``, ("range", None) for a range without parameters, None for anything else."""
+    kinds = []
+    for b, e, s in subset:
+        b, e = dace.symbolic.pystr_to_symbolic(str(b)), dace.symbolic.pystr_to_symbolic(str(e))
+        used = [f for f in (b.free_symbols | e.free_symbols) if str(f) in params]
+        if not used:
+            kinds.append(("fixed", None) if b == e else (("range", None) if s == 1 else None))
+        elif b == e and len(used) == 1 and b.diff(used[0]) == 1 and used[0] not in (b - used[0]).free_symbols:
+            kinds.append(("param", (str(used[0]), b - used[0])))
+        else:
+            kinds.append(None)
+    return kinds
+
+
+def _copy_fixed_reads(sdfg: SDFG, state: SDFGState, me: nodes.MapEntry, outer, free) -> List[str]:
+    src = outer.src
+    if (not isinstance(src, nodes.AccessNode) or outer.dst_conn is None or not outer.dst_conn.startswith("IN_")
+            or type(sdfg.arrays[src.data]) is not dace.data.Array or outer.data.data != src.data):
+        return []
+    name, desc = src.data, sdfg.arrays[src.data]
+    conn = "OUT_" + outer.dst_conn[3:]
+    inner = list(state.out_edges_by_connector(me, conn))
+    params = [str(p) for p in me.map.params]
+    ranges = dict(zip(params, me.map.range))
+    if len(inner) < 2 or any(ie.data.data != name or ie.data.wcr is not None or ie.data.dynamic
+                             or ie.data.other_subset is not None or not isinstance(ie.data.subset, dace.subsets.Range)
+                             or ie.data.subset.dims() != len(desc.shape) for ie in inner):
+        return []
+    writes = any(isinstance(n, nodes.AccessNode) and n.data == name for n in state.scope_subgraph(me).nodes()
+                 if n is not me) or any(e.data.data == name for e in state.out_edges(state.exit_node(me)))
+    kinds = [_axis_kinds(ie.data.subset, params) for ie in inner]
+    moves = [[bool({str(f) for x in r[:2] for f in dace.symbolic.pystr_to_symbolic(str(x)).free_symbols} & set(params))
+              for r in ie.data.subset] for ie in inner]
+    boxes = {}
+    for ie, kind in zip(inner, kinds):
+        if any(k is None for k in kind) or (writes and not isinstance(ie.dst, nodes.Tasklet)):
+            continue
+        used = [k[1][0] for k in kind if k[0] == "param"]
+        if len(used) != len(set(used)) or any(ranges[p][2] != 1 for p in used):
+            continue
+        own = moves[inner.index(ie)]
+        if not any(k[0] == "fixed" and any(m[d] for m in moves if m is not own)
+                   and free.loose([ie.data.subset[d][0]], sdfg) for d, k in enumerate(kind)):
+            continue  # one box holds them all, and its size does not change while the program runs
+        box = [(r[0], r[1], 1) if k[0] != "param" else (ranges[k[1][0]][0] + k[1][1], ranges[k[1][0]][1] + k[1][1], 1)
+               for k, r in zip(kind, ie.data.subset)]
+        shape = [dace.symbolic.simplify(e - b + 1) for b, e, _ in box]
+        if free.loose(shape, sdfg):
+            continue
+        boxes.setdefault(str(box), (box, shape, []))[2].append((ie, kind))
+    made = []
+    for box, shape, reads in boxes.values():
+        copy_name, copy_desc = sdfg.add_transient(f"{name}_fixed", shape, desc.dtype, storage=desc.storage,
+                                                  find_new_name=True)
+        node = state.add_access(copy_name)
+        state.add_edge(src, None, node, None, Memlet(data=name, subset=dace.subsets.Range(box),
+                                                     other_subset=dace.subsets.Range.from_array(copy_desc)))
+        me.add_in_connector("IN_" + copy_name)
+        me.add_out_connector("OUT_" + copy_name)
+        state.add_edge(node, None, me, "IN_" + copy_name, Memlet.from_array(copy_name, copy_desc))
+        for ie, kind in reads:
+            at = [(0, 0, 1) if k[0] == "fixed" else
+                  ((0, e - b, 1) if k[0] == "range" else (dace.symbolic.pystr_to_symbolic(k[1][0]) - box_d[0] + k[1][1],) * 2 + (1, ))
+                  for k, (b, e, _), box_d in zip(kind, ie.data.subset, box)]
+            state.add_edge(me, "OUT_" + copy_name, ie.dst, ie.dst_conn, Memlet(data=copy_name, subset=dace.subsets.Range(at)))
+            state.remove_edge(ie)
+        made.append(copy_name)
+    if made and not list(state.out_edges_by_connector(me, conn)):
+        state.remove_edge(outer)
+        me.remove_in_connector(outer.dst_conn)
+        me.remove_out_connector(conn)
+    return made
 
 
 def _is_unit(size) -> bool:
@@ -350,6 +461,7 @@ def split_states(sdfg: SDFG):
     scalar_arguments_to_arrays(sdfg)
     materialize_views(sdfg)
     fold_unit_axis_copies(sdfg)
+    copy_fixed_rows_out(sdfg)
     for state in ordered_states(sdfg):
         while True:
             work = work_nodes(state)

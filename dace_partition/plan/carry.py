@@ -15,7 +15,7 @@ holder per element), :func:`plan_loop_carries` decides to
 * or, where the loop's one reader reads a block plus halo that contains the written block, have the
   writer write into the reader's buffer in place: each iteration moves only the halo.
 
-An array read but never written in a loop has its scatters hoisted before the loop. Inside a loop,
+An array read but never written in a loop has its scatters hoisted before the loop (rank 0 may read it there too). Inside a loop,
 ``gather T; X[box] = T`` (a kernel writing a temporary copied into an array on rank 0) is first folded
 into one gather of ``X`` in shifted blocks, so that ``X`` has a writer the loop can keep.
 
@@ -206,15 +206,18 @@ class _Carrier:
                 continue  # already grid-to-grid: leave it
             if block_symbols(mv.move for mv in seq) & variant:
                 continue  # its blocks follow the loop (``input[:, i:i + K]``): they cannot move out of it
-            if any(self.m.inside(a.point, lp) for a in self.m.accesses if a.name == arr):
-                continue  # code on rank 0 uses it in the loop: keep the round trip
+            on_root = [a for a in self.m.accesses if a.name == arr and self.m.inside(a.point, lp)]
+            if any(a.written for a in on_root):
+                continue  # code on rank 0 writes it in the loop: keep the round trip
             scatters = [mv for mv in seq if not mv.src_grid]
             gathers = [mv for mv in seq if not mv.dst_grid]
             if any(mv.move.accumulates or mv.move.op for mv in seq):
                 continue
-            if not gathers:
+            if not gathers:  # rank 0 may read it in the loop too (a row copied out): it keeps its values
                 plans.append((arr, None, scatters))
                 continue
+            if on_root:
+                continue  # code on rank 0 reads what the loop's kernels write: keep the round trip
             if len(gathers) != 1:
                 continue
             h = gathers[0].move.src
