@@ -152,7 +152,7 @@ test-cluster: $(VENV)/.installed
 DACE2_VENV ?= .venv-dace2
 DACE2_PY := $(DACE2_VENV)/bin/python
 DACE2_ENV := PATH=$(abspath $(DACE2_VENV))/bin:$$PATH DACE_default_build_folder=.dacecache-dace2
-DACE2_TESTS := tests/unit/test_compat.py tests/unit/test_scalar_aliases.py tests/unit/test_linspace_axes.py tests/unit/test_loop_reads.py tests/unit/test_fixed_row_copies.py tests/mpi/test_loops.py tests/mpi/test_local_kernels.py tests/unit/test_prediction_matches_report.py \
+DACE2_TESTS := tests/unit/test_compat.py tests/unit/test_scalar_aliases.py tests/unit/test_linspace_axes.py tests/unit/test_loop_reads.py tests/unit/test_fixed_row_copies.py tests/unit/test_unit_slices.py tests/mpi/test_loops.py tests/mpi/test_local_kernels.py tests/unit/test_prediction_matches_report.py \
 	tests/mpi/test_halo_reads.py tests/unit/test_halo_solver.py \
 	"tests/mpi/test_programs.py::test_add5" "tests/mpi/test_programs.py::test_transposed_map" \
 	"tests/mpi/test_programs.py::test_sum_rows" "tests/mpi/test_programs.py::test_matmul" \

@@ -1143,3 +1143,169 @@ def app_programs():
         "column_l2_normalize": (column_l2_normalize, lambda r: dict(x=r.random((N, M)))),
         "gram_schmidt_loop": (gram_schmidt_loop, lambda r: dict(A=r.random((N, K)))),
     }
+
+
+# Sixth batch (2026-12-02): everyday idioms. A row picked by a loop beside the array's own rows (a distance
+# to each point, deviations from each row), concatenation, transposed axes, clamping with out=, 3-d
+# broadcasts, a periodic index, a Jacobi solver, dot products, a logistic-regression step, a first-order
+# recurrence, masks from index comparisons, rank-one updates, and a slice of length one that keeps its axis
+# in NumPy (DaCe drops it: refused in words) beside the spelling with np.newaxis.
+NI, MI, KI = 30, 22, 5
+
+
+@dace.program
+def distance_to_each_point(X: dace.float64[NI, KI]):
+    D = np.zeros((NI, NI), dtype=np.float64)
+    for i in range(NI):
+        D[i, :] = np.sqrt(np.sum((X - X[i, :]) ** 2, axis=1))
+    return D
+
+
+@dace.program
+def row_deviation_sums(data: dace.float64[NI, MI]):
+    acc = np.zeros((NI, MI), dtype=np.float64)
+    for r in range(NI):
+        acc[r, :] = np.sum(data - data[r, :], axis=0)
+    return acc
+
+
+@dace.program
+def concat_columns(a: dace.float64[S, T], b: dace.float64[S, KI]):
+    return np.concatenate((a, b * 2.0), axis=1)
+
+
+@dace.program
+def concat_rows(a: dace.float64[NI, MI], b: dace.float64[NI, MI]):
+    return np.concatenate((a, b - a), axis=0)
+
+
+@dace.program
+def transposed_axes_sum(x: dace.float64[KI, NI, MI]):
+    return np.sum(np.transpose(x, (1, 0, 2)) * 2.0, axis=1)
+
+
+@dace.program
+def clamp_with_out(A: dace.float64[S, T], lo: dace.float64, hi: dace.float64):
+    np.maximum(A, lo, out=A)
+    np.minimum(A, hi, out=A)
+
+
+@dace.program
+def squared_distances_3d(a: dace.float64[NI, KI], b: dace.float64[MI, KI]):
+    d = a[:, np.newaxis, :] - b[np.newaxis, :, :]
+    return np.sum(d * d, axis=2)
+
+
+@dace.program
+def periodic_difference(x: dace.float64[NI], y: dace.float64[NI]):
+    for i in range(NI):
+        y[i] = x[(i + 1) % NI] - x[i]
+
+
+@dace.program
+def jacobi_linear_solve(A: dace.float64[NI, NI], b: dace.float64[NI], x: dace.float64[NI], d: dace.float64[NI],
+                        iters: dace.int64):
+    for it in range(iters):
+        x[:] = x + (b - A @ x) / d
+
+
+@dace.program
+def cosine_of_vectors(x: dace.float64[NI], y: dace.float64[NI]):
+    return np.dot(x, y) / np.sqrt(np.dot(x, x) * np.dot(y, y))
+
+
+@dace.program
+def subtract_row_max(A: dace.float64[S, T]):
+    mx = np.max(A, axis=1)
+    return A - mx[:, np.newaxis]
+
+
+@dace.program
+def box_filter_3x3(A: dace.float64[NI, MI]):
+    out = np.zeros((NI, MI), dtype=np.float64)
+    out[1:-1, 1:-1] = (A[:-2, :-2] + A[:-2, 1:-1] + A[:-2, 2:] + A[1:-1, :-2] + A[1:-1, 1:-1]
+                       + A[1:-1, 2:] + A[2:, :-2] + A[2:, 1:-1] + A[2:, 2:]) / 9.0
+    return out
+
+
+@dace.program
+def weighted_row_means(X: dace.float64[NI, MI], w: dace.float64[MI]):
+    return (X @ w) / np.sum(w)
+
+
+@dace.program
+def logistic_regression_steps(W: dace.float64[MI, KI], X: dace.float64[NI, MI], Y: dace.float64[NI, KI],
+                              lr: dace.float64, steps: dace.int64):
+    for s in range(steps):
+        P = 1.0 / (1.0 + np.exp(-(X @ W)))
+        W[:] = W - lr * (X.T @ (P - Y)) / NI
+
+
+@dace.program
+def first_order_filter(x: dace.float64[NI], a: dace.float64):
+    y = np.zeros_like(x)
+    y[0] = x[0]
+    for i in range(1, NI):
+        y[i] = a * y[i - 1] + x[i]
+    return y
+
+
+@dace.program
+def columns_minus_first(A: dace.float64[NI, MI]):
+    B = np.empty_like(A)
+    for j in range(MI):
+        B[:, j] = A[:, j] - A[:, 0]
+    return B
+
+
+@dace.program
+def upper_triangle_by_indices(A: dace.float64[NI, NI]):
+    I = np.arange(NI)
+    return np.where(I[:, np.newaxis] <= I[np.newaxis, :], A, 0.0)
+
+
+@dace.program
+def rank_one_update_loop(A: dace.float64[NI, MI], u: dace.float64[NI, KI], v: dace.float64[MI, KI]):
+    for k in range(KI):
+        A[:] = A + np.multiply.outer(u[:, k], v[:, k])
+
+
+@dace.program
+def rows_over_first_column(a: dace.float64[NI, NI]):
+    return a / a[:, 0:1]
+
+
+@dace.program
+def rows_over_first_column_newaxis(a: dace.float64[NI, NI]):
+    return a / a[:, 0][:, np.newaxis]
+
+
+def idiom_programs():
+    """name -> (program, inputs(rng)): the sixth batch."""
+    s, t = 31, 17
+    return {
+        "distance_to_each_point": (distance_to_each_point, lambda r: dict(X=r.random((NI, KI)))),
+        "row_deviation_sums": (row_deviation_sums, lambda r: dict(data=r.random((NI, MI)))),
+        "concat_columns": (concat_columns, lambda r: dict(a=r.random((s, t)), b=r.random((s, KI)))),
+        "concat_rows": (concat_rows, lambda r: dict(a=r.random((NI, MI)), b=r.random((NI, MI)))),
+        "transposed_axes_sum": (transposed_axes_sum, lambda r: dict(x=r.random((KI, NI, MI)))),
+        "clamp_with_out": (clamp_with_out, lambda r: dict(A=r.random((s, t)), lo=0.2, hi=0.7)),
+        "squared_distances_3d": (squared_distances_3d, lambda r: dict(a=r.random((NI, KI)), b=r.random((MI, KI)))),
+        "periodic_difference": (periodic_difference, lambda r: dict(x=r.random(NI), y=np.zeros(NI))),
+        "jacobi_linear_solve": (jacobi_linear_solve, lambda r: (lambda A: dict(
+            A=A, b=r.random(NI), x=np.zeros(NI), d=np.diag(A).copy(), iters=5))(r.random((NI, NI)) + NI * np.eye(NI))),
+        "cosine_of_vectors": (cosine_of_vectors, lambda r: dict(x=r.random(NI), y=r.random(NI))),
+        "subtract_row_max": (subtract_row_max, lambda r: dict(A=r.random((s, t)))),
+        "box_filter_3x3": (box_filter_3x3, lambda r: dict(A=r.random((NI, MI)))),
+        "weighted_row_means": (weighted_row_means, lambda r: dict(X=r.random((NI, MI)), w=r.random(MI))),
+        "logistic_regression_steps": (logistic_regression_steps, lambda r: dict(
+            W=r.random((MI, KI)) * 0.1, X=r.random((NI, MI)), Y=(r.random((NI, KI)) > 0.5).astype(np.float64),
+            lr=0.5, steps=3)),
+        "first_order_filter": (first_order_filter, lambda r: dict(x=r.random(NI), a=0.7)),
+        "columns_minus_first": (columns_minus_first, lambda r: dict(A=r.random((NI, MI)))),
+        "upper_triangle_by_indices": (upper_triangle_by_indices, lambda r: dict(A=r.random((NI, NI)))),
+        "rank_one_update_loop": (rank_one_update_loop, lambda r: dict(A=r.random((NI, MI)), u=r.random((NI, KI)),
+                                                                      v=r.random((MI, KI)))),
+        "rows_over_first_column": (rows_over_first_column, lambda r: dict(a=r.random((NI, NI)) + 1.0)),
+        "rows_over_first_column_newaxis": (rows_over_first_column_newaxis, lambda r: dict(a=r.random((NI, NI)) + 1.0)),
+    }

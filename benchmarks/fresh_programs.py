@@ -1,7 +1,7 @@
 """Programs we did not write for the suites: lowered, run on P ranks and compared with NumPy / PyTorch.
 
     python benchmarks/fresh_programs.py [--ranks 2,3] [--device cpu|gpu-emulated] [--schedule auto|split]
-                                        [--set numpy,science,bodies,apps,torch,layers] [--only NAME,...]
+                                        [--set numpy,science,bodies,apps,idioms,torch,layers] [--only NAME,...]
 
 The programs (``_fresh_programs.py``) are in the styles users write and in none of our test suites nor in
 NPBench: statistics, distances, iterations with ``for`` and ``while``, integer arithmetic, transposes,
@@ -10,7 +10,9 @@ TransformerEncoderLayer, Embedding). ``--set layers``: 73 ``torch.nn`` layers pa
 (activations, GroupNorm, pooling, padding, upsampling, recurrent layers). ``--set science``: scientific
 NumPy code (PDE time steps, conjugate gradients, N-body, a tridiagonal solve per row, counting, a dynamic
 programming table). ``--set bodies``: maps whose bodies hold loops, branches and ``while`` loops.
-``--set apps``: kernels from finance, imaging, signal processing, graphs, physics and learning. The
+``--set apps``: kernels from finance, imaging, signal processing, graphs, physics and learning.
+``--set idioms``: everyday NumPy idioms (a row a loop picks, concatenation, ``out=``, 3-d broadcasts, a
+slice of length one, which DaCe gets wrong and we refuse). The
 NumPy test suite checks what we thought of; this checks what a new user might write first.
 
 ``--schedule auto``: ``lower(sdfg, ranks=P)`` (the cost model may keep a small program on rank 0).
@@ -169,6 +171,8 @@ def main():
         cases += [("bodies", n, c) for n, c in fp.body_programs().items()]
     if "apps" in opts.set:
         cases += [("apps", n, c) for n, c in fp.app_programs().items()]
+    if "idioms" in opts.set:
+        cases += [("idioms", n, c) for n, c in fp.idiom_programs().items()]
     if "torch" in opts.set:
         cases += [("torch", n, c) for n, c in fp.torch_modules().items()]
     if "layers" in opts.set:
@@ -183,7 +187,7 @@ def main():
                 continue
             t0 = time.time()
             try:
-                if kind in ("numpy", "science", "bodies", "apps"):
+                if kind in ("numpy", "science", "bodies", "apps", "idioms"):
                     res = _numpy_case(name, *case, P, opts, np.random.default_rng(0))
                 else:
                     res = _torch_case(name, *case, P, opts)

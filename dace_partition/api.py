@@ -27,6 +27,7 @@ from .analysis.lapack_calls import lapack_calls
 from .analysis.linspace_axes import scalar_linspaces
 from .analysis.python_calls import python_calls
 from .analysis.scalar_aliases import scalar_aliases
+from .analysis.unit_slices import unit_slices
 from .analysis.unwritten_accumulators import unwritten_accumulators
 from .compat import (DACE_MAJOR, DACE_VERSION, indices_below_zero, loops_sharing_a_variable, misplaced_nested_arguments,
                      stepped_elements, unordered_aliased_accesses, with_line_info_from_frames)
@@ -141,7 +142,7 @@ def lower(sdfg: SDFG, schedule=None, *, ranks: Optional[int] = None, solvers=Non
                                      "1.0.2 gets it right with the row in an array of the body's own"))
     # each analysis finds what it refuses as (array, subset, reason()); the first one found is raised
     for found in itertools.chain(boolean_sums(sdfg), scalar_linspaces(sdfg), python_calls(sdfg),
-                                 unwritten_accumulators(sdfg), scalar_aliases(sdfg),
+                                 unwritten_accumulators(sdfg), scalar_aliases(sdfg), unit_slices(sdfg),
                                  lapack_calls(sdfg) if device == "gpu" else ()):
         raise UnsupportedPattern(found.array, found.subset, found.reason())
     t0 = time.perf_counter()

@@ -164,9 +164,9 @@ def fold_unit_axis_copies(sdfg: SDFG) -> List[str]:
 
 
 def copy_fixed_rows_out(sdfg: SDFG) -> List[str]:
-    """A map that reads an array both at its own index and at a row a loop variable picks (numpy-benchmarks'
-    ``out[row, :] = np.sum(array - array[row, :], 0)`` in a loop over rows) reads that row from a transient
-    copied before it; returns the copies' names.
+    """A map that reads an array both at its own index and at a row a loop variable picks (the deviations
+    ``data - data[r, :]`` summed in a loop over rows ``r``, numpy-benchmarks' ``multiple_sum``) reads that
+    row from a transient copied before it; returns the copies' names.
 
     Read through one memlet, a rank's box of the array spans its own block and the row: its size changes
     with the loop variable (refused, or widened to every row the loop visits by :mod:`..plan.loop_reads`).

@@ -516,6 +516,31 @@ def test_a_linspace_between_scalar_variables_is_refused_and_its_scaled_form_runs
     np.testing.assert_allclose(dp.run(sdfg, 2, xmin=0.5, xmax=2.0, y=y), grid_between_scalars.f(0.5, 2.0, y),
                                rtol=1e-14, atol=1e-14)
 
+@dace.program
+def rows_over_first_column(a: dace.float64[12, 12]):
+    return a / a[:, 0:1]
+
+
+@dace.program
+def rows_over_first_column_with_newaxis(a: dace.float64[12, 12]):
+    return a / a[:, 0][:, np.newaxis]
+
+
+def test_a_slice_of_length_one_that_dace_drops_is_refused_and_its_newaxis_form_runs_like_numpy():
+    """DaCe's frontend drops the axis of ``a[:, 0:1]`` (1.0.2 and 2 alike), so ``a / a[:, 0:1]`` on a square
+    array divides each column by the first column: refused, naming the array, the line and the spelling
+    ``a[:, 0][:, np.newaxis]``, which, split by rows and by columns on 2 ranks, gives NumPy's result."""
+    with pytest.raises(dp.UnsupportedPattern, match=r"'a'.*'a\[:, 0:1\]' \(.*line \d+\) keeps an axis of length 1.*"
+                       r"'a\[:, 0\]\[:, np\.newaxis\]'"):
+        dp.lower(rows_over_first_column.to_sdfg(), ranks=2)
+    a = np.random.default_rng(3).random((12, 12)) + 1.0
+    for grid in ((2, 1), (1, 2)):
+        sdfg = rows_over_first_column_with_newaxis.to_sdfg()
+        sdfg.name = f"t_bad_rows_over_first_column_{grid[0]}x{grid[1]}"
+        dp.lower(sdfg, {m.name: grid[:len(m.params)] for m in dp.maps(sdfg)})
+        np.testing.assert_allclose(dp.run(sdfg, 2, a=a.copy()), a / a[:, 0:1], rtol=1e-15, atol=0)
+
+
 def test_the_outer_product_written_as_a_broadcast_runs_like_numpy():
     """The spelling the refusal of np.outer suggests lowers, and computes NumPy's outer product."""
     with pytest.raises(dp.UnsupportedPattern, match=r"u\[:, np.newaxis\] \* v\[np.newaxis, :\]"):

@@ -442,25 +442,25 @@ def test_a_star_stencil_looping_over_its_distance_runs_like_numpy(rng, grid):
 
 
 @dace.program
-def multiple_sum(array: dace.float64[24, 20]):
-    out = np.zeros((24, 20))
-    for row in range(24):
-        out[row, :] = np.sum(array - array[row, :], 0)
-    return out
+def deviations_from_each_row(data: dace.float64[24, 20]):
+    acc = np.zeros((24, 20))
+    for r in range(24):
+        acc[r, :] = np.sum(data - data[r, :], axis=0)
+    return acc
 
 
 @pytest.mark.parametrize("grid", [(2, 1), (1, 2)])
 def test_a_row_picked_by_the_loop_is_broadcast_and_the_array_stays_scattered(rng, grid):
-    """numpy-benchmarks' ``multiple_sum``: the map reads ``array`` at its own row and at row ``row``; the
-    row is copied out before the map (it was refused: one box held both), ``array`` is scattered once
-    before the loop and only the row moves per iteration. Split by rows and by columns on 2 ranks, the
+    """The pattern of numpy-benchmarks' ``multiple_sum``: the map reads ``data`` at its own row and at row
+    ``r``; the row is copied out before the map (it was refused: one box held both), ``data`` is scattered
+    once before the loop and only the row moves per iteration. Split by rows and by columns on 2 ranks, the
     bytes the report predicts counted by PMPI, every element against NumPy."""
-    sdfg = multiple_sum.to_sdfg()
-    sdfg.name = f"t_loops_multiple_sum_{grid[0]}x{grid[1]}"
+    sdfg = deviations_from_each_row.to_sdfg()
+    sdfg.name = f"t_loops_row_deviations_{grid[0]}x{grid[1]}"
     dp.lower(sdfg, {m.name: grid[:len(m.params)] for m in dp.maps(sdfg)})
     inside = [t for t in dp.report(sdfg).traffic if t.trips != 1]
-    assert inside and all(t.array != "array" for t in inside), dp.report(sdfg)
-    array = rng.random((24, 20))
-    out = counted(sdfg, 2, {}, array=array.copy())
-    ref = np.stack([np.sum(array - array[row, :], 0) for row in range(24)])
+    assert inside and all(t.array != "data" for t in inside), dp.report(sdfg)
+    data = rng.random((24, 20))
+    out = counted(sdfg, 2, {}, data=data.copy())
+    ref = np.stack([np.sum(data - data[r, :], axis=0) for r in range(24)])
     np.testing.assert_allclose(out, ref, rtol=1e-13, atol=1e-12)

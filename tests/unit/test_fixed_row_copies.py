@@ -1,7 +1,7 @@
 """A map that reads an array at its own row and at a row a loop variable picks reads the latter from a copy
-made before it (``dace_partition.passes.prepare.copy_fixed_rows_out``; no compiler). numpy-benchmarks'
-``multiple_sum`` (``out[row, :] = np.sum(array - array[row, :], 0)`` in a loop over rows) was refused
-wherever it was split: one box of ``array`` held the rank's block and row ``row``."""
+made before it (``dace_partition.passes.prepare.copy_fixed_rows_out``; no compiler). The pattern of
+numpy-benchmarks' ``multiple_sum`` (a row's deviations summed in a loop over rows) was refused wherever it
+was split: one box of the array held the rank's block and the loop's row."""
 import re
 
 import dace
@@ -13,11 +13,11 @@ from dace_partition.schedule import normalise
 
 
 @dace.program
-def multiple_sum(array: dace.float64[24, 20]):
-    out = np.zeros((24, 20))
-    for row in range(24):
-        out[row, :] = np.sum(array - array[row, :], 0)
-    return out
+def deviations_from_each_row(data: dace.float64[24, 20]):
+    acc = np.zeros((24, 20))
+    for r in range(24):
+        acc[r, :] = np.sum(data - data[r, :], axis=0)
+    return acc
 
 
 @dace.program
@@ -29,9 +29,9 @@ def distances_to_each_point(X: dace.float64[24, 6]):
 
 
 @dace.program
-def floyd_warshall(path: dace.int32[24, 24]):
+def shortest_paths(dist: dace.int32[24, 24]):
     for k in range(24):
-        path[:] = np.minimum(path[:], np.add.outer(path[:, k], path[k, :]))
+        dist[:] = np.minimum(dist, dist[:, k][:, np.newaxis] + dist[k, :][np.newaxis, :])
 
 
 @dace.program
@@ -51,16 +51,16 @@ def _copies(program):
 
 
 def test_a_row_the_loop_picks_is_copied_out_with_its_exact_box():
-    made, boxes = _copies(multiple_sum)
-    assert made == ["array_fixed"] and boxes == ["row, 0:20"], (made, boxes)
+    made, boxes = _copies(deviations_from_each_row)
+    assert made == ["data_fixed"] and boxes == ["r, 0:20"], (made, boxes)
     made, boxes = _copies(distances_to_each_point)
     assert made == ["X_fixed"] and boxes == ["i, 0:6"], (made, boxes)
 
 
 def test_rows_of_an_array_the_loop_writes_and_constant_rows_are_left_in_place():
-    """Floyd-Warshall's ``path`` is written in the loop: a copy on rank 0 would bring it back from its grid
+    """Floyd-Warshall's distances are written in the loop: a copy on rank 0 would bring it back from its grid
     every iteration. ``A[0, :]`` gives a box of known size already."""
-    assert _copies(floyd_warshall) == ([], [])
+    assert _copies(shortest_paths) == ([], [])
     assert _copies(minus_first_row) == ([], [])
 
 
@@ -70,13 +70,13 @@ def _lowered(program, grid):
     return sdfg
 
 
-def test_multiple_sum_splits_by_rows_with_the_array_scattered_once_and_a_row_broadcast_per_iteration():
-    """Rows split on 2 ranks: each rank's block of ``array`` is scattered once, before the loop (rank 0
+def test_a_row_the_loop_picks_moves_alone_while_the_array_is_scattered_once():
+    """Rows split on 2 ranks: each rank's block of ``data`` is scattered once, before the loop (rank 0
     still reads the array in the loop, for the copy, but never writes it), and only the row moves in every
     iteration. Before: refused ("the block of dimension 0 grows with the grid coordinate")."""
-    report = dp.report(_lowered(multiple_sum, (2, 1)))
+    report = dp.report(_lowered(deviations_from_each_row, (2, 1)))
     rows = [(t.array, t.source, t.destination, t.trips) for t in report.traffic]
-    assert ("array", "rank 0", "grid (2, 1)", 1) in rows, report
-    fixed = [r for r in rows if r[0] == "array_fixed"]
-    assert fixed and all(r[3] == 24 for r in fixed), report
-    assert not re.search(r"array\[[^\]]*\brow\b", str(report)), report  # no block of array follows row
+    assert ("data", "rank 0", "grid (2, 1)", 1) in rows, report
+    fixed = [row for row in rows if row[0] == "data_fixed"]
+    assert fixed and all(row[3] == 24 for row in fixed), report
+    assert not re.search(r"\bdata\[[^\]]*\br\b", str(report)), report  # no block of data follows r
