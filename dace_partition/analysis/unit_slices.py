@@ -24,9 +24,9 @@ from typing import List, NamedTuple
 
 #: NumPy's elementwise functions of two or three arrays, which broadcast their operands (``np.add.outer`` is
 #: an attribute of ``np.add``, not one of these).
-_UFUNCS = {"add", "subtract", "multiply", "divide", "true_divide", "floor_divide", "power", "mod", "remainder",
+_UFUNCS = frozenset({"add", "subtract", "multiply", "divide", "true_divide", "floor_divide", "power", "mod", "remainder",
            "minimum", "maximum", "fmin", "fmax", "where", "arctan2", "hypot", "greater", "less", "equal",
-           "not_equal", "greater_equal", "less_equal", "logical_and", "logical_or", "copysign"}
+           "not_equal", "greater_equal", "less_equal", "logical_and", "logical_or", "copysign"})
 
 
 class UnitSlice(NamedTuple):
