@@ -251,3 +251,13 @@ def tridiagonal_inputs(n, m):
     solved = np.stack([np.linalg.solve(np.diag(b[i]) + np.diag(a[i, 1:], -1) + np.diag(c[i, :-1], 1), d[i])
                        for i in range(n)])
     return dict(a=a, b=b, c=c, d=d), solved
+
+
+# A map that reads an array at its own row and at the row a loop picks (numpy-benchmarks' multiple_sum):
+# tests/unit/test_fixed_row_copies.py and tests/mpi/test_loops.py
+@dace.program
+def deviations_from_each_row(data: dace.float64[24, 20]):
+    acc = np.zeros((24, 20))
+    for r in range(24):
+        acc[r, :] = np.sum(data - data[r, :], axis=0)
+    return acc

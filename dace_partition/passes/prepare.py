@@ -212,8 +212,8 @@ def _axis_kinds(subset, params):
 
 
 def _copy_fixed_reads(sdfg: SDFG, state: SDFGState, me: nodes.MapEntry, outer, free) -> List[str]:
-    src = outer.src
-    if (not isinstance(src, nodes.AccessNode) or outer.dst_conn is None or not outer.dst_conn.startswith("IN_")
+    src = outer.src  # an access node (the caller's check)
+    if (outer.dst_conn is None or not outer.dst_conn.startswith("IN_")
             or type(sdfg.arrays[src.data]) is not dace.data.Array or outer.data.data != src.data):
         return []
     name, desc = src.data, sdfg.arrays[src.data]
@@ -231,13 +231,12 @@ def _copy_fixed_reads(sdfg: SDFG, state: SDFGState, me: nodes.MapEntry, outer, f
     moves = [[bool({str(f) for x in r[:2] for f in dace.symbolic.pystr_to_symbolic(str(x)).free_symbols} & set(params))
               for r in ie.data.subset] for ie in inner]
     boxes = {}
-    for ie, kind in zip(inner, kinds):
+    for ie, kind, own in zip(inner, kinds, moves):
         if any(k is None for k in kind) or (writes and not isinstance(ie.dst, nodes.Tasklet)):
             continue
         used = [k[1][0] for k in kind if k[0] == "param"]
         if len(used) != len(set(used)) or any(ranges[p][2] != 1 for p in used):
             continue
-        own = moves[inner.index(ie)]
         if not any(k[0] == "fixed" and any(m[d] for m in moves if m is not own)
                    and free.loose([ie.data.subset[d][0]], sdfg) for d, k in enumerate(kind)):
             continue  # one box holds them all, and its size does not change while the program runs

@@ -10,6 +10,7 @@ from dace_partition.solvers.node import DistributedMemlet
 from dace_partition.errors import UnsupportedPattern
 from dace_partition.runtime.mpi_count import count_run
 from conformance.programs import _heat3d as heat3d_reference
+from programs import deviations_from_each_row
 
 N = dace.symbol("N")
 M = dace.symbol("M")
@@ -439,14 +440,6 @@ def test_a_star_stencil_looping_over_its_distance_runs_like_numpy(rng, grid):
         A[r:-r, r:-r] = B[r:-r, r:-r] * 0.5
     np.testing.assert_allclose(out["B"], B, rtol=1e-13, atol=1e-13)
     np.testing.assert_allclose(out["A"], A, rtol=1e-13, atol=1e-13)
-
-
-@dace.program
-def deviations_from_each_row(data: dace.float64[24, 20]):
-    acc = np.zeros((24, 20))
-    for r in range(24):
-        acc[r, :] = np.sum(data - data[r, :], axis=0)
-    return acc
 
 
 @pytest.mark.parametrize("grid", [(2, 1), (1, 2)])
